@@ -1,0 +1,177 @@
+//! What a dispatcher and an operator need from a board, beyond a worker's port.
+
+use async_trait::async_trait;
+
+use crate::claim::Claim;
+use crate::env::{Environment, vars};
+use crate::ports::BoardError;
+
+/// The lease a claim gets when nobody asks for another.
+pub const DEFAULT_CLAIM_TTL_SECONDS: i64 = 15 * 60;
+
+/// The claim TTL: an explicit value (at least 1), else
+/// `HERMES_KANBAN_CLAIM_TTL_SECONDS` when it is a whole number of at least 1,
+/// else 900.
+pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> i64 {
+    if let Some(ttl) = explicit {
+        return ttl.max(1);
+    }
+    env.get_trimmed(vars::CLAIM_TTL_SECONDS)
+        .and_then(|raw| raw.parse::<i64>().ok())
+        .filter(|ttl| *ttl >= 1)
+        .unwrap_or(DEFAULT_CLAIM_TTL_SECONDS)
+}
+
+/// The lanes a card moves through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskStatus {
+    Todo,
+    Ready,
+    Running,
+    Blocked,
+    Done,
+    Archived,
+}
+
+impl TaskStatus {
+    /// Every status.
+    pub const ALL: [TaskStatus; 6] = [
+        Self::Todo,
+        Self::Ready,
+        Self::Running,
+        Self::Blocked,
+        Self::Done,
+        Self::Archived,
+    ];
+
+    /// The name stored on the board.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Todo => "todo",
+            Self::Ready => "ready",
+            Self::Running => "running",
+            Self::Blocked => "blocked",
+            Self::Done => "done",
+            Self::Archived => "archived",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == raw)
+    }
+}
+
+/// A card to create.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewTask {
+    pub title: String,
+    pub body: Option<String>,
+    pub assignee: Option<String>,
+    pub priority: i64,
+    pub parents: Vec<String>,
+    pub goal_mode: bool,
+    pub goal_max_turns: Option<u32>,
+    pub max_retries: Option<u32>,
+    /// A second create with the same key returns the first card's id.
+    pub idempotency_key: Option<String>,
+    /// Start `blocked` instead of `ready`/`todo`.
+    pub start_blocked: bool,
+}
+
+/// A claim just taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimGrant {
+    pub claim: Claim,
+    pub claim_expires: i64,
+}
+
+/// A card as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskRecord {
+    pub id: String,
+    pub title: String,
+    pub body: Option<String>,
+    pub assignee: Option<String>,
+    pub status: TaskStatus,
+    pub priority: i64,
+    pub created_at: i64,
+    pub claim_lock: Option<String>,
+    pub claim_expires: Option<i64>,
+    pub current_run_id: Option<i64>,
+    pub worker_pid: Option<i64>,
+    pub goal_mode: bool,
+    pub goal_max_turns: Option<u32>,
+    pub max_retries: Option<u32>,
+    pub consecutive_failures: u32,
+    pub result: Option<String>,
+}
+
+/// A run (one claim of a card) as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRecord {
+    pub id: i64,
+    pub task_id: String,
+    pub status: String,
+    pub claim_lock: Option<String>,
+    pub claim_expires: Option<i64>,
+    pub worker_pid: Option<i64>,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub outcome: Option<String>,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+}
+
+/// An event as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    pub id: i64,
+    pub task_id: String,
+    pub run_id: Option<i64>,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub created_at: i64,
+}
+
+/// A card with its runs and events, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskView {
+    pub task: TaskRecord,
+    pub runs: Vec<RunRecord>,
+    pub events: Vec<EventRecord>,
+}
+
+/// The dispatcher's and operator's side of a board. Kept apart from
+/// [`crate::Board`] so a worker depends on no more than it uses.
+#[async_trait]
+pub trait BoardAdmin: Send + Sync {
+    /// Creates a card; returns its id (or the existing id for a repeated idempotency key).
+    async fn create_task(&self, task: &NewTask) -> Result<String, BoardError>;
+    /// Claims one `ready` card. `Ok(None)` when somebody else holds it or it is not ready.
+    async fn claim_task(
+        &self,
+        task_id: &str,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError>;
+    /// Claims the next `ready` card (priority first, then oldest).
+    async fn claim_next(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError>;
+    /// Moves a blocked card back to `ready` (or `todo` while a parent is open).
+    async fn unblock(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Releases every claim whose lease expired; returns the released card ids.
+    async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError>;
+    /// Promotes `todo` cards whose parents are all done; returns how many.
+    async fn promote_ready(&self) -> Result<usize, BoardError>;
+    /// A card with its runs and events.
+    async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError>;
+    /// Every card, optionally of one status, oldest first.
+    async fn list_tasks(&self, status: Option<TaskStatus>) -> Result<Vec<TaskRecord>, BoardError>;
+    /// The exit code booked by the worker holding `claim`: the newest
+    /// `worker_result` whose claim lock matches, else 1.
+    async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError>;
+}

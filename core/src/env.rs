@@ -1,0 +1,113 @@
+//! The process environment as a value.
+
+use std::collections::BTreeMap;
+
+/// The names of the environment variables that carry a worker's claim.
+///
+/// These are the compatibility contract with the seed system: a board and a
+/// worker written by either side must understand each other, so the names are
+/// kept verbatim.
+pub mod vars {
+    /// The task (card) id a worker was spawned for.
+    pub const TASK: &str = "HERMES_KANBAN_TASK";
+    /// The board file the dispatcher pinned at spawn.
+    pub const DB: &str = "HERMES_KANBAN_DB";
+    /// The run id the claim opened.
+    pub const RUN_ID: &str = "HERMES_KANBAN_RUN_ID";
+    /// The claim lock string of the claim.
+    pub const CLAIM_LOCK: &str = "HERMES_KANBAN_CLAIM_LOCK";
+    /// The board slug.
+    pub const BOARD: &str = "HERMES_KANBAN_BOARD";
+    /// `1` when the task runs in goal mode.
+    pub const GOAL_MODE: &str = "HERMES_KANBAN_GOAL_MODE";
+    /// The in-place recovery budget.
+    pub const TURN_RECOVERY: &str = "HERMES_KANBAN_TURN_RECOVERY";
+    /// Turns the stop nudge off when set to an off value.
+    pub const STOP_NUDGE: &str = "HERMES_KANBAN_STOP_NUDGE";
+    /// The claim time-to-live in seconds.
+    pub const CLAIM_TTL_SECONDS: &str = "HERMES_KANBAN_CLAIM_TTL_SECONDS";
+    /// The root under which named boards live.
+    pub const HOME: &str = "HERMES_KANBAN_HOME";
+
+    /// Every variable of the claim carrier, in the order the seed lists them.
+    pub const CARRIER: [&str; 8] = [
+        TASK,
+        DB,
+        RUN_ID,
+        CLAIM_LOCK,
+        BOARD,
+        GOAL_MODE,
+        TURN_RECOVERY,
+        STOP_NUDGE,
+    ];
+}
+
+/// A snapshot of environment variables, passed around as a value.
+///
+/// Core never calls `std::env`: the host takes the snapshot once and hands it
+/// in, so every decision is reproducible from its inputs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Environment {
+    variables: BTreeMap<String, String>,
+}
+
+impl Environment {
+    /// An empty environment.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A snapshot built from `(name, value)` pairs, such as `std::env::vars()`.
+    pub fn from_vars<I, K, V>(pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Self {
+            variables: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// The raw value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.variables.get(name).map(String::as_str)
+    }
+
+    /// The value of `name` with surrounding whitespace removed; blank reads as unset.
+    pub fn get_trimmed(&self, name: &str) -> Option<&str> {
+        self.get(name)
+            .map(str::trim)
+            .filter(|value| !value.is_empty())
+    }
+
+    /// Sets `name` to `value`.
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        self.variables.insert(name.into(), value.into());
+    }
+
+    /// Removes `name`.
+    pub fn remove(&mut self, name: &str) {
+        self.variables.remove(name);
+    }
+
+    /// This environment with `name` set to `value`.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.set(name, value);
+        self
+    }
+
+    /// This environment without `name`.
+    pub fn without(mut self, name: &str) -> Self {
+        self.remove(name);
+        self
+    }
+
+    /// Every variable, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.variables.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}

@@ -1,0 +1,58 @@
+//! The in-place recovery contract of the kanban worker, as a library.
+//!
+//! This crate states, once, when a failed agent turn may be retried in place,
+//! what exit code every outcome gets, and how a worker's turns are driven
+//! (first turn, in-place recovery, stop nudges, goal loop, booking). Hosts
+//! bring the adapters: a board, an agent, a clock, a sleeper and a judge.
+//!
+//! Nothing here does I/O or reads ambient state: time comes through [`Clock`],
+//! waiting through [`Sleeper`], and the process environment arrives as an
+//! [`Environment`] value.
+
+mod board;
+mod booking;
+mod claim;
+mod env;
+mod exit;
+pub mod lease;
+mod policy;
+mod ports;
+mod recovery;
+pub mod shapes;
+pub mod tables;
+mod turn;
+mod worker;
+
+pub use board::{
+    BoardAdmin, ClaimGrant, DEFAULT_CLAIM_TTL_SECONDS, EventRecord, NewTask, RunRecord, TaskRecord,
+    TaskStatus, TaskView, claim_ttl_seconds,
+};
+pub use booking::{
+    Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,
+    PROTOCOL_VIOLATION_LIMIT, WORKER_EXIT_TRAILER, book_worker_exit, exit_code_from_trailer,
+};
+pub use claim::{CarrierError, Claim, NotLive, ProofIdentity, ProofRequest};
+pub use env::{Environment, vars};
+pub use exit::{
+    CredentialFailure, ExitCode, TERMINAL_PROVIDER_REASONS, TRANSIENT_PROVIDER_REASONS,
+    outcome_exit_code, single_query_exit_code, turn_exit_code,
+};
+pub use policy::{
+    Authority, DEFAULT_MAX_RECOVERY_ATTEMPTS, DEFAULT_STOP_NUDGE_ATTEMPTS,
+    MAX_RECOVERY_ATTEMPTS_CEILING, NON_RECOVERABLE_REASONS, RECOVERY_DELAYS_SECONDS,
+    RecoveryPolicy, Refusal, TERMINAL_TURN_EXIT_PREFIXES, build_recovery_nudge, build_stop_nudge,
+    is_off_value, max_recovery_attempts, parse_recovery_budget, recovery_delay_seconds,
+    resolve_task_id, stop_nudge_attempts, worker_task_id,
+};
+pub use ports::{
+    Board, BoardError, BoardProof, ClaimCheck, Clock, Judge, JudgeError, RunStatus, Sleeper,
+    TurnRunner, Verdict, VerdictKind,
+};
+pub use recovery::{
+    RecoveryReport, RecoveryStop, recover_in_place, recovery_message, skipped_message,
+};
+pub use turn::{FailureReason, TurnError, TurnInput, TurnKind, TurnOutcome, TurnResult};
+pub use worker::{
+    DEFAULT_GOAL_MAX_TURNS, Frame, GoalOutcome, GoalSpec, LAST_OUTPUT_LIMIT, WorkerPorts,
+    WorkerResult, WorkerRun, WorkerSettings, WorkerSetup, run_worker_turns,
+};

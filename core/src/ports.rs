@@ -1,0 +1,232 @@
+//! The ports: everything core needs from the outside world, as traits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::claim::{Claim, NotLive, ProofIdentity};
+use crate::turn::{TurnInput, TurnOutcome};
+use crate::worker::WorkerResult;
+
+/// Wall-clock time in whole epoch seconds, as the board stores it.
+pub trait Clock: Send + Sync {
+    /// Seconds since the Unix epoch.
+    fn now(&self) -> i64;
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> i64 {
+        (**self).now()
+    }
+}
+
+/// The only way core waits.
+#[async_trait]
+pub trait Sleeper: Send + Sync {
+    /// Waits for `duration`.
+    async fn sleep(&self, duration: Duration);
+}
+
+/// Runs one agent turn of a run, in the run's session.
+#[async_trait]
+pub trait TurnRunner: Send {
+    /// Runs one turn with `input` and returns what it settled to.
+    async fn run_turn(&mut self, input: &TurnInput) -> TurnOutcome;
+}
+
+/// Errors of board operations, owned by core so policy can match on them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BoardError {
+    /// The caller's claim is no longer live; nothing was changed.
+    #[error(
+        "task {task_id}: this worker no longer holds the claim ({reason}); nothing was changed"
+    )]
+    LeaseLost { task_id: String, reason: NotLive },
+    #[error("task {0} is not on this board")]
+    TaskNotFound(String),
+    #[error("task {task_id} is {status}; cannot {action} it")]
+    InvalidTransition {
+        task_id: String,
+        status: String,
+        action: &'static str,
+    },
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("the board stayed busy after {attempts} attempts; try again")]
+    Busy { attempts: u32 },
+    #[error(
+        "{path}: board schema version {found} is newer than this build supports ({supported}); upgrade kanban"
+    )]
+    NewerSchema {
+        path: String,
+        found: i64,
+        supported: i64,
+    },
+    #[error("{path}: {message}")]
+    Unusable { path: String, message: String },
+    #[error("board storage error: {0}")]
+    Storage(String),
+}
+
+/// Where a worker's run stands, as the goal loop and the stop nudge see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    /// The run is open and the task is running under it.
+    Running,
+    /// The run ended with the task completed.
+    Done,
+    /// The run ended with the task blocked.
+    Blocked,
+    /// The run ended some other way, or the task moved on to another run.
+    Superseded,
+}
+
+/// What a worker needs from a board. Every write is fenced by the claim: it
+/// commits only while the claim is live, and otherwise changes nothing and
+/// fails with [`BoardError::LeaseLost`].
+#[async_trait]
+pub trait Board: Send + Sync {
+    /// Proves that `claim` is live and owned by `identity`. Read-only, fails
+    /// closed: anything that cannot be proven is [`NotLive`].
+    async fn prove_claim(&self, claim: &Claim, identity: ProofIdentity) -> Result<(), NotLive>;
+    /// Records that process `pid` now works this claim (event `worker_bound`).
+    async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError>;
+    /// Books the worker's result (event `worker_result`, run-scoped).
+    async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError>;
+    /// Where the claim's run stands.
+    async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError>;
+    /// Extends the lease; returns the new expiry.
+    async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError>;
+    /// Completes the task and closes the run.
+    async fn complete(
+        &self,
+        claim: &Claim,
+        summary: &str,
+        result: Option<String>,
+    ) -> Result<(), BoardError>;
+    /// Blocks the task and closes the run.
+    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError>;
+    /// Adds a comment to the task.
+    async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError>;
+    /// Appends a run-scoped event.
+    async fn append_event(
+        &self,
+        claim: &Claim,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<(), BoardError>;
+}
+
+#[async_trait]
+impl<B: Board + ?Sized> Board for Arc<B> {
+    async fn prove_claim(&self, claim: &Claim, identity: ProofIdentity) -> Result<(), NotLive> {
+        (**self).prove_claim(claim, identity).await
+    }
+    async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        (**self).bind_worker(claim, pid).await
+    }
+    async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError> {
+        (**self).book_result(claim, result).await
+    }
+    async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
+        (**self).run_status(claim).await
+    }
+    async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
+        (**self).heartbeat(claim, note).await
+    }
+    async fn complete(
+        &self,
+        claim: &Claim,
+        summary: &str,
+        result: Option<String>,
+    ) -> Result<(), BoardError> {
+        (**self).complete(claim, summary, result).await
+    }
+    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
+        (**self).block(claim, reason).await
+    }
+    async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError> {
+        (**self).comment(claim, author, text).await
+    }
+    async fn append_event(
+        &self,
+        claim: &Claim,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<(), BoardError> {
+        (**self).append_event(claim, kind, payload).await
+    }
+}
+
+/// The proof taken before every recovery attempt.
+#[async_trait]
+pub trait ClaimCheck: Send + Sync {
+    /// `Ok` while the worker still owns a live, unexpired claim.
+    async fn check(&self) -> Result<(), NotLive>;
+}
+
+/// A board proof of one claim for one identity.
+#[derive(Clone, Copy)]
+pub struct BoardProof<'a> {
+    pub board: &'a dyn Board,
+    pub claim: &'a Claim,
+    pub identity: ProofIdentity,
+}
+
+impl std::fmt::Debug for BoardProof<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoardProof")
+            .field("claim", self.claim)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl ClaimCheck for BoardProof<'_> {
+    async fn check(&self) -> Result<(), NotLive> {
+        self.board.prove_claim(self.claim, self.identity).await
+    }
+}
+
+/// Any closure is a claim check, which keeps loop tests short.
+#[async_trait]
+impl<F> ClaimCheck for F
+where
+    F: Fn() -> Result<(), NotLive> + Send + Sync,
+{
+    async fn check(&self) -> Result<(), NotLive> {
+        self()
+    }
+}
+
+/// A goal judge's ruling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    Done,
+    Blocked,
+    Continue,
+    Wait,
+}
+
+/// A verdict with the judge's reason.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Verdict {
+    pub verdict: VerdictKind,
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// A judge that could not rule; the goal loop fails open to `continue`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("goal judge failed: {0}")]
+pub struct JudgeError(pub String);
+
+/// Rules whether a goal-mode task's goal is reached.
+#[async_trait]
+pub trait Judge: Send + Sync {
+    /// Judges `last_response` against `goal`.
+    async fn judge(&self, goal: &str, last_response: &str) -> Result<Verdict, JudgeError>;
+}

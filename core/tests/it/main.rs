@@ -1,0 +1,17 @@
+//! Integration tests of kanban-core: the seed's contract cases, the
+//! interaction order, the property tests and the rendered tables.
+
+mod exit;
+mod interaction;
+mod owner_seam;
+mod policy;
+mod properties;
+mod recovery;
+mod tables;
+
+use kanban_core::{Environment, vars};
+
+/// An environment naming `task` as the worker's task.
+fn worker_env(task: &str) -> Environment {
+    Environment::new().with(vars::TASK, task)
+}

@@ -1,0 +1,23 @@
+//! Test support for the kanban workspace: virtual time, scripted agents and
+//! judges, an in-memory board, and the board contract suite every board
+//! adapter must pass. A dev-dependency only.
+
+mod board_contract;
+mod memory_board;
+mod owner_seam;
+mod scripted;
+mod time;
+
+pub use board_contract::run_board_contract;
+pub use memory_board::{InMemoryBoard, MEMORY_DB};
+pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
+pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
+pub use time::{ScriptedClock, VirtualClock};
+
+/// The seed's result shapes, as builders.
+pub use kanban_core::shapes;
+
+/// Runs a future to completion on the current thread; core has no runtime.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    pollster::block_on(future)
+}

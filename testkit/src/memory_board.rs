@@ -1,0 +1,691 @@
+//! A board in memory, with the same semantics as the SQLite board: it must
+//! pass the same contract suite.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease};
+use kanban_core::{
+    Board, BoardAdmin, BoardError, Claim, ClaimGrant, Clock, EventRecord, NewTask, NotLive,
+    ProofIdentity, RunRecord, RunStatus, TaskRecord, TaskStatus, TaskView, WorkerResult,
+};
+use serde_json::{Value, json};
+
+#[derive(Debug, Default)]
+struct State {
+    tasks: Vec<TaskRecord>,
+    idempotency: Vec<(String, String)>,
+    links: Vec<(String, String)>,
+    runs: Vec<RunRecord>,
+    events: Vec<EventRecord>,
+    comments: Vec<(String, String, String)>,
+    next_task: u64,
+}
+
+impl State {
+    fn task(&self, id: &str) -> Option<&TaskRecord> {
+        self.tasks.iter().find(|task| task.id == id)
+    }
+
+    fn task_mut(&mut self, id: &str) -> Option<&mut TaskRecord> {
+        self.tasks.iter_mut().find(|task| task.id == id)
+    }
+
+    fn run_mut(&mut self, id: i64) -> Option<&mut RunRecord> {
+        self.runs.iter_mut().find(|run| run.id == id)
+    }
+
+    fn event(&mut self, task_id: &str, run_id: Option<i64>, kind: &str, payload: Value, now: i64) {
+        let id = self.events.len() as i64 + 1;
+        self.events.push(EventRecord {
+            id,
+            task_id: task_id.to_owned(),
+            run_id,
+            kind: kind.to_owned(),
+            payload,
+            created_at: now,
+        });
+    }
+
+    fn parents_done(&self, id: &str) -> bool {
+        self.links
+            .iter()
+            .filter(|(_, child)| child == id)
+            .all(|(parent, _)| {
+                self.task(parent)
+                    .is_some_and(|p| matches!(p.status, TaskStatus::Done | TaskStatus::Archived))
+            })
+    }
+
+    fn lease_view(&self, task_id: &str, identity: ProofIdentity) -> LeaseView {
+        let Some(task) = self.task(task_id) else {
+            return LeaseView::default();
+        };
+        let run = task
+            .current_run_id
+            .and_then(|id| self.runs.iter().find(|run| run.id == id));
+        let newest_bound = match identity {
+            ProofIdentity::BoundOwner(_) => self
+                .events
+                .iter()
+                .rev()
+                .find(|event| event.task_id == task_id && event.kind == "worker_bound")
+                .map(|event| {
+                    (
+                        event.payload["pid"].as_i64().unwrap_or(-1),
+                        event.payload["claim_lock"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_owned(),
+                    )
+                }),
+            _ => None,
+        };
+        LeaseView {
+            task: Some(TaskLease {
+                status: task.status.as_str().to_owned(),
+                worker_pid: task.worker_pid,
+                current_run_id: task.current_run_id,
+                claim_lock: task.claim_lock.clone(),
+                claim_expires: task.claim_expires,
+            }),
+            run: run.map(|run| RunLease {
+                ended_at: run.ended_at,
+                worker_pid: run.worker_pid,
+                claim_expires: run.claim_expires,
+            }),
+            newest_bound,
+        }
+    }
+
+    /// The fence of every worker write: on failure nothing changes but a
+    /// `stale_write_rejected` event.
+    fn fence(&mut self, claim: &Claim, action: &str, now: i64) -> Result<(), BoardError> {
+        let view = self.lease_view(&claim.task_id, ProofIdentity::AnyProcess);
+        let verdict = evaluate_lease(
+            &view,
+            &claim.run_id.to_string(),
+            &claim.claim_lock,
+            ProofIdentity::AnyProcess,
+            now,
+        );
+        if let Err(reason) = verdict {
+            if self.task(&claim.task_id).is_some() {
+                self.event(
+                    &claim.task_id,
+                    Some(claim.run_id),
+                    "stale_write_rejected",
+                    json!({"action": action, "run_id": claim.run_id, "claim_lock": claim.claim_lock, "reason": reason.code()}),
+                    now,
+                );
+            }
+            return Err(BoardError::LeaseLost {
+                task_id: claim.task_id.clone(),
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    fn close_run(
+        &mut self,
+        task_id: &str,
+        status: &str,
+        outcome: &str,
+        summary: Option<&str>,
+        error: Option<&str>,
+        now: i64,
+    ) {
+        let run_id = self.task(task_id).and_then(|task| task.current_run_id);
+        if let Some(run) = run_id.and_then(|id| self.run_mut(id))
+            && run.ended_at.is_none()
+        {
+            run.ended_at = Some(now);
+            run.status = status.to_owned();
+            run.outcome = Some(outcome.to_owned());
+            run.summary = summary.map(str::to_owned);
+            run.error = error.map(str::to_owned);
+        }
+        if let Some(task) = self.task_mut(task_id) {
+            task.current_run_id = None;
+            task.claim_lock = None;
+            task.claim_expires = None;
+            task.worker_pid = None;
+        }
+    }
+}
+
+/// A board held in memory. Cheap to clone; clones share the board.
+#[derive(Clone)]
+pub struct InMemoryBoard {
+    state: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for InMemoryBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryBoard").finish_non_exhaustive()
+    }
+}
+
+/// The `db` coordinate of claims on an in-memory board.
+pub const MEMORY_DB: &str = ":memory:";
+
+impl InMemoryBoard {
+    /// An empty board reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State::default())),
+            clock,
+        }
+    }
+
+    /// Sets both lease expiries of a task's current run, as a test hook.
+    pub fn set_lease_expiry(&self, task_id: &str, expires: i64) {
+        let mut state = self.state.lock().unwrap();
+        let run_id = state.task(task_id).and_then(|task| task.current_run_id);
+        if let Some(task) = state.task_mut(task_id) {
+            task.claim_expires = Some(expires);
+        }
+        if let Some(run) = run_id.and_then(|id| state.run_mut(id)) {
+            run.claim_expires = Some(expires);
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now()
+    }
+
+    fn claim_in(
+        state: &mut State,
+        task_id: &str,
+        ttl_seconds: i64,
+        claim_lock: &str,
+        now: i64,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let task = state
+            .task(task_id)
+            .ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()))?;
+        if task.status != TaskStatus::Ready || task.claim_lock.is_some() {
+            return Ok(None);
+        }
+        if !state.parents_done(task_id) {
+            state.task_mut(task_id).unwrap().status = TaskStatus::Todo;
+            state.event(
+                task_id,
+                None,
+                "claim_rejected",
+                json!({"reason": "parents_not_done"}),
+                now,
+            );
+            return Ok(None);
+        }
+        let expires = now + ttl_seconds.max(1);
+        let run_id = state.runs.len() as i64 + 1;
+        state.runs.push(RunRecord {
+            id: run_id,
+            task_id: task_id.to_owned(),
+            status: "running".to_owned(),
+            claim_lock: Some(claim_lock.to_owned()),
+            claim_expires: Some(expires),
+            worker_pid: None,
+            started_at: now,
+            ended_at: None,
+            outcome: None,
+            summary: None,
+            error: None,
+        });
+        let task = state.task_mut(task_id).unwrap();
+        task.status = TaskStatus::Running;
+        task.claim_lock = Some(claim_lock.to_owned());
+        task.claim_expires = Some(expires);
+        task.current_run_id = Some(run_id);
+        state.event(
+            task_id,
+            Some(run_id),
+            "claimed",
+            json!({"lock": claim_lock, "expires": expires, "run_id": run_id, "ttl": ttl_seconds.max(1)}),
+            now,
+        );
+        Ok(Some(ClaimGrant {
+            claim: Claim {
+                task_id: task_id.to_owned(),
+                db: MEMORY_DB.to_owned(),
+                run_id,
+                claim_lock: claim_lock.to_owned(),
+                board: None,
+            },
+            claim_expires: expires,
+        }))
+    }
+}
+
+#[async_trait]
+impl Board for InMemoryBoard {
+    async fn prove_claim(&self, claim: &Claim, identity: ProofIdentity) -> Result<(), NotLive> {
+        let now = self.now();
+        let state = self.state.lock().unwrap();
+        let view = state.lease_view(&claim.task_id, identity);
+        evaluate_lease(
+            &view,
+            &claim.run_id.to_string(),
+            &claim.claim_lock,
+            identity,
+            now,
+        )
+    }
+
+    async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.fence(claim, "bind", now)?;
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "worker_bound",
+            json!({"pid": pid, "claim_lock": claim.claim_lock}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let owned = state.runs.iter().any(|run| {
+            run.id == claim.run_id
+                && run.task_id == claim.task_id
+                && run.claim_lock.as_deref() == Some(&claim.claim_lock)
+        });
+        if !owned {
+            return Err(BoardError::LeaseLost {
+                task_id: claim.task_id.clone(),
+                reason: NotLive::RunNotFound,
+            });
+        }
+        let payload =
+            serde_json::to_value(result).map_err(|e| BoardError::Storage(e.to_string()))?;
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "worker_result",
+            payload,
+            now,
+        );
+        Ok(())
+    }
+
+    async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
+        let state = self.state.lock().unwrap();
+        let task = state
+            .task(&claim.task_id)
+            .ok_or_else(|| BoardError::TaskNotFound(claim.task_id.clone()))?;
+        let run = state
+            .runs
+            .iter()
+            .find(|run| run.id == claim.run_id && run.task_id == claim.task_id);
+        Ok(match run {
+            Some(run) if run.ended_at.is_none() => {
+                if task.status == TaskStatus::Running && task.current_run_id == Some(run.id) {
+                    RunStatus::Running
+                } else {
+                    RunStatus::Superseded
+                }
+            }
+            Some(run) => match run.outcome.as_deref() {
+                Some("completed") => RunStatus::Done,
+                Some("blocked") => RunStatus::Blocked,
+                _ => RunStatus::Superseded,
+            },
+            None => RunStatus::Superseded,
+        })
+    }
+
+    async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.fence(claim, "heartbeat", now)?;
+        let ttl = state
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "claimed" && e.run_id == Some(claim.run_id))
+            .and_then(|e| e.payload["ttl"].as_i64())
+            .unwrap_or(kanban_core::DEFAULT_CLAIM_TTL_SECONDS);
+        let expires = now + ttl;
+        let task = state.task_mut(&claim.task_id).unwrap();
+        task.claim_expires = Some(expires);
+        let run = state.run_mut(claim.run_id).unwrap();
+        run.claim_expires = Some(expires);
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "heartbeat",
+            json!({"note": note, "claim_expires": expires}),
+            now,
+        );
+        Ok(expires)
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        summary: &str,
+        result: Option<String>,
+    ) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.fence(claim, "complete", now)?;
+        state.close_run(
+            &claim.task_id,
+            "done",
+            "completed",
+            Some(summary),
+            None,
+            now,
+        );
+        let task = state.task_mut(&claim.task_id).unwrap();
+        task.status = TaskStatus::Done;
+        task.result = Some(result.unwrap_or_else(|| summary.to_owned()));
+        task.consecutive_failures = 0;
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "completed",
+            json!({"summary": summary}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.fence(claim, "block", now)?;
+        state.close_run(
+            &claim.task_id,
+            "blocked",
+            "blocked",
+            Some(reason),
+            None,
+            now,
+        );
+        state.task_mut(&claim.task_id).unwrap().status = TaskStatus::Blocked;
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "blocked",
+            json!({"reason": reason}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.fence(claim, "comment", now)?;
+        state
+            .comments
+            .push((claim.task_id.clone(), author.to_owned(), text.to_owned()));
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "commented",
+            json!({"author": author}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn append_event(
+        &self,
+        claim: &Claim,
+        kind: &str,
+        payload: Value,
+    ) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.fence(claim, "append_event", now)?;
+        state.event(&claim.task_id, Some(claim.run_id), kind, payload, now);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BoardAdmin for InMemoryBoard {
+    async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        if new.title.trim().is_empty() {
+            return Err(BoardError::InvalidInput(
+                "a task needs a non-blank title".to_owned(),
+            ));
+        }
+        if let Some(key) = &new.idempotency_key
+            && let Some((_, id)) = state.idempotency.iter().find(|(k, id)| {
+                k == key
+                    && state
+                        .task(id)
+                        .is_some_and(|t| t.status != TaskStatus::Archived)
+            })
+        {
+            return Ok(id.clone());
+        }
+        for parent in &new.parents {
+            if state.task(parent).is_none() {
+                return Err(BoardError::TaskNotFound(parent.clone()));
+            }
+        }
+        state.next_task += 1;
+        let id = format!("t_{:08x}", state.next_task);
+        let parents_open = new
+            .parents
+            .iter()
+            .any(|p| state.task(p).is_some_and(|t| t.status != TaskStatus::Done));
+        let status = if new.start_blocked {
+            TaskStatus::Blocked
+        } else if parents_open {
+            TaskStatus::Todo
+        } else {
+            TaskStatus::Ready
+        };
+        state.tasks.push(TaskRecord {
+            id: id.clone(),
+            title: new.title.clone(),
+            body: new.body.clone(),
+            assignee: new.assignee.clone(),
+            status,
+            priority: new.priority,
+            created_at: now,
+            claim_lock: None,
+            claim_expires: None,
+            current_run_id: None,
+            worker_pid: None,
+            goal_mode: new.goal_mode,
+            goal_max_turns: new.goal_max_turns,
+            max_retries: new.max_retries,
+            consecutive_failures: 0,
+            result: None,
+        });
+        for parent in &new.parents {
+            state.links.push((parent.clone(), id.clone()));
+        }
+        if let Some(key) = &new.idempotency_key {
+            state.idempotency.push((key.clone(), id.clone()));
+        }
+        state.event(
+            &id,
+            None,
+            "created",
+            json!({"status": status.as_str(), "parents": new.parents, "assignee": new.assignee}),
+            now,
+        );
+        match status {
+            TaskStatus::Blocked => state.event(
+                &id,
+                None,
+                "blocked",
+                json!({"reason": "initial_status"}),
+                now,
+            ),
+            TaskStatus::Todo => state.event(
+                &id,
+                None,
+                "dependency_wait",
+                json!({"reason": "parent_not_done"}),
+                now,
+            ),
+            _ => {}
+        }
+        Ok(id)
+    }
+
+    async fn claim_task(
+        &self,
+        task_id: &str,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        Self::claim_in(&mut state, task_id, ttl_seconds, claim_lock, now)
+    }
+
+    async fn claim_next(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let mut candidates: Vec<(i64, i64, usize, String)> = state
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.status == TaskStatus::Ready && t.claim_lock.is_none())
+            .map(|(index, t)| (-t.priority, t.created_at, index, t.id.clone()))
+            .collect();
+        candidates.sort();
+        for (_, _, _, id) in candidates {
+            if let Some(grant) = Self::claim_in(&mut state, &id, ttl_seconds, claim_lock, now)? {
+                return Ok(Some(grant));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn unblock(&self, task_id: &str) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let task = state
+            .task(task_id)
+            .ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()))?;
+        if task.status != TaskStatus::Blocked {
+            return Err(BoardError::InvalidTransition {
+                task_id: task_id.to_owned(),
+                status: task.status.as_str().to_owned(),
+                action: "unblock",
+            });
+        }
+        let status = if state.parents_done(task_id) {
+            TaskStatus::Ready
+        } else {
+            TaskStatus::Todo
+        };
+        let task = state.task_mut(task_id).unwrap();
+        task.status = status;
+        task.consecutive_failures = 0;
+        state.event(
+            task_id,
+            None,
+            "unblocked",
+            json!({"status": status.as_str()}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let stale: Vec<(String, Option<String>, Option<i64>)> = state
+            .tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running && t.claim_expires.is_some_and(|e| e < now))
+            .map(|t| (t.id.clone(), t.claim_lock.clone(), t.current_run_id))
+            .collect();
+        for (id, lock, run_id) in &stale {
+            let error = format!("stale_lock={}", lock.as_deref().unwrap_or(""));
+            state.close_run(id, "reclaimed", "reclaimed", None, Some(&error), now);
+            state.task_mut(id).unwrap().status = TaskStatus::Ready;
+            state.event(
+                id,
+                *run_id,
+                "reclaimed",
+                json!({"stale_lock": lock, "now": now}),
+                now,
+            );
+        }
+        Ok(stale.into_iter().map(|(id, _, _)| id).collect())
+    }
+
+    async fn promote_ready(&self) -> Result<usize, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let promotable: Vec<String> = state
+            .tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Todo && state.parents_done(&t.id))
+            .map(|t| t.id.clone())
+            .collect();
+        for id in &promotable {
+            state.task_mut(id).unwrap().status = TaskStatus::Ready;
+            state.event(id, None, "promoted", Value::Null, now);
+        }
+        Ok(promotable.len())
+    }
+
+    async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError> {
+        let state = self.state.lock().unwrap();
+        let task = state
+            .task(task_id)
+            .cloned()
+            .ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()))?;
+        let runs = state
+            .runs
+            .iter()
+            .filter(|r| r.task_id == task_id)
+            .cloned()
+            .collect();
+        let events = state
+            .events
+            .iter()
+            .filter(|e| e.task_id == task_id)
+            .cloned()
+            .collect();
+        Ok(TaskView { task, runs, events })
+    }
+
+    async fn list_tasks(&self, status: Option<TaskStatus>) -> Result<Vec<TaskRecord>, BoardError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .tasks
+            .iter()
+            .filter(|t| status.is_none_or(|s| t.status == s))
+            .cloned()
+            .collect())
+    }
+
+    async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.task_id == claim.task_id && e.kind == "worker_result")
+            .filter(|e| e.payload["claim_lock"].as_str() == Some(claim.claim_lock.as_str()))
+            .and_then(|e| e.payload["exit_code"].as_i64())
+            .map_or(1, |code| code as i32))
+    }
+}
