@@ -6,12 +6,14 @@ mod board_contract;
 mod memory_board;
 mod owner_seam;
 mod scripted;
+mod seed_cases;
 mod time;
 
 pub use board_contract::run_board_contract;
 pub use memory_board::{InMemoryBoard, MEMORY_DB};
 pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
 pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
+pub use seed_cases::{SeedCase, seed_owner_case, seed_owner_cases};
 pub use time::{ScriptedClock, VirtualClock};
 
 /// The seed's result shapes, as builders.

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use kanban_core::shapes::{self, failed_timeout, failed_with, success};
-use kanban_core::{Frame, TurnKind, TurnResult, VerdictKind, WorkerPorts, run_worker_turns};
+use kanban_core::shapes::{self, failed_timeout, success};
+use kanban_core::{Frame, TurnKind, VerdictKind, WorkerPorts, run_worker_turns};
 use kanban_testkit::{
     InMemoryBoard, OwnerSeam, ScriptedJudge, ScriptedRunner, SeamOptions, VirtualClock, block_on,
 };
@@ -15,62 +15,49 @@ fn seam(goal_mode: bool) -> OwnerSeam<InMemoryBoard> {
     OwnerSeam::install(board, time, goal_mode)
 }
 
-fn recovery(budget: u32) -> SeamOptions {
-    SeamOptions {
-        recovery: Some(budget.to_string()),
-        ..SeamOptions::default()
-    }
-}
-
-#[test]
-fn test_recovers_in_place() {
-    let seam = seam(false);
-    let out = seam.run(
-        ScriptedRunner::results(vec![Some(failed_timeout()), Some(success())]),
-        &recovery(2),
-        None,
-    );
-    assert_eq!(out.booked_exit_code, 0);
-    assert_eq!(
-        out.entered.len(),
-        2,
-        "the failed turn, then the recovery turn"
-    );
-    assert!(out.entered[1].message.contains("Do NOT start over"));
-    assert!(out.entered[1].message.contains(&seam.claim.task_id));
-    assert!(!out.entered[1].message.contains("t_foreign"));
-}
-
-#[test]
-fn test_budget_exhausted_stops_and_releases() {
-    let out = seam(false).run(ScriptedRunner::always(failed_timeout()), &recovery(1), None);
-    assert_eq!(out.booked_exit_code, 75);
-    assert_eq!(out.entered.len(), 2, "original + one recovery attempt");
-}
-
-macro_rules! single_turn_route_outcomes {
-    ($($id:ident => ($result:expr, $code:expr),)*) => {
-        mod test_single_turn_route_outcomes {
-            use super::*;
-            $(
-                #[test]
-                fn $id() {
-                    let result: Option<TurnResult> = $result;
-                    let out = seam(false).run(ScriptedRunner::results(vec![result]), &SeamOptions::default(), None);
-                    assert_eq!(out.booked_exit_code, $code);
-                    assert_eq!(out.entered.len(), 1);
-                }
-            )*
-        }
+/// One test per seed case, named as in the seed; the table lives in testkit
+/// so the SQLite board runs exactly the same cases.
+macro_rules! seed_cases {
+    ($($name:ident => $id:literal,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                kanban_testkit::seed_owner_case($id).check(|time| InMemoryBoard::new(Arc::new(time)), InMemoryBoard::set_lease_expiry);
+            }
+        )*
     };
 }
 
-single_turn_route_outcomes! {
-    nothing_settled => (None, 1),
-    denial_unfinished_turn => (Some(shapes::partial()), 1),
-    quota_wall => (Some(failed_with("rate_limit")), 75),
-    billing_wall => (Some(failed_with("billing")), 75),
-    upstream_quota_wall => (Some(failed_with("upstream_rate_limit")), 75),
+seed_cases! {
+    test_recovers_in_place => "test_recovers_in_place",
+    test_budget_exhausted_stops_and_releases => "test_budget_exhausted_stops_and_releases",
+    test_claim_denial_stops_before_model_reentry => "test_claim_denial_stops_before_model_reentry",
+    test_goal_mode_continues_after_a_successful_authorized_recovery => "test_goal_mode_continues_after_a_successful_authorized_recovery",
+}
+
+mod test_single_turn_route_outcomes {
+    use super::*;
+    seed_cases! {
+        nothing_settled => "test_single_turn_route_outcomes[nothing-settled]",
+        denial_unfinished_turn => "test_single_turn_route_outcomes[denial-unfinished-turn]",
+        quota_wall => "test_single_turn_route_outcomes[quota-wall]",
+        billing_wall => "test_single_turn_route_outcomes[billing-wall]",
+        upstream_quota_wall => "test_single_turn_route_outcomes[upstream-quota-wall]",
+    }
+}
+
+mod test_goal_mode_does_not_continue {
+    use super::*;
+    seed_cases! {
+        recovery_denied => "test_goal_mode_does_not_continue[recovery-denied]",
+        lease_expired_during_backoff => "test_goal_mode_does_not_continue[lease-expired-during-backoff]",
+        quota_wall_billing => "test_goal_mode_does_not_continue[quota-wall-billing]",
+        quota_wall_upstream => "test_goal_mode_does_not_continue[quota-wall-upstream]",
+        interrupt => "test_goal_mode_does_not_continue[interrupt]",
+        terminal_settlement => "test_goal_mode_does_not_continue[terminal-settlement]",
+        budget_exhausted => "test_goal_mode_does_not_continue[budget-exhausted]",
+        unfinished_nonfailed => "test_goal_mode_does_not_continue[unfinished-nonfailed]",
+    }
 }
 
 #[test]
@@ -111,90 +98,8 @@ fn test_non_worker_frame_is_never_recovered() {
 }
 
 #[test]
-fn test_claim_denial_stops_before_model_reentry() {
-    let seam = seam(false);
-    seam.board.set_lease_expiry(&seam.claim.task_id, 1);
-    let out = seam.run(
-        ScriptedRunner::always(failed_timeout()),
-        &SeamOptions::default(),
-        None,
-    );
-    assert_eq!(out.booked_exit_code, 75);
-    assert_eq!(out.entered.len(), 1);
-    assert!(
-        out.emitted
-            .iter()
-            .any(|l| l.contains("no longer holds a live run/claim")),
-        "{:?}",
-        out.emitted
-    );
-}
-
-/// Goal mode: every way model entry can be refused ends without the judge.
-macro_rules! goal_mode_does_not_continue {
-    ($($id:ident => ($setup:expr, $script:expr, $code:expr, $entries:expr),)*) => {
-        mod test_goal_mode_does_not_continue {
-            use super::*;
-            $(
-                #[test]
-                fn $id() {
-                    let seam = seam(true);
-                    let mut options = SeamOptions { goal_mode: true, ..SeamOptions::default() };
-                    let setup: fn(&OwnerSeam<InMemoryBoard>, &mut SeamOptions) = $setup;
-                    setup(&seam, &mut options);
-                    let judge = ScriptedJudge::new(vec![VerdictKind::Continue]);
-                    let out = seam.run(ScriptedRunner::always($script), &options, Some(&judge));
-                    assert_eq!(out.booked_exit_code, $code);
-                    assert_eq!(out.entered.len(), $entries);
-                    assert!(judge.calls().is_empty(), "no continuation after a refused recovery");
-                }
-            )*
-        }
-    };
-}
-
-goal_mode_does_not_continue! {
-    recovery_denied => (|s, _| s.board.set_lease_expiry(&s.claim.task_id, 1), failed_timeout(), 75, 1),
-    lease_expired_during_backoff => (|s, o| {
-        // The pre-backoff proof sees a live lease at 1000; the backoff carries
-        // the clock to 1700, past the expiry, so the re-proof fails.
-        s.time.set(1_000);
-        s.board.set_lease_expiry(&s.claim.task_id, 1_600);
-        o.delays_seconds = vec![700];
-    }, failed_timeout(), 75, 1),
-    quota_wall_billing => (|_, _| {}, failed_with("billing"), 75, 1),
-    quota_wall_upstream => (|_, _| {}, failed_with("upstream_rate_limit"), 75, 1),
-    interrupt => (|_, _| {}, shapes::interrupted(), 130, 1),
-    terminal_settlement => (|_, _| {}, shapes::settled(), 75, 1),
-    budget_exhausted => (|_, o| o.recovery = Some("1".into()), failed_timeout(), 75, 2),
-    unfinished_nonfailed => (|_, _| {}, shapes::partial(), 1, 1),
-}
-
-#[test]
-fn test_goal_mode_continues_after_a_successful_authorized_recovery() {
-    let seam = seam(true);
-    let judge = ScriptedJudge::new(vec![VerdictKind::Blocked]);
-    let options = SeamOptions {
-        goal_mode: true,
-        recovery: Some("2".into()),
-        ..SeamOptions::default()
-    };
-    let out = seam.run(
-        ScriptedRunner::results(vec![Some(failed_timeout()), Some(success())]),
-        &options,
-        Some(&judge),
-    );
-    assert_eq!(out.booked_exit_code, 0);
-    assert_eq!(out.entered.len(), 2);
-    let calls = judge.calls().all();
-    assert_eq!(
-        calls
-            .iter()
-            .map(|(_, last)| last.as_str())
-            .collect::<Vec<_>>(),
-        ["done"],
-        "the judge sees the RECOVERED response"
-    );
+fn every_seed_case_has_a_test_here() {
+    assert_eq!(kanban_testkit::seed_owner_cases().len(), 4 + 5 + 8);
 }
 
 #[test]

@@ -1,0 +1,95 @@
+//! The schema, as numbered migrations under `PRAGMA user_version`.
+//!
+//! Table and column names are those of the seed system's board, so a board
+//! file means the same thing to both.
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Migration N (1-based) brings a board from version N-1 to N.
+pub(crate) const MIGRATIONS: [&str; 1] = [r#"
+CREATE TABLE IF NOT EXISTS tasks (
+    id                   TEXT PRIMARY KEY,
+    title                TEXT NOT NULL,
+    body                 TEXT,
+    assignee             TEXT,
+    status               TEXT NOT NULL,
+    priority             INTEGER DEFAULT 0,
+    created_by           TEXT,
+    created_at           INTEGER NOT NULL,
+    started_at           INTEGER,
+    completed_at         INTEGER,
+    workspace_kind       TEXT NOT NULL DEFAULT 'scratch',
+    workspace_path       TEXT,
+    branch_name          TEXT,
+    project_id           TEXT,
+    claim_lock           TEXT,
+    claim_expires        INTEGER,
+    tenant               TEXT,
+    result               TEXT,
+    idempotency_key      TEXT,
+    consecutive_failures INTEGER NOT NULL DEFAULT 0,
+    worker_pid           INTEGER,
+    worker_started_at    INTEGER,
+    last_failure_error   TEXT,
+    max_runtime_seconds  INTEGER,
+    last_heartbeat_at    INTEGER,
+    current_run_id       INTEGER,
+    workflow_template_id TEXT,
+    current_step_key     TEXT,
+    skills               TEXT,
+    model_override       TEXT,
+    provider_override    TEXT,
+    reasoning_effort     TEXT,
+    max_retries          INTEGER,
+    goal_mode            INTEGER NOT NULL DEFAULT 0,
+    goal_max_turns       INTEGER,
+    session_id           TEXT,
+    block_kind           TEXT,
+    block_recurrences    INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS task_links (
+    parent_id  TEXT NOT NULL,
+    child_id   TEXT NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE TABLE IF NOT EXISTS task_comments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,
+    author TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS task_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, run_id INTEGER,
+    kind TEXT NOT NULL, payload TEXT, created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS task_runs (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id             TEXT NOT NULL,
+    profile             TEXT,
+    step_key            TEXT,
+    status              TEXT NOT NULL,
+    claim_lock          TEXT,
+    claim_expires       INTEGER,
+    worker_pid          INTEGER,
+    worker_started_at   INTEGER,
+    max_runtime_seconds INTEGER,
+    last_heartbeat_at   INTEGER,
+    started_at          INTEGER NOT NULL,
+    ended_at            INTEGER,
+    outcome             TEXT,
+    summary             TEXT,
+    metadata            TEXT,
+    error               TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_tasks_status      ON tasks(status);
+CREATE INDEX IF NOT EXISTS idx_tasks_lane_order  ON tasks(status, priority DESC, created_at, id);
+CREATE INDEX IF NOT EXISTS idx_tasks_expiry      ON tasks(status, claim_expires);
+CREATE INDEX IF NOT EXISTS idx_tasks_idempotency ON tasks(idempotency_key);
+CREATE INDEX IF NOT EXISTS idx_links_child       ON task_links(child_id);
+CREATE INDEX IF NOT EXISTS idx_links_parent      ON task_links(parent_id);
+CREATE INDEX IF NOT EXISTS idx_comments_task     ON task_comments(task_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_events_task       ON task_events(task_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_events_task_kind  ON task_events(task_id, kind, id);
+CREATE INDEX IF NOT EXISTS idx_events_run        ON task_events(run_id, id);
+CREATE INDEX IF NOT EXISTS idx_runs_task         ON task_runs(task_id, started_at);
+CREATE INDEX IF NOT EXISTS idx_runs_status       ON task_runs(status);
+"#];

@@ -1,0 +1,99 @@
+//! Bad board files: each refused with an error naming the file and the fix,
+//! each left exactly as it was.
+
+use std::sync::Arc;
+
+use kanban_board_sqlite::{SCHEMA_VERSION, SqliteBoard};
+use kanban_core::BoardError;
+use kanban_testkit::VirtualClock;
+
+fn clock() -> Arc<VirtualClock> {
+    Arc::new(VirtualClock::at(1_000))
+}
+
+#[test]
+fn a_board_path_that_does_not_exist_is_named_and_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nope.db");
+    let error = SqliteBoard::open(&path, clock()).unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(
+        message.contains("kanban init"),
+        "the fix is named: {message}"
+    );
+    assert!(!path.exists(), "opening never creates a board");
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.db");
+    let bytes = b"these are my notes, not a board. please do not overwrite them.\n".repeat(4);
+    std::fs::write(&path, &bytes).unwrap();
+    for error in [
+        SqliteBoard::open(&path, clock()).unwrap_err(),
+        SqliteBoard::create(&path, clock()).unwrap_err(),
+    ] {
+        let message = error.to_string();
+        assert!(matches!(error, BoardError::Unusable { .. }), "{error:?}");
+        assert!(
+            message.contains("notes.db") && message.contains("not a SQLite board"),
+            "{message}"
+        );
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn a_board_from_a_newer_version_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kanban.db");
+    drop(SqliteBoard::create(&path, clock()).unwrap());
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(&format!("PRAGMA user_version = {}", SCHEMA_VERSION + 1))
+            .unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let error = SqliteBoard::open(&path, clock()).unwrap_err();
+    assert!(matches!(error, BoardError::NewerSchema { .. }), "{error:?}");
+    assert!(error.to_string().contains("upgrade kanban"), "{error}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn reopening_a_board_keeps_its_cards_and_migrates_nothing_twice() {
+    use kanban_core::{BoardAdmin, NewTask};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kanban.db");
+    let board = SqliteBoard::create(&path, clock()).unwrap();
+    let id = kanban_testkit::block_on(board.create_task(&NewTask {
+        title: "keep me".into(),
+        ..Default::default()
+    }))
+    .unwrap();
+    drop(board);
+    let board = SqliteBoard::open(&path, clock()).unwrap();
+    let view = kanban_testkit::block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.title, "keep me");
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
+#[test]
+fn a_missing_folder_is_created_for_a_new_board_but_named_when_it_cannot_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("a/b/kanban.db");
+    SqliteBoard::create(&nested, clock()).unwrap();
+    assert!(nested.is_file());
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let error = SqliteBoard::create(blocker.join("kanban.db"), clock()).unwrap_err();
+    assert!(error.to_string().contains("cannot be created"), "{error}");
+}

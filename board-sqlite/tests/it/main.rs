@@ -1,0 +1,19 @@
+//! Integration tests of the SQLite board, all on real files.
+
+mod bad_input;
+mod concurrency;
+mod contract;
+mod owner_seam;
+mod proof;
+mod state_machine;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kanban_board_sqlite::SqliteBoard;
+use kanban_testkit::VirtualClock;
+
+/// A fresh board file in `dir`, reading time from `time`.
+fn board_in(dir: &Path, time: &VirtualClock) -> SqliteBoard {
+    SqliteBoard::create(dir.join("kanban.db"), Arc::new(time.clone())).expect("create a board")
+}

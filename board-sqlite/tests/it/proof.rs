@@ -1,0 +1,357 @@
+//! The seed's claim-ownership matrix and fail-closed cases, on real files.
+
+use std::path::{Path, PathBuf};
+
+use kanban_board_sqlite::prove_lease;
+use kanban_core::shapes::failed_timeout;
+use kanban_core::{
+    Environment, NotLive, ProofIdentity, ProofRequest, RecoveryPolicy, TurnOutcome,
+    recover_in_place, vars,
+};
+use kanban_testkit::{ScriptedClock, ScriptedRunner, VirtualClock, block_on};
+use rusqlite::{Connection, params};
+
+/// Any live lease for these tests (2100-01-01 UTC).
+const FAR_FUTURE_EXPIRY: i64 = 4_102_444_800;
+const NOW: i64 = 1_800_000_000;
+
+/// The seed test's synthetic board: only the columns the proof reads.
+struct SyntheticBoard {
+    status: &'static str,
+    task_pid: Option<i64>,
+    run_id: Option<i64>,
+    lock: &'static str,
+    run_ended: Option<i64>,
+    run_pid: Option<i64>,
+    task_expires: Option<i64>,
+    run_expires: Option<i64>,
+}
+
+impl SyntheticBoard {
+    fn live() -> Self {
+        let pid = Some(i64::from(std::process::id()));
+        Self {
+            status: "running",
+            task_pid: pid,
+            run_id: Some(1),
+            lock: "lk",
+            run_ended: None,
+            run_pid: pid,
+            task_expires: Some(FAR_FUTURE_EXPIRY),
+            run_expires: Some(FAR_FUTURE_EXPIRY),
+        }
+    }
+
+    fn write(&self, dir: &Path) -> PathBuf {
+        let db = dir.join("kanban.db");
+        let conn = Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE tasks (id TEXT PRIMARY KEY, status TEXT, worker_pid INTEGER,
+               current_run_id INTEGER, claim_lock TEXT, claim_expires INTEGER);
+             CREATE TABLE task_runs (id INTEGER PRIMARY KEY, ended_at INTEGER,
+               worker_pid INTEGER, claim_expires INTEGER);",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO tasks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                "t_live",
+                self.status,
+                self.task_pid,
+                self.run_id,
+                self.lock,
+                self.task_expires
+            ],
+        )
+        .unwrap();
+        if let Some(run_id) = self.run_id {
+            conn.execute(
+                "INSERT INTO task_runs VALUES (?1, ?2, ?3, ?4)",
+                params![run_id, self.run_ended, self.run_pid, self.run_expires],
+            )
+            .unwrap();
+        }
+        db
+    }
+}
+
+/// The full dispatcher-spawn carrier: task + board + run id + claim lock.
+fn carrier(db: &Path) -> Environment {
+    Environment::new()
+        .with(vars::TASK, "t_live")
+        .with(vars::DB, db.display().to_string())
+        .with(vars::RUN_ID, "1")
+        .with(vars::CLAIM_LOCK, "lk")
+}
+
+fn worker_claim_is_live(env: &Environment) -> Result<(), NotLive> {
+    prove_lease(
+        &ProofRequest::from_env(env),
+        ProofIdentity::Process(std::process::id()),
+        NOW,
+    )
+}
+
+macro_rules! claim_ownership_matrix {
+    ($($id:ident => $edit:expr,)*) => {
+        mod test_claim_ownership_matrix {
+            use super::*;
+            $(
+                #[test]
+                fn $id() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let mut board = SyntheticBoard::live();
+                    let edit: fn(&mut SyntheticBoard) = $edit;
+                    edit(&mut board);
+                    let db = board.write(dir.path());
+                    let expected_live = stringify!($id) == "owned_live";
+                    let verdict = worker_claim_is_live(&carrier(&db));
+                    assert_eq!(verdict.is_ok(), expected_live, "{}: {verdict:?}", stringify!($id));
+                }
+            )*
+        }
+    };
+}
+
+claim_ownership_matrix! {
+    owned_live => |_| {},
+    released_to_the_board => |b| b.status = "ready",
+    other_process_owns_the_claim => |b| b.task_pid = Some(999_999_999),
+    run_already_closed => |b| b.run_ended = Some(12_345),
+    run_handed_to_another_pid => |b| b.run_pid = Some(999_999_999),
+    no_live_run_pointer => |b| b.run_id = None,
+    board_moved_to_another_run => |b| b.run_id = Some(2),
+    claim_lock_no_longer_ours => |b| b.lock = "other-lock",
+    task_lease_expired => |b| b.task_expires = Some(1),
+    run_lease_expired => |b| b.run_expires = Some(1),
+    null_task_lease_is_not_unbounded => |b| b.task_expires = None,
+    null_run_lease_is_not_unbounded => |b| b.run_expires = None,
+}
+
+#[test]
+fn recorded_pids_are_checked_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SyntheticBoard {
+        task_pid: Some(999_999_999),
+        run_pid: Some(999_999_999),
+        ..SyntheticBoard::live()
+    }
+    .write(dir.path());
+    let request = ProofRequest::from_env(&carrier(&db));
+    assert!(prove_lease(&request, ProofIdentity::AnyProcess, NOW).is_ok());
+    assert_eq!(
+        prove_lease(&request, ProofIdentity::Process(1), NOW),
+        Err(NotLive::PidMismatch {
+            recorded: 999_999_999
+        })
+    );
+    // A hand-claimed card has no pid yet: any pid may prove it.
+    let dir = tempfile::tempdir().unwrap();
+    let db = SyntheticBoard {
+        task_pid: None,
+        run_pid: None,
+        ..SyntheticBoard::live()
+    }
+    .write(dir.path());
+    assert!(
+        prove_lease(
+            &ProofRequest::from_env(&carrier(&db)),
+            ProofIdentity::Process(1),
+            NOW
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn test_claim_check_fails_closed_without_a_board() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = Environment::new()
+        .with(vars::TASK, "t_live")
+        .with(
+            vars::DB,
+            dir.path().join("missing.db").display().to_string(),
+        )
+        .with(vars::RUN_ID, "1")
+        .with(vars::CLAIM_LOCK, "lk");
+    assert!(matches!(
+        worker_claim_is_live(&env),
+        Err(NotLive::BoardNotFound(_))
+    ));
+    assert!(
+        !dir.path().join("missing.db").exists(),
+        "the proof never creates a board"
+    );
+    let env = env.without(vars::DB).with(vars::BOARD, "no-such-board-xyz");
+    assert_eq!(
+        worker_claim_is_live(&env),
+        Err(NotLive::NoBoard),
+        "and no ambient fallback rescues it"
+    );
+}
+
+#[test]
+fn test_missing_pinned_carrier_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SyntheticBoard::live().write(dir.path());
+    let env = carrier(&db);
+    assert!(
+        worker_claim_is_live(&env).is_ok(),
+        "sanity: the full carrier proves live"
+    );
+    for (missing, reason) in [
+        (vars::DB, NotLive::NoBoard),
+        (vars::RUN_ID, NotLive::NoRunId),
+        (vars::CLAIM_LOCK, NotLive::NoClaimLock),
+    ] {
+        assert_eq!(
+            worker_claim_is_live(&env.clone().without(missing)),
+            Err(reason.clone()),
+            "{missing} missing"
+        );
+        assert_eq!(
+            worker_claim_is_live(&env.clone().with(missing, "   ")),
+            Err(reason),
+            "{missing} blank"
+        );
+    }
+    assert_eq!(
+        worker_claim_is_live(&env.clone().without(vars::TASK)),
+        Err(NotLive::NoTaskId)
+    );
+}
+
+#[test]
+fn test_missing_db_pin_never_resolves_an_ambient_board() {
+    // A fully live board sits where an ambient resolver would look (the home's
+    // default board); with the pin gone, the proof must not find it.
+    let home = tempfile::tempdir().unwrap();
+    let time = VirtualClock::at(NOW);
+    let board = kanban_board_sqlite::SqliteBoard::create(
+        home.path().join("kanban.db"),
+        std::sync::Arc::new(time),
+    )
+    .unwrap();
+    let claim = block_on(async {
+        use kanban_core::BoardAdmin;
+        let id = board
+            .create_task(&kanban_core::NewTask {
+                title: "ambient live task".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        board
+            .claim_task(&id, 3600, "lk")
+            .await
+            .unwrap()
+            .unwrap()
+            .claim
+    });
+    let full = Environment::new()
+        .with(vars::TASK, claim.task_id.clone())
+        .with(vars::DB, claim.db.clone())
+        .with(vars::RUN_ID, claim.run_id.to_string())
+        .with(vars::CLAIM_LOCK, "lk");
+    assert!(
+        worker_claim_is_live(&full).is_ok(),
+        "sanity: the board is live"
+    );
+    let ambient = Environment::new()
+        .with(vars::TASK, claim.task_id.clone())
+        .with(vars::HOME, home.path().display().to_string())
+        .with(vars::BOARD, "default");
+    assert_eq!(worker_claim_is_live(&ambient), Err(NotLive::NoBoard));
+}
+
+#[test]
+fn test_lease_expired_during_the_backoff_blocks_model_reentry() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SyntheticBoard {
+        task_expires: Some(1_600),
+        run_expires: Some(1_600),
+        ..SyntheticBoard::live()
+    }
+    .write(dir.path());
+    let env = carrier(&db);
+    // The pre-backoff proof sees a live lease; the re-proof does not.
+    let clock = ScriptedClock::new([1_000, 1_700]);
+    let request = ProofRequest::from_env(&env);
+    let check = || {
+        use kanban_core::Clock;
+        prove_lease(
+            &request,
+            ProofIdentity::Process(std::process::id()),
+            clock.now(),
+        )
+    };
+    let policy = RecoveryPolicy::from_env(&env, None);
+    let time = VirtualClock::at(0);
+    let mut runner = ScriptedRunner::always(failed_timeout());
+    let entered = runner.entered();
+    let mut latest: TurnOutcome = Ok(Some(failed_timeout()));
+    let mut turns = 1;
+    let mut emitted = Vec::new();
+    let report = block_on(recover_in_place(
+        &policy,
+        &mut latest,
+        0,
+        &mut turns,
+        &mut runner,
+        &check,
+        &time,
+        &mut |l| emitted.push(l.to_owned()),
+    ));
+    assert_eq!(report.attempts, 1);
+    assert!(
+        entered.is_empty(),
+        "the expired lease vetoed re-entry before the model call"
+    );
+    assert!(
+        emitted
+            .last()
+            .unwrap()
+            .contains("no longer holds a live run/claim")
+    );
+    assert_eq!(clock.reads(), 2);
+}
+
+#[test]
+fn the_proof_never_writes_the_board() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SyntheticBoard::live().write(dir.path());
+    let before = std::fs::read(&db).unwrap();
+    let modified = std::fs::metadata(&db).unwrap().modified().unwrap();
+    for _ in 0..3 {
+        assert!(worker_claim_is_live(&carrier(&db)).is_ok());
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    assert_eq!(
+        std::fs::metadata(&db).unwrap().modified().unwrap(),
+        modified
+    );
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "no journal or WAL files were created: {entries:?}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_not_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kanban.db");
+    std::fs::write(
+        &db,
+        b"definitely not a database, just some text that is long enough to matter",
+    )
+    .unwrap();
+    assert!(matches!(
+        worker_claim_is_live(&carrier(&db)),
+        Err(NotLive::Unreadable(_))
+    ));
+}

@@ -1,0 +1,328 @@
+//! The board as a state machine: random sequences of create, claim,
+//! heartbeat, complete, block, unblock, advance time, release stale claims
+//! and stale writers, checked against a model after every step. The same
+//! machine runs on the SQLite board and on the in-memory one.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use kanban_board_sqlite::SqliteBoard;
+use kanban_core::{Board, BoardAdmin, BoardError, Claim, NewTask, TaskStatus};
+use kanban_testkit::{InMemoryBoard, VirtualClock, block_on};
+use proptest::prelude::*;
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
+
+const TTL: i64 = 300;
+
+#[derive(Clone, Debug)]
+struct ModelTask {
+    status: TaskStatus,
+    /// The run id holding the card and its lease expiry, while running.
+    run: Option<(i64, i64)>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Model {
+    now: i64,
+    tasks: Vec<ModelTask>,
+    /// Every claim ever granted: (task index, run id). Run ids count claims.
+    tokens: Vec<(usize, i64)>,
+    rejected_writes: usize,
+}
+
+impl Model {
+    fn live(&self, token: usize) -> bool {
+        let (task, run_id) = self.tokens[token];
+        matches!(self.tasks[task].run, Some((run, expires)) if run == run_id && expires >= self.now)
+            && self.tasks[task].status == TaskStatus::Running
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Create,
+    Claim(usize),
+    Heartbeat(usize),
+    Complete(usize),
+    Block(usize),
+    Unblock(usize),
+    Advance(i64),
+    ReleaseStale,
+}
+
+struct Reference;
+
+impl ReferenceStateMachine for Reference {
+    type State = Model;
+    type Transition = Step;
+
+    fn init_state() -> BoxedStrategy<Model> {
+        Just(Model {
+            now: 10_000,
+            ..Model::default()
+        })
+        .boxed()
+    }
+
+    fn transitions(state: &Model) -> BoxedStrategy<Step> {
+        let tasks = state.tasks.len().max(1);
+        let tokens = state.tokens.len().max(1);
+        prop_oneof![
+            2 => Just(Step::Create),
+            4 => (0..tasks).prop_map(Step::Claim),
+            2 => (0..tokens).prop_map(Step::Heartbeat),
+            3 => (0..tokens).prop_map(Step::Complete),
+            1 => (0..tokens).prop_map(Step::Block),
+            1 => (0..tasks).prop_map(Step::Unblock),
+            2 => (1..2 * TTL).prop_map(Step::Advance),
+            1 => Just(Step::ReleaseStale),
+        ]
+        .boxed()
+    }
+
+    fn preconditions(state: &Model, step: &Step) -> bool {
+        match step {
+            Step::Claim(t) | Step::Unblock(t) => *t < state.tasks.len(),
+            Step::Heartbeat(k) | Step::Complete(k) | Step::Block(k) => *k < state.tokens.len(),
+            Step::Create | Step::Advance(_) | Step::ReleaseStale => true,
+        }
+    }
+
+    fn apply(mut state: Model, step: &Step) -> Model {
+        match *step {
+            Step::Create => state.tasks.push(ModelTask {
+                status: TaskStatus::Ready,
+                run: None,
+            }),
+            Step::Claim(t) => {
+                if state.tasks[t].status == TaskStatus::Ready {
+                    let run_id = state.tokens.len() as i64 + 1;
+                    state.tasks[t] = ModelTask {
+                        status: TaskStatus::Running,
+                        run: Some((run_id, state.now + TTL)),
+                    };
+                    state.tokens.push((t, run_id));
+                }
+            }
+            Step::Heartbeat(k) => {
+                if state.live(k) {
+                    let (t, run_id) = state.tokens[k];
+                    state.tasks[t].run = Some((run_id, state.now + TTL));
+                } else {
+                    state.rejected_writes += 1;
+                }
+            }
+            Step::Complete(k) | Step::Block(k) => {
+                if state.live(k) {
+                    let t = state.tokens[k].0;
+                    let status = if matches!(step, Step::Complete(_)) {
+                        TaskStatus::Done
+                    } else {
+                        TaskStatus::Blocked
+                    };
+                    state.tasks[t] = ModelTask { status, run: None };
+                } else {
+                    state.rejected_writes += 1;
+                }
+            }
+            Step::Unblock(t) => {
+                if state.tasks[t].status == TaskStatus::Blocked {
+                    state.tasks[t].status = TaskStatus::Ready;
+                }
+            }
+            Step::Advance(seconds) => state.now += seconds,
+            Step::ReleaseStale => {
+                let now = state.now;
+                for task in &mut state.tasks {
+                    if task.status == TaskStatus::Running
+                        && task.run.is_some_and(|(_, expires)| expires < now)
+                    {
+                        *task = ModelTask {
+                            status: TaskStatus::Ready,
+                            run: None,
+                        };
+                    }
+                }
+            }
+        }
+        state
+    }
+}
+
+/// A board the machine can run on.
+trait FreshBoard: Board + BoardAdmin + Sized {
+    fn fresh(time: &VirtualClock) -> (Self, Option<tempfile::TempDir>);
+}
+
+impl FreshBoard for SqliteBoard {
+    fn fresh(time: &VirtualClock) -> (Self, Option<tempfile::TempDir>) {
+        let dir = tempfile::tempdir().unwrap();
+        (crate::board_in(dir.path(), time), Some(dir))
+    }
+}
+
+impl FreshBoard for InMemoryBoard {
+    fn fresh(time: &VirtualClock) -> (Self, Option<tempfile::TempDir>) {
+        (InMemoryBoard::new(Arc::new(time.clone())), None)
+    }
+}
+
+struct Sut<B> {
+    board: B,
+    time: VirtualClock,
+    ids: Vec<String>,
+    claims: Vec<Claim>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+struct BoardMachine<B>(PhantomData<B>);
+
+impl<B: FreshBoard> StateMachineTest for BoardMachine<B> {
+    type SystemUnderTest = Sut<B>;
+    type Reference = Reference;
+
+    fn init_test(model: &Model) -> Sut<B> {
+        let time = VirtualClock::at(model.now);
+        let (board, dir) = B::fresh(&time);
+        Sut {
+            board,
+            time,
+            ids: Vec::new(),
+            claims: Vec::new(),
+            _dir: dir,
+        }
+    }
+
+    fn apply(mut sut: Sut<B>, model: &Model, step: Step) -> Sut<B> {
+        // `model` is the state AFTER the step; liveness before the step is
+        // recomputed from the SUT's own knowledge where needed.
+        match step {
+            Step::Create => {
+                let id = block_on(sut.board.create_task(&NewTask {
+                    title: format!("card {}", sut.ids.len()),
+                    ..NewTask::default()
+                }))
+                .unwrap();
+                sut.ids.push(id);
+            }
+            Step::Claim(t) => {
+                let grant = block_on(sut.board.claim_task(
+                    &sut.ids[t],
+                    TTL,
+                    &format!("w{}", sut.claims.len()),
+                ))
+                .unwrap();
+                match grant {
+                    Some(grant) => {
+                        assert_eq!(
+                            model.tokens.len(),
+                            sut.claims.len() + 1,
+                            "a claim was granted the model refused"
+                        );
+                        if let Some(last) = sut.claims.last() {
+                            assert!(
+                                grant.claim.run_id > last.run_id,
+                                "run ids strictly increase"
+                            );
+                        }
+                        sut.claims.push(grant.claim);
+                    }
+                    None => assert_eq!(
+                        model.tokens.len(),
+                        sut.claims.len(),
+                        "the model granted a claim the board refused"
+                    ),
+                }
+            }
+            Step::Heartbeat(k) | Step::Complete(k) | Step::Block(k) => {
+                let rejected_before = block_on(stale_events(&sut));
+                let claim = &sut.claims[k];
+                let result = match step {
+                    Step::Heartbeat(_) => block_on(sut.board.heartbeat(claim, None)).map(|_| ()),
+                    Step::Complete(_) => block_on(sut.board.complete(claim, "done", None)),
+                    _ => block_on(sut.board.block(claim, "stuck")),
+                };
+                if let Err(error) = &result {
+                    assert!(
+                        matches!(error, BoardError::LeaseLost { .. }),
+                        "{step:?}: {error:?}"
+                    );
+                }
+                assert_eq!(
+                    rejected_before + usize::from(result.is_err()),
+                    model.rejected_writes,
+                    "{step:?}: refused exactly when the model refuses"
+                );
+            }
+            Step::Unblock(t) => {
+                let _ = block_on(sut.board.unblock(&sut.ids[t]));
+            }
+            Step::Advance(seconds) => sut.time.advance(seconds),
+            Step::ReleaseStale => {
+                block_on(sut.board.release_stale_claims()).unwrap();
+            }
+        }
+        sut
+    }
+
+    fn check_invariants(sut: &Sut<B>, model: &Model) {
+        let tasks = block_on(sut.board.list_tasks(None)).unwrap();
+        assert_eq!(
+            tasks.len(),
+            model.tasks.len(),
+            "nothing lost, nothing extra"
+        );
+        for (index, id) in sut.ids.iter().enumerate() {
+            let view = block_on(sut.board.show_task(id)).unwrap();
+            let open: Vec<_> = view
+                .runs
+                .iter()
+                .filter(|run| run.ended_at.is_none())
+                .collect();
+            assert!(open.len() <= 1, "{id}: at most one open run");
+            assert_eq!(
+                view.task.current_run_id,
+                open.first().map(|run| run.id),
+                "{id}: current_run_id is NULL exactly when no run is open"
+            );
+            assert_eq!(view.task.status, model.tasks[index].status, "{id}: status");
+            assert_eq!(
+                view.task.current_run_id,
+                model.tasks[index].run.map(|(run, _)| run),
+                "{id}: run"
+            );
+            assert!(view.runs.windows(2).all(|pair| pair[0].id < pair[1].id));
+        }
+        assert_eq!(
+            block_on(stale_events(sut)),
+            model.rejected_writes,
+            "every refused write left its event"
+        );
+    }
+}
+
+async fn stale_events<B: FreshBoard>(sut: &Sut<B>) -> usize {
+    let mut count = 0;
+    for id in &sut.ids {
+        count += sut
+            .board
+            .show_task(id)
+            .await
+            .unwrap()
+            .events
+            .iter()
+            .filter(|e| e.kind == "stale_write_rejected")
+            .count();
+    }
+    count
+}
+
+prop_state_machine! {
+    #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 2048, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sqlite_board_matches_the_model(sequential 1..48 => BoardMachine<SqliteBoard>);
+
+    #[test]
+    fn in_memory_board_matches_the_model(sequential 1..48 => BoardMachine<InMemoryBoard>);
+}
