@@ -184,10 +184,8 @@ fn append_event(
     now: i64,
 ) -> rusqlite::Result<()> {
     let payload = (!payload.is_null()).then(|| payload.to_string());
-    tx.execute(
-        "INSERT INTO task_events (task_id, run_id, kind, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![task_id, run_id, kind, payload, now],
-    )?;
+    tx.prepare_cached("INSERT INTO task_events (task_id, run_id, kind, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![task_id, run_id, kind, payload, now])?;
     Ok(())
 }
 
@@ -245,12 +243,11 @@ fn close_run(
 }
 
 fn open_parents(tx: &Connection, task_id: &str) -> rusqlite::Result<i64> {
-    tx.query_row(
+    tx.prepare_cached(
         "SELECT COUNT(*) FROM task_links l JOIN tasks p ON p.id = l.parent_id
           WHERE l.child_id = ?1 AND p.status NOT IN ('done', 'archived')",
-        params![task_id],
-        |row| row.get(0),
-    )
+    )?
+    .query_row(params![task_id], |row| row.get(0))
 }
 
 fn read_task(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<TaskRecord>> {
@@ -300,26 +297,28 @@ fn claim_in(
     }
     let ttl = ttl_seconds.max(1);
     let expires = now.saturating_add(ttl);
-    // The compare-and-set: only a ready, unclaimed card becomes ours.
-    let changed = tx.execute(
-        "UPDATE tasks SET status = 'running', claim_lock = ?2, claim_expires = ?3,
-                          started_at = COALESCE(started_at, ?4), last_heartbeat_at = NULL
-          WHERE id = ?1 AND status = 'ready' AND claim_lock IS NULL",
-        params![task_id, claim_lock, expires, now],
-    )?;
-    if changed != 1 {
-        return Ok(None);
-    }
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO task_runs (task_id, profile, status, claim_lock, claim_expires, started_at)
          SELECT id, assignee, 'running', ?2, ?3, ?4 FROM tasks WHERE id = ?1",
-        params![task_id, claim_lock, expires, now],
-    )?;
+    )?
+    .execute(params![task_id, claim_lock, expires, now])?;
     let run_id = tx.last_insert_rowid();
-    tx.execute(
-        "UPDATE tasks SET current_run_id = ?2 WHERE id = ?1",
-        params![task_id, run_id],
-    )?;
+    // The compare-and-set: only a ready, unclaimed card becomes ours. The
+    // IMMEDIATE transaction already excludes other writers; the guard keeps
+    // the statement honest on its own.
+    let changed = tx
+        .prepare_cached(
+            "UPDATE tasks SET status = 'running', claim_lock = ?2, claim_expires = ?3, current_run_id = ?5,
+                              started_at = COALESCE(started_at, ?4), last_heartbeat_at = NULL
+              WHERE id = ?1 AND status = 'ready' AND claim_lock IS NULL",
+        )?
+        .execute(params![task_id, claim_lock, expires, now, run_id])?;
+    if changed != 1 {
+        return Err(BoardError::Storage(format!(
+            "claim of {task_id} lost its compare-and-set inside its own transaction"
+        ))
+        .into());
+    }
     let payload = json!({"lock": claim_lock, "expires": expires, "run_id": run_id, "ttl": ttl});
     append_event(tx, task_id, Some(run_id), "claimed", &payload, now)?;
     Ok(Some(ClaimGrant {
@@ -580,8 +579,9 @@ impl Board for SqliteBoard {
             fence(tx, claim, "heartbeat", now)?;
             let ttl = tx
                 .query_row(
-                    "SELECT payload FROM task_events WHERE run_id = ?1 AND kind = 'claimed' ORDER BY id DESC LIMIT 1",
-                    params![claim.run_id],
+                    "SELECT payload FROM task_events WHERE task_id = ?1 AND kind = 'claimed' AND run_id = ?2
+                      ORDER BY id DESC LIMIT 1",
+                    params![claim.task_id, claim.run_id],
                     |row| row.get::<_, Option<String>>(0),
                 )
                 .optional()?

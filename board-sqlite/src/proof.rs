@@ -33,7 +33,6 @@ pub fn prove_lease(
 fn read_view(path: &Path, task_id: &str, identity: ProofIdentity) -> rusqlite::Result<LeaseView> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
     lease_view(&conn, task_id, identity)
 }
 
@@ -44,19 +43,15 @@ pub(crate) fn lease_view(
     identity: ProofIdentity,
 ) -> rusqlite::Result<LeaseView> {
     let task = conn
-        .query_row(
-            "SELECT status, worker_pid, current_run_id, claim_lock, claim_expires FROM tasks WHERE id = ?1",
-            params![task_id],
-            |row| {
+        .query_row("SELECT status, worker_pid, current_run_id, claim_lock, claim_expires FROM tasks WHERE id = ?1", params![task_id], |row| {
                 Ok(TaskLease {
                     status: row.get::<_, Option<String>>(0)?.unwrap_or_default(),
                     worker_pid: row.get(1)?,
                     current_run_id: row.get(2)?,
                     claim_lock: row.get(3)?,
-                    claim_expires: row.get(4)?,
-                })
-            },
-        )
+                claim_expires: row.get(4)?,
+            })
+        })
         .optional()?;
     let run = match task.as_ref().and_then(|task| task.current_run_id) {
         None => None,

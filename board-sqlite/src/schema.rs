@@ -80,16 +80,11 @@ CREATE TABLE IF NOT EXISTS task_runs (
     metadata            TEXT,
     error               TEXT
 );
-CREATE INDEX IF NOT EXISTS idx_tasks_status      ON tasks(status);
 CREATE INDEX IF NOT EXISTS idx_tasks_lane_order  ON tasks(status, priority DESC, created_at, id);
-CREATE INDEX IF NOT EXISTS idx_tasks_expiry      ON tasks(status, claim_expires);
 CREATE INDEX IF NOT EXISTS idx_tasks_idempotency ON tasks(idempotency_key);
 CREATE INDEX IF NOT EXISTS idx_links_child       ON task_links(child_id);
 CREATE INDEX IF NOT EXISTS idx_links_parent      ON task_links(parent_id);
 CREATE INDEX IF NOT EXISTS idx_comments_task     ON task_comments(task_id, created_at);
-CREATE INDEX IF NOT EXISTS idx_events_task       ON task_events(task_id, created_at);
 CREATE INDEX IF NOT EXISTS idx_events_task_kind  ON task_events(task_id, kind, id);
-CREATE INDEX IF NOT EXISTS idx_events_run        ON task_events(run_id, id);
 CREATE INDEX IF NOT EXISTS idx_runs_task         ON task_runs(task_id, started_at);
-CREATE INDEX IF NOT EXISTS idx_runs_status       ON task_runs(status);
 "#];

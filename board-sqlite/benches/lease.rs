@@ -1,0 +1,151 @@
+//! The lease proof and the claim against bare rusqlite doing the same I/O,
+//! measured in the same run on the same kind of file. Prints ratios.
+//!
+//! `cargo bench -p kanban-board-sqlite` (set KANBAN_BENCH_SCALE to scale the
+//! iteration counts).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kanban_board_sqlite::{SqliteBoard, SystemClock, prove_lease};
+use kanban_core::{BoardAdmin, NewTask, ProofIdentity, ProofRequest};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
+
+fn scale() -> usize {
+    std::env::var("KANBAN_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The best of `rounds` timings of `iterations` runs of `body`, per call.
+fn measure(rounds: usize, iterations: usize, mut body: impl FnMut(usize)) -> Duration {
+    (0..rounds)
+        .map(|round| {
+            let start = Instant::now();
+            for i in 0..iterations {
+                body(round * iterations + i);
+            }
+            start.elapsed() / iterations as u32
+        })
+        .min()
+        .unwrap()
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    pollster::block_on(future)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kanban.db");
+    let board = SqliteBoard::create(&path, Arc::new(SystemClock)).unwrap();
+    for n in 0..200 {
+        block_on(board.create_task(&NewTask {
+            title: format!("filler {n}"),
+            ..NewTask::default()
+        }))
+        .unwrap();
+    }
+    let id = block_on(board.create_task(&NewTask {
+        title: "proved".into(),
+        ..NewTask::default()
+    }))
+    .unwrap();
+    let claim = block_on(board.claim_task(&id, 3600, "bench:1"))
+        .unwrap()
+        .unwrap()
+        .claim;
+    let request = ProofRequest::for_claim(&claim);
+    let now = kanban_core::Clock::now(&SystemClock);
+    assert!(prove_lease(&request, ProofIdentity::AnyProcess, now).is_ok());
+
+    let bare = || {
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .unwrap();
+        let run: i64 = conn
+            .query_row(
+                "SELECT current_run_id FROM tasks WHERE id = ?1",
+                params![claim.task_id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        let _: Option<i64> = conn
+            .query_row(
+                "SELECT ended_at FROM task_runs WHERE id = ?1",
+                params![run],
+                |row| row.get(0),
+            )
+            .unwrap();
+    };
+    let (mut proof, mut bare_proof) = (Duration::MAX, Duration::MAX);
+    for _ in 0..40 * scale() {
+        proof = proof.min(measure(1, 50, |_| {
+            prove_lease(&request, ProofIdentity::AnyProcess, now).unwrap()
+        }));
+        bare_proof = bare_proof.min(measure(1, 50, |_| bare()));
+    }
+
+    // Claims: each claims a fresh ready card. The floor is one bare
+    // BEGIN IMMEDIATE transaction with one UPDATE under the same pragmas.
+    let claims = 300 * scale();
+    let ids: Vec<String> = (0..claims * 3)
+        .map(|n| {
+            block_on(board.create_task(&NewTask {
+                title: format!("claimable {n}"),
+                ..NewTask::default()
+            }))
+            .unwrap()
+        })
+        .collect();
+    let mut conn = Connection::open(&path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 30000;").unwrap();
+    // Interleave small batches of both, so that disk noise hits both alike.
+    let batch = 25;
+    let (mut claim_time, mut bare_claim) = (Duration::MAX, Duration::MAX);
+    for start in (0..claims * 3).step_by(batch) {
+        let end = (start + batch).min(ids.len());
+        let began = Instant::now();
+        for id in &ids[start..end] {
+            assert!(
+                block_on(board.claim_task(id, 900, "bench:2"))
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        claim_time = claim_time.min(began.elapsed() / (end - start) as u32);
+        let began = Instant::now();
+        for id in &ids[start..end] {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .unwrap();
+            tx.execute(
+                "UPDATE tasks SET priority = priority + 1 WHERE id = ?1",
+                params![id],
+            )
+            .unwrap();
+            tx.commit().unwrap();
+        }
+        bare_claim = bare_claim.min(began.elapsed() / (end - start) as u32);
+    }
+
+    let proof_ratio = proof.as_secs_f64() / bare_proof.as_secs_f64();
+    let claim_rate_ratio = bare_claim.as_secs_f64() / claim_time.as_secs_f64();
+    println!(
+        "lease proof : {:>9.1} µs/proof   bare read-only open + 2 selects: {:>9.1} µs   ratio {proof_ratio:.2}x (target <= 1.20x)",
+        micros(proof),
+        micros(bare_proof)
+    );
+    println!(
+        "claim       : {:>9.1} µs/claim   bare BEGIN IMMEDIATE + 1 UPDATE: {:>9.1} µs   rate ratio {claim_rate_ratio:.2}x (target >= 0.80x)",
+        micros(claim_time),
+        micros(bare_claim)
+    );
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
