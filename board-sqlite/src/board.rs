@@ -808,6 +808,31 @@ impl BoardAdmin for SqliteBoard {
         })
     }
 
+    async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        self.write(|tx, now| {
+            let row: Option<(String, Option<String>, Option<i64>)> = tx
+                .query_row("SELECT status, claim_lock, current_run_id FROM tasks WHERE id = ?1", params![task_id], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })
+                .optional()?;
+            let Some((status, lock, run_id)) = row else {
+                return Err(BoardError::TaskNotFound(task_id.to_owned()).into());
+            };
+            if status != "running" {
+                return Err(BoardError::InvalidTransition { task_id: task_id.to_owned(), status, action: "reclaim" }.into());
+            }
+            close_run(tx, task_id, "reclaimed", "reclaimed", None, Some(&format!("manual_reclaim: {reason}")), now)?;
+            let landing = if open_parents(tx, task_id)? > 0 { "todo" } else { "ready" };
+            tx.execute(
+                "UPDATE tasks SET status = ?2, consecutive_failures = 0, last_failure_error = NULL WHERE id = ?1",
+                params![task_id, landing],
+            )?;
+            let payload = json!({"manual": true, "reason": reason, "prev_lock": lock});
+            append_event(tx, task_id, run_id, "reclaimed", &payload, now)?;
+            Ok(())
+        })
+    }
+
     async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError> {
         self.write(|tx, now| {
             let stale: Vec<(String, Option<String>, Option<i64>)> = {

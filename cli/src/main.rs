@@ -1,1 +1,85 @@
-fn main() {}
+//! The `kanban` binary: wires the SQLite board, the exec agent and the real
+//! clock to kanban-core, and is the only place that exits the process, reads
+//! the process environment or installs signal handlers.
+
+mod admin;
+mod agent_calls;
+mod args;
+mod board_path;
+mod output;
+mod prove;
+mod runtime;
+mod worker;
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use clap::Parser;
+use kanban_core::Environment;
+
+use crate::args::{Cli, Command};
+
+fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, _) => "debug",
+    };
+    // Recovery and worker lines already reach stderr through the worker's
+    // own output; tracing would print them twice.
+    let default = format!("{level},kanban::recovery=off,kanban::worker=off");
+    let filter = env.get("KANBAN_LOG").map(str::to_owned).unwrap_or(default);
+    let color = env.get("NO_COLOR").is_none_or(str::is_empty) && std::io::stderr().is_terminal();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(color)
+        .with_target(false)
+        .init();
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let env = Environment::from_vars(std::env::vars());
+    init_logging(cli.global.verbose, cli.global.quiet, &env);
+    let interrupt = Arc::new(AtomicUsize::new(0));
+    let code = match run(cli, &env, &interrupt) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<i32> {
+    let global = &cli.global;
+    match cli.command {
+        Command::Init => admin::init(global, env),
+        Command::Add(args) => admin::add(global, env, &args),
+        Command::Ls { status, json } => admin::list(global, env, status.as_deref(), json),
+        Command::Show { id, json } => admin::show(global, env, &id, json),
+        Command::Events { id, json } => admin::events(global, env, &id, json),
+        Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
+        Command::Unblock { id } => admin::unblock(global, env, &id),
+        Command::Reclaim { id, reason } => admin::reclaim(global, env, &id, &reason),
+        Command::Complete { summary, result } => agent_calls::complete(env, &summary, result),
+        Command::Block { reason } => agent_calls::block(env, &reason),
+        Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
+        Command::Comment { text } => agent_calls::comment(env, &text),
+        Command::Worker(args) => {
+            runtime::install_signal_handlers(interrupt)?;
+            Ok(worker::worker(env, &args, interrupt.clone()))
+        }
+        Command::Turn { agent, message } => {
+            runtime::install_signal_handlers(interrupt)?;
+            worker::one_turn(env, &agent, &message, interrupt.clone())
+        }
+        Command::Prove(args) => prove::prove(global, env, &args),
+    }
+}

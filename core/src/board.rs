@@ -163,6 +163,10 @@ pub trait BoardAdmin: Send + Sync {
     ) -> Result<Option<ClaimGrant>, BoardError>;
     /// Moves a blocked card back to `ready` (or `todo` while a parent is open).
     async fn unblock(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Takes a running card back from its worker: the run closes as
+    /// `reclaimed`, the card is ready again (todo while a parent is open)
+    /// and its failure count is reset.
+    async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
     /// Releases every claim whose lease expired; returns the released card ids.
     async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError>;
     /// Promotes `todo` cards whose parents are all done; returns how many.

@@ -312,6 +312,36 @@ where
         );
     }
 
+    // Operator reclaim: the run closes, the card is ready, the worker is fenced out.
+    {
+        let (board, _) = fresh();
+        let id = block_on(board.create_task(&task("taken back"))).unwrap();
+        assert!(
+            matches!(
+                block_on(board.reclaim(&id, "no")),
+                Err(BoardError::InvalidTransition { .. })
+            ),
+            "reclaim: only running cards"
+        );
+        let claim = block_on(board.claim_task(&id, TTL, "host:1"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        block_on(board.reclaim(&id, "operator")).unwrap();
+        let view = block_on(board.show_task(&id)).unwrap();
+        assert_eq!(view.task.status, TaskStatus::Ready);
+        assert_eq!(view.runs[0].outcome.as_deref(), Some("reclaimed"));
+        assert!(
+            view.events
+                .iter()
+                .any(|e| e.kind == "reclaimed" && e.payload["manual"] == true)
+        );
+        assert_lease_lost(
+            block_on(board.complete(&claim, "late", None)),
+            "complete after an operator reclaim",
+        );
+    }
+
     // Block, unblock, promote.
     {
         let (board, _) = fresh();

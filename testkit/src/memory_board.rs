@@ -606,6 +606,40 @@ impl BoardAdmin for InMemoryBoard {
         Ok(())
     }
 
+    async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let task = state
+            .task(task_id)
+            .ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()))?;
+        if task.status != TaskStatus::Running {
+            return Err(BoardError::InvalidTransition {
+                task_id: task_id.to_owned(),
+                status: task.status.as_str().to_owned(),
+                action: "reclaim",
+            });
+        }
+        let (lock, run_id) = (task.claim_lock.clone(), task.current_run_id);
+        let error = format!("manual_reclaim: {reason}");
+        state.close_run(task_id, "reclaimed", "reclaimed", None, Some(&error), now);
+        let status = if state.parents_done(task_id) {
+            TaskStatus::Ready
+        } else {
+            TaskStatus::Todo
+        };
+        let task = state.task_mut(task_id).unwrap();
+        task.status = status;
+        task.consecutive_failures = 0;
+        state.event(
+            task_id,
+            run_id,
+            "reclaimed",
+            json!({"manual": true, "reason": reason, "prev_lock": lock}),
+            now,
+        );
+        Ok(())
+    }
+
     async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError> {
         let now = self.now();
         let mut state = self.state.lock().unwrap();

@@ -1,6 +1,6 @@
 //! The seed's claim-ownership matrix and fail-closed cases, on real files.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kanban_board_sqlite::prove_lease;
 use kanban_core::shapes::failed_timeout;
@@ -8,72 +8,10 @@ use kanban_core::{
     Environment, NotLive, ProofIdentity, ProofRequest, RecoveryPolicy, TurnOutcome,
     recover_in_place, vars,
 };
+use kanban_testkit::SyntheticBoard;
 use kanban_testkit::{ScriptedClock, ScriptedRunner, VirtualClock, block_on};
-use rusqlite::{Connection, params};
 
-/// Any live lease for these tests (2100-01-01 UTC).
-const FAR_FUTURE_EXPIRY: i64 = 4_102_444_800;
 const NOW: i64 = 1_800_000_000;
-
-/// The seed test's synthetic board: only the columns the proof reads.
-struct SyntheticBoard {
-    status: &'static str,
-    task_pid: Option<i64>,
-    run_id: Option<i64>,
-    lock: &'static str,
-    run_ended: Option<i64>,
-    run_pid: Option<i64>,
-    task_expires: Option<i64>,
-    run_expires: Option<i64>,
-}
-
-impl SyntheticBoard {
-    fn live() -> Self {
-        let pid = Some(i64::from(std::process::id()));
-        Self {
-            status: "running",
-            task_pid: pid,
-            run_id: Some(1),
-            lock: "lk",
-            run_ended: None,
-            run_pid: pid,
-            task_expires: Some(FAR_FUTURE_EXPIRY),
-            run_expires: Some(FAR_FUTURE_EXPIRY),
-        }
-    }
-
-    fn write(&self, dir: &Path) -> PathBuf {
-        let db = dir.join("kanban.db");
-        let conn = Connection::open(&db).unwrap();
-        conn.execute_batch(
-            "CREATE TABLE tasks (id TEXT PRIMARY KEY, status TEXT, worker_pid INTEGER,
-               current_run_id INTEGER, claim_lock TEXT, claim_expires INTEGER);
-             CREATE TABLE task_runs (id INTEGER PRIMARY KEY, ended_at INTEGER,
-               worker_pid INTEGER, claim_expires INTEGER);",
-        )
-        .unwrap();
-        conn.execute(
-            "INSERT INTO tasks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                "t_live",
-                self.status,
-                self.task_pid,
-                self.run_id,
-                self.lock,
-                self.task_expires
-            ],
-        )
-        .unwrap();
-        if let Some(run_id) = self.run_id {
-            conn.execute(
-                "INSERT INTO task_runs VALUES (?1, ?2, ?3, ?4)",
-                params![run_id, self.run_ended, self.run_pid, self.run_expires],
-            )
-            .unwrap();
-        }
-        db
-    }
-}
 
 /// The full dispatcher-spawn carrier: task + board + run id + claim lock.
 fn carrier(db: &Path) -> Environment {
@@ -93,20 +31,20 @@ fn worker_claim_is_live(env: &Environment) -> Result<(), NotLive> {
 }
 
 macro_rules! claim_ownership_matrix {
-    ($($id:ident => $edit:expr,)*) => {
+    ($($name:ident => $id:literal,)*) => {
         mod test_claim_ownership_matrix {
             use super::*;
             $(
                 #[test]
-                fn $id() {
+                fn $name() {
+                    let (id, board) = SyntheticBoard::ownership_matrix(std::process::id())
+                        .into_iter()
+                        .find(|(id, _)| *id == $id)
+                        .unwrap();
                     let dir = tempfile::tempdir().unwrap();
-                    let mut board = SyntheticBoard::live();
-                    let edit: fn(&mut SyntheticBoard) = $edit;
-                    edit(&mut board);
                     let db = board.write(dir.path());
-                    let expected_live = stringify!($id) == "owned_live";
                     let verdict = worker_claim_is_live(&carrier(&db));
-                    assert_eq!(verdict.is_ok(), expected_live, "{}: {verdict:?}", stringify!($id));
+                    assert_eq!(verdict.is_ok(), id == "owned-live", "{id}: {verdict:?}");
                 }
             )*
         }
@@ -114,18 +52,23 @@ macro_rules! claim_ownership_matrix {
 }
 
 claim_ownership_matrix! {
-    owned_live => |_| {},
-    released_to_the_board => |b| b.status = "ready",
-    other_process_owns_the_claim => |b| b.task_pid = Some(999_999_999),
-    run_already_closed => |b| b.run_ended = Some(12_345),
-    run_handed_to_another_pid => |b| b.run_pid = Some(999_999_999),
-    no_live_run_pointer => |b| b.run_id = None,
-    board_moved_to_another_run => |b| b.run_id = Some(2),
-    claim_lock_no_longer_ours => |b| b.lock = "other-lock",
-    task_lease_expired => |b| b.task_expires = Some(1),
-    run_lease_expired => |b| b.run_expires = Some(1),
-    null_task_lease_is_not_unbounded => |b| b.task_expires = None,
-    null_run_lease_is_not_unbounded => |b| b.run_expires = None,
+    owned_live => "owned-live",
+    released_to_the_board => "released-to-the-board",
+    other_process_owns_the_claim => "other-process-owns-the-claim",
+    run_already_closed => "run-already-closed",
+    run_handed_to_another_pid => "run-handed-to-another-pid",
+    no_live_run_pointer => "no-live-run-pointer",
+    board_moved_to_another_run => "board-moved-to-another-run",
+    claim_lock_no_longer_ours => "claim-lock-no-longer-ours",
+    task_lease_expired => "task-lease-expired",
+    run_lease_expired => "run-lease-expired",
+    null_task_lease_is_not_unbounded => "null-task-lease-is-not-unbounded",
+    null_run_lease_is_not_unbounded => "null-run-lease-is-not-unbounded",
+}
+
+#[test]
+fn the_matrix_has_the_seed_s_twelve_ids() {
+    assert_eq!(SyntheticBoard::ownership_matrix(1).len(), 12);
 }
 
 #[test]
@@ -134,7 +77,7 @@ fn recorded_pids_are_checked_only_when_asked() {
     let db = SyntheticBoard {
         task_pid: Some(999_999_999),
         run_pid: Some(999_999_999),
-        ..SyntheticBoard::live()
+        ..SyntheticBoard::live(std::process::id())
     }
     .write(dir.path());
     let request = ProofRequest::from_env(&carrier(&db));
@@ -150,7 +93,7 @@ fn recorded_pids_are_checked_only_when_asked() {
     let db = SyntheticBoard {
         task_pid: None,
         run_pid: None,
-        ..SyntheticBoard::live()
+        ..SyntheticBoard::live(std::process::id())
     }
     .write(dir.path());
     assert!(
@@ -193,7 +136,7 @@ fn test_claim_check_fails_closed_without_a_board() {
 #[test]
 fn test_missing_pinned_carrier_fails_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let db = SyntheticBoard::live().write(dir.path());
+    let db = SyntheticBoard::live(std::process::id()).write(dir.path());
     let env = carrier(&db);
     assert!(
         worker_claim_is_live(&env).is_ok(),
@@ -270,7 +213,7 @@ fn test_lease_expired_during_the_backoff_blocks_model_reentry() {
     let db = SyntheticBoard {
         task_expires: Some(1_600),
         run_expires: Some(1_600),
-        ..SyntheticBoard::live()
+        ..SyntheticBoard::live(std::process::id())
     }
     .write(dir.path());
     let env = carrier(&db);
@@ -319,7 +262,7 @@ fn test_lease_expired_during_the_backoff_blocks_model_reentry() {
 #[test]
 fn the_proof_never_writes_the_board() {
     let dir = tempfile::tempdir().unwrap();
-    let db = SyntheticBoard::live().write(dir.path());
+    let db = SyntheticBoard::live(std::process::id()).write(dir.path());
     let before = std::fs::read(&db).unwrap();
     let modified = std::fs::metadata(&db).unwrap().modified().unwrap();
     for _ in 0..3 {

@@ -1,0 +1,268 @@
+//! Board administration: init, add, ls, show, events, claim, unblock, reclaim.
+
+use std::sync::Arc;
+
+use anyhow::bail;
+use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::{BoardAdmin, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
+use serde_json::json;
+
+use crate::args::{AddArgs, GlobalArgs};
+use crate::board_path::{board_path, board_slug, open_board};
+use crate::output::{event_json, run_json, short, table, task_json};
+use crate::runtime::block_on;
+
+pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
+    let path = board_path(global, env)?;
+    let existed = path.exists();
+    SqliteBoard::create(&path, Arc::new(SystemClock))?;
+    let verb = if existed {
+        "board is ready"
+    } else {
+        "created board"
+    };
+    println!("{verb}: {}", path.display());
+    Ok(0)
+}
+
+pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let new = NewTask {
+        title: args.title.clone(),
+        body: args.body.clone(),
+        assignee: args.assignee.clone(),
+        priority: args.priority,
+        parents: args.parents.clone(),
+        goal_mode: args.goal,
+        goal_max_turns: args.goal_max_turns,
+        max_retries: args.max_retries,
+        idempotency_key: args.idempotency_key.clone(),
+        start_blocked: args.blocked,
+    };
+    let id = block_on(board.create_task(&new))?;
+    if args.json {
+        println!("{}", json!({"id": id}));
+    } else {
+        println!("{id}");
+    }
+    Ok(0)
+}
+
+fn parse_status(raw: &str) -> anyhow::Result<TaskStatus> {
+    TaskStatus::parse(raw.trim()).ok_or_else(|| {
+        let names: Vec<_> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+        anyhow::anyhow!("unknown status {raw:?}: use one of {}", names.join(", "))
+    })
+}
+
+pub(crate) fn list(
+    global: &GlobalArgs,
+    env: &Environment,
+    status: Option<&str>,
+    as_json: bool,
+) -> anyhow::Result<i32> {
+    let status = status.map(parse_status).transpose()?;
+    let board = open_board(global, env)?;
+    let tasks = block_on(board.list_tasks(status))?;
+    if as_json {
+        println!(
+            "{}",
+            serde_json::Value::Array(tasks.iter().map(task_json).collect())
+        );
+        return Ok(0);
+    }
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.status.as_str().to_owned(),
+                t.priority.to_string(),
+                t.current_run_id
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                short(&t.title, 60),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(&["ID", "STATUS", "PRIO", "RUN", "TITLE"], &rows)
+    );
+    Ok(0)
+}
+
+pub(crate) fn show(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    as_json: bool,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let view = block_on(board.show_task(id))?;
+    if as_json {
+        let value = json!({
+            "task": task_json(&view.task),
+            "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
+            "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
+        });
+        println!("{value}");
+        return Ok(0);
+    }
+    let task = &view.task;
+    println!("{}  {}", task.id, task.title);
+    println!(
+        "status: {}   priority: {}   failures: {}",
+        task.status.as_str(),
+        task.priority,
+        task.consecutive_failures
+    );
+    if let Some(body) = &task.body {
+        println!("\n{body}\n");
+    }
+    if let Some(lock) = &task.claim_lock {
+        println!(
+            "claim: run {} lock {lock} expires {}",
+            task.current_run_id.unwrap_or(0),
+            task.claim_expires.unwrap_or(0)
+        );
+    }
+    if let Some(result) = &task.result {
+        println!("result: {}", short(result, 200));
+    }
+    println!("\nruns:");
+    let runs: Vec<Vec<String>> = view
+        .runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.status.clone(),
+                r.outcome.clone().unwrap_or_else(|| "-".into()),
+                r.claim_lock.clone().unwrap_or_default(),
+                short(
+                    r.summary.as_deref().or(r.error.as_deref()).unwrap_or(""),
+                    60,
+                ),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(&["RUN", "STATUS", "OUTCOME", "LOCK", "SUMMARY"], &runs)
+    );
+    println!("\nevents:");
+    print!("{}", events_table(&view.events));
+    Ok(0)
+}
+
+fn events_table(events: &[kanban_core::EventRecord]) -> String {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.created_at.to_string(),
+                e.run_id
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                e.kind.clone(),
+                if e.payload.is_null() {
+                    String::new()
+                } else {
+                    short(&e.payload.to_string(), 80)
+                },
+            ]
+        })
+        .collect();
+    table(&["EVENT", "AT", "RUN", "KIND", "PAYLOAD"], &rows)
+}
+
+pub(crate) fn events(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    as_json: bool,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let view = block_on(board.show_task(id))?;
+    if as_json {
+        for event in &view.events {
+            println!("{}", event_json(event));
+        }
+    } else {
+        print!("{}", events_table(&view.events));
+    }
+    Ok(0)
+}
+
+/// A lock naming this host and process, so an operator can tell claims apart.
+pub(crate) fn claim_lock_for_this_process(role: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}:{role}", std::process::id())
+}
+
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+pub(crate) fn claim(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    ttl: Option<i64>,
+    as_json: bool,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let ttl = claim_ttl_seconds(ttl, env);
+    let Some(grant) = block_on(board.claim_task(id, ttl, &claim_lock_for_this_process("claim")))?
+    else {
+        let status = block_on(board.show_task(id))?.task.status;
+        bail!(
+            "task {id} is {} and cannot be claimed: only a ready card can be",
+            status.as_str()
+        );
+    };
+    let slug = board_slug(global, env)?;
+    let claim = &grant.claim;
+    if as_json {
+        println!(
+            "{}",
+            json!({"task_id": claim.task_id, "run_id": claim.run_id, "claim_lock": claim.claim_lock, "claim_expires": grant.claim_expires, "db": claim.db, "board": slug})
+        );
+    } else {
+        for (name, value) in claim.to_env_pairs() {
+            println!("export {name}={}", shell_quote(&value));
+        }
+        println!("export {}={}", vars::BOARD, shell_quote(&slug));
+    }
+    Ok(0)
+}
+
+pub(crate) fn unblock(global: &GlobalArgs, env: &Environment, id: &str) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    block_on(board.unblock(id))?;
+    println!(
+        "{id} unblocked: {}",
+        block_on(board.show_task(id))?.task.status.as_str()
+    );
+    Ok(0)
+}
+
+pub(crate) fn reclaim(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    reason: &str,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    block_on(board.reclaim(id, reason))?;
+    println!(
+        "{id} reclaimed: {}",
+        block_on(board.show_task(id))?.task.status.as_str()
+    );
+    Ok(0)
+}

@@ -1,0 +1,228 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run AI-agent workers off a kanban board, recovering failed turns in place.
+///
+/// The board is `--db PATH`, else `HERMES_KANBAN_DB`, else the board named by
+/// `--board` / `HERMES_KANBAN_BOARD` (default `default`) under
+/// `HERMES_KANBAN_HOME` (default `$XDG_DATA_HOME/kanban`, else
+/// `~/.local/share/kanban`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "kanban",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// The board file.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) db: Option<PathBuf>,
+    /// The board's name under the kanban home.
+    #[arg(long, global = true, value_name = "SLUG")]
+    pub(crate) board: Option<String>,
+    /// More log output on stderr (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Errors only on stderr.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create the board file (and its folder) if it does not exist.
+    ///
+    /// Example: kanban --db ./kanban.db init
+    Init,
+    /// Add a card; prints its id.
+    ///
+    /// Example: kanban add "write the release notes" --priority 2 --body "cover 0.2"
+    Add(AddArgs),
+    /// List cards, oldest first.
+    ///
+    /// Example: kanban ls --status ready
+    Ls {
+        /// Only cards with this status (todo, ready, running, blocked, done, archived).
+        #[arg(long)]
+        status: Option<String>,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a card with its runs and events.
+    ///
+    /// Example: kanban show t_1a2b3c4d
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a card's events.
+    ///
+    /// Example: kanban events t_1a2b3c4d --json
+    Events {
+        id: String,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Claim a ready card by hand; prints the claim carrier to export.
+    ///
+    /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent ./agent.sh
+    Claim {
+        id: String,
+        /// The lease in seconds (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 900).
+        #[arg(long, value_name = "SECONDS")]
+        ttl: Option<i64>,
+        /// The claim as one JSON object instead of shell exports.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a blocked card back to ready (todo while a parent is open).
+    ///
+    /// Example: kanban unblock t_1a2b3c4d
+    Unblock { id: String },
+    /// Take a card back from its worker: the run closes as reclaimed, the card is ready again.
+    ///
+    /// Example: kanban reclaim t_1a2b3c4d
+    Reclaim {
+        id: String,
+        /// Why, for the event log.
+        #[arg(long, default_value = "operator reclaim")]
+        reason: String,
+    },
+    /// Complete the worker's card (inside an agent; reads the claim carrier).
+    ///
+    /// Example: kanban complete --summary "notes written" --result "see NOTES.md"
+    Complete {
+        #[arg(long)]
+        summary: String,
+        #[arg(long)]
+        result: Option<String>,
+    },
+    /// Block the worker's card (inside an agent; reads the claim carrier).
+    ///
+    /// Example: kanban block --reason "need the API key"
+    Block {
+        #[arg(long)]
+        reason: String,
+    },
+    /// Extend the worker's lease (inside an agent; reads the claim carrier).
+    ///
+    /// Example: kanban heartbeat --note "half way"
+    Heartbeat {
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Comment on the worker's card (inside an agent; reads the claim carrier).
+    ///
+    /// Example: kanban comment "found the bug in parser.rs"
+    Comment { text: String },
+    /// Work the claimed card named by the claim carrier, turn by turn.
+    ///
+    /// Reads HERMES_KANBAN_TASK, _DB, _RUN_ID, _CLAIM_LOCK (and _BOARD,
+    /// _GOAL_MODE, _TURN_RECOVERY, _STOP_NUDGE). Exits 0, 1, 75, 78 or 130;
+    /// the last stderr line is `[kanban-worker-exit] rc=N`.
+    ///
+    /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent examples/agents/finish.sh
+    Worker(WorkerArgs),
+    /// Run one agent turn outside any board; prints its text.
+    ///
+    /// Example: kanban turn --agent examples/agents/finish.sh "say hello"
+    Turn {
+        /// The agent command (run with `sh -c`).
+        #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
+        agent: String,
+        /// The user message.
+        message: String,
+    },
+    /// Prove a worker's claim is live, read-only; exit 0 when live, 1 when not.
+    ///
+    /// Flags override the claim carrier in the environment.
+    ///
+    /// Example: kanban prove --db ./kanban.db --task t_1a2b3c4d --run-id 3 --claim-lock host:42 --json
+    Prove(ProveArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    pub(crate) title: String,
+    #[arg(long)]
+    pub(crate) body: Option<String>,
+    #[arg(long)]
+    pub(crate) assignee: Option<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) priority: i64,
+    /// A card that must be done first (repeat for several).
+    #[arg(long = "parent", value_name = "ID")]
+    pub(crate) parents: Vec<String>,
+    /// Work the card in goal mode (a judge decides when the goal is reached).
+    #[arg(long)]
+    pub(crate) goal: bool,
+    /// Goal-mode turns per run (default 20).
+    #[arg(long, value_name = "N")]
+    pub(crate) goal_max_turns: Option<u32>,
+    /// Counted failures before the card is blocked (default 2).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_retries: Option<u32>,
+    /// A second add with the same key returns the first card's id.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) idempotency_key: Option<String>,
+    /// Start blocked instead of ready.
+    #[arg(long)]
+    pub(crate) blocked: bool,
+    /// Print `{"id": ...}`.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// The agent command, run with `sh -c` once per turn (see docs/agent-protocol.md).
+    #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
+    pub(crate) agent: Option<String>,
+    /// The goal judge command (goal mode only): gets {"goal", "last_response"}, prints {"verdict", "reason"}.
+    #[arg(long, env = "KANBAN_JUDGE", value_name = "CMD")]
+    pub(crate) judge: Option<String>,
+    /// The in-place recovery backoff in seconds; the last repeats.
+    #[arg(long, value_name = "S[,S...]", value_delimiter = ',', default_values_t = [15u64, 45, 90], action = clap::ArgAction::Set, overrides_with = "recovery_delays")]
+    pub(crate) recovery_delays: Vec<u64>,
+    /// Seconds an interrupted agent gets before its process group is killed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub(crate) grace: u64,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProveArgs {
+    /// The task id (overrides HERMES_KANBAN_TASK; blank means "not a worker").
+    #[arg(long)]
+    pub(crate) task: Option<String>,
+    /// The run id (overrides HERMES_KANBAN_RUN_ID).
+    #[arg(long, value_name = "N")]
+    pub(crate) run_id: Option<String>,
+    /// The claim lock (overrides HERMES_KANBAN_CLAIM_LOCK).
+    #[arg(long, value_name = "LOCK")]
+    pub(crate) claim_lock: Option<String>,
+    /// A recorded worker pid must equal N.
+    #[arg(long, value_name = "N")]
+    pub(crate) pid: Option<u32>,
+    /// Owner-side: the newest worker_bound event must name --pid (default: this process's parent).
+    #[arg(long)]
+    pub(crate) owner: bool,
+    /// Print {"live": bool, "reason": "..."}.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

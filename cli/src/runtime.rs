@@ -1,0 +1,49 @@
+//! The real adapters of time and signals.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kanban_core::Sleeper;
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// The first SIGINT or SIGTERM is stored in `interrupt` (its number) for
+/// the agent adapter to forward; a second one exits at once with 130.
+pub(crate) fn install_signal_handlers(interrupt: &Arc<AtomicUsize>) -> anyhow::Result<()> {
+    let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        // Registered first, so it sees the flag as the previous signal left it.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, seen.clone())?;
+        signal_hook::flag::register(signal, seen.clone())?;
+        signal_hook::flag::register_usize(signal, interrupt.clone(), signal as usize)?;
+    }
+    Ok(())
+}
+
+/// Sleeps in short slices, and stops early when an interrupt arrives: a
+/// worker told to stop does not sit out a 90 s backoff.
+#[derive(Debug, Clone)]
+pub(crate) struct InterruptibleSleeper {
+    pub(crate) interrupt: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Sleeper for InterruptibleSleeper {
+    async fn sleep(&self, duration: Duration) {
+        let deadline = std::time::Instant::now() + duration;
+        while self.interrupt.load(Ordering::SeqCst) == 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+    }
+}
+
+/// Runs a future to completion on this thread: every adapter here is
+/// synchronous underneath, so no runtime is needed.
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    pollster::block_on(future)
+}

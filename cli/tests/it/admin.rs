@@ -1,0 +1,155 @@
+//! Board administration through the binary.
+
+use serde_json::Value;
+
+use crate::{Bench, text};
+
+#[test]
+fn add_list_show_claim_unblock_reclaim() {
+    let bench = Bench::new();
+    let parent = bench.add("parent", &["--priority", "3"]);
+    let json: Value =
+        serde_json::from_str(&bench.ok(&["add", "child", "--parent", &parent, "--json"])).unwrap();
+    let child = json["id"].as_str().unwrap().to_owned();
+    let listed: Value = serde_json::from_str(&bench.ok(&["ls", "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(bench.show(&child)["task"]["status"], "todo");
+    let table = bench.ok(&["ls"]);
+    assert!(
+        table.starts_with("ID") && table.contains("parent") && table.contains("todo"),
+        "{table}"
+    );
+    let ready: Value =
+        serde_json::from_str(&bench.ok(&["ls", "--status", "ready", "--json"])).unwrap();
+    assert_eq!(ready[0]["id"], parent.as_str());
+
+    let claim: Value =
+        serde_json::from_str(&bench.ok(&["claim", &parent, "--ttl", "60", "--json"])).unwrap();
+    for key in ["task_id", "run_id", "claim_lock", "claim_expires"] {
+        assert!(!claim[key].is_null(), "claim --json has {key}");
+    }
+    let exports = bench.run(&["claim", &parent]);
+    assert_eq!(
+        exports.status.code(),
+        Some(1),
+        "a running card cannot be claimed again"
+    );
+    assert!(
+        text(&exports.stderr).contains("running"),
+        "{}",
+        text(&exports.stderr)
+    );
+    bench.ok(&["reclaim", &parent]);
+    assert_eq!(bench.show(&parent)["task"]["status"], "ready");
+    let exports = bench.ok(&["claim", &parent]);
+    assert!(
+        exports.contains("export HERMES_KANBAN_TASK=")
+            && exports.contains("export HERMES_KANBAN_CLAIM_LOCK="),
+        "{exports}"
+    );
+
+    let blocked = bench.add("held", &["--blocked"]);
+    assert_eq!(bench.show(&blocked)["task"]["status"], "blocked");
+    bench.ok(&["unblock", &blocked]);
+    assert_eq!(bench.show(&blocked)["task"]["status"], "ready");
+    let events = bench.ok(&["events", &blocked, "--json"]);
+    let kinds: Vec<String> = events
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["created", "blocked", "unblocked"]);
+    let shown = bench.ok(&["show", &parent]);
+    assert!(
+        shown.contains("runs:") && shown.contains("reclaimed"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let bench = Bench::new();
+    let output = bench.run(&["ls", "--status", "bogus"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("unknown status \"bogus\": use one of"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = bench.run(&["show", "t_nope"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("t_nope is not on this board"));
+    let output = bench.run(&["add", "  "]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("non-blank title"));
+    let missing = bench.path().join("nope.db");
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&missing)
+        .arg("ls")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("kanban init") && text(&output.stderr).contains("nope.db")
+    );
+    assert!(!missing.exists());
+    let output = bench.run(&["frobnicate"]);
+    assert_eq!(output.status.code(), Some(2), "usage errors exit 2");
+    let output = bench
+        .command()
+        .args(["--board", "Bad Name!", "ls"])
+        .env("HERMES_KANBAN_HOME", bench.path())
+        .output()
+        .unwrap();
+    assert!(
+        text(&output.stderr).contains("board name"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn named_boards_live_under_the_kanban_home() {
+    let bench = Bench::new();
+    let home = bench.path().join("home");
+    let run = |args: &[&str]| {
+        bench
+            .command()
+            .env("HERMES_KANBAN_HOME", &home)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["--board", "team-a", "init"]).status.success());
+    assert!(run(&["--board", "team-a", "add", "on a"]).status.success());
+    assert!(home.join("boards/team-a/kanban.db").is_file());
+    let listed = text(&run(&["--board", "team-a", "ls"]).stdout);
+    assert!(listed.contains("on a"));
+    let output = run(&["ls"]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the default board was never created"
+    );
+}
+
+#[test]
+fn help_teaches_with_examples_and_version_answers() {
+    let bench = Bench::new();
+    for command in ["worker", "prove", "claim", "add", "complete", "turn"] {
+        let output = bench.command().args([command, "--help"]).output().unwrap();
+        assert!(output.status.success());
+        assert!(
+            text(&output.stdout).contains("Example:"),
+            "{command} --help has an example"
+        );
+    }
+    let output = bench.command().arg("--version").output().unwrap();
+    assert!(text(&output.stdout).starts_with("kanban "));
+}

@@ -1,0 +1,518 @@
+//! `kanban worker` and `kanban turn` against real agent scripts, one test per
+//! call-site case of the seed.
+
+use kanban_testkit::{AgentScript, AgentTurn, write_executable, write_judge};
+
+use crate::{Bench, last_line, text};
+
+const FAILED: &str = r#"{"failed": true, "failure_retryable": true, "failure_reason": "timeout", "error": "peer closed connection"}"#;
+const SUCCESS: &str = r#"{"completed": true, "final_response": "all done"}"#;
+
+fn failed(reason: &str) -> String {
+    format!(
+        r#"{{"failed": true, "failure_retryable": true, "failure_reason": "{reason}", "error": "wall"}}"#
+    )
+}
+
+struct Case {
+    code: i32,
+    entries: usize,
+    stdout: String,
+    stderr: String,
+    requests: Vec<serde_json::Value>,
+}
+
+fn run_case(
+    turns: Vec<AgentTurn>,
+    env: &[(&str, &str)],
+    claim_ttl: Option<i64>,
+    extra: &[&str],
+) -> (Bench, String, Case) {
+    let bench = Bench::new();
+    let id = bench.add("recover", &["--body", "the body"]);
+    let carrier = bench.claim(&id, claim_ttl);
+    let agent = AgentScript::new(turns).write(bench.path(), "agent.sh");
+    let output = bench.worker(&carrier, &agent.path, env, extra);
+    let case = Case {
+        code: output.status.code().unwrap_or(-1),
+        entries: agent.requests().len(),
+        stdout: text(&output.stdout),
+        stderr: text(&output.stderr),
+        requests: agent.requests(),
+    };
+    (bench, id, case)
+}
+
+#[test]
+fn recovers_in_place() {
+    let (bench, id, case) = run_case(
+        vec![
+            AgentTurn::result(FAILED),
+            AgentTurn::result(SUCCESS).completing(),
+        ],
+        &[],
+        None,
+        &[],
+    );
+    assert_eq!(case.code, 0, "{}", case.stderr);
+    assert_eq!(case.entries, 2);
+    assert_eq!(case.requests[0]["kind"], "initial");
+    assert_eq!(case.requests[1]["kind"], "recovery");
+    let nudge = case.requests[1]["message"].as_str().unwrap();
+    assert!(
+        nudge.contains("Do NOT start over") && nudge.contains(&id),
+        "{nudge}"
+    );
+    assert_eq!(
+        case.requests[0]["session_id"], case.requests[1]["session_id"],
+        "the same session"
+    );
+    assert_eq!(case.requests[0]["task"]["body"], "the body");
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    assert_eq!(
+        last_line(case.stderr.as_bytes()),
+        "[kanban-worker-exit] rc=0"
+    );
+    assert_eq!(
+        last_line(case.stdout.as_bytes()),
+        "all done",
+        "the last stdout line is the reply"
+    );
+}
+
+#[test]
+fn budget_exhausted_stops_and_releases() {
+    let (_, _, case) = run_case(
+        vec![AgentTurn::result(FAILED)],
+        &[("HERMES_KANBAN_TURN_RECOVERY", "1")],
+        None,
+        &[],
+    );
+    assert_eq!(case.code, 75, "{}", case.stderr);
+    assert_eq!(case.entries, 2);
+    assert_eq!(
+        last_line(case.stderr.as_bytes()),
+        "[kanban-worker-exit] rc=75"
+    );
+}
+
+#[test]
+fn single_turn_route_outcomes() {
+    let rows = [
+        ("nothing-settled", "null".to_owned(), 1),
+        (
+            "denial-unfinished-turn",
+            r#"{"partial": true, "completed": false, "final_response": "cut off"}"#.to_owned(),
+            1,
+        ),
+        ("quota-wall", failed("rate_limit"), 75),
+        ("billing-wall", failed("billing"), 75),
+        ("upstream-quota-wall", failed("upstream_rate_limit"), 75),
+    ];
+    for (id, result, code) in rows {
+        let (_, _, case) = run_case(vec![AgentTurn::result(&result)], &[], None, &[]);
+        assert_eq!(case.code, code, "{id}: {}", case.stderr);
+        assert_eq!(case.entries, 1, "{id}");
+        assert_eq!(
+            last_line(case.stderr.as_bytes()),
+            format!("[kanban-worker-exit] rc={code}"),
+            "{id}"
+        );
+    }
+}
+
+/// Expires the claim's lease from inside the agent's turn.
+const EXPIRE_LEASE: &str = r#"python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE tasks SET claim_expires=1'); c.execute('UPDATE task_runs SET claim_expires=1'); c.commit()" "$HERMES_KANBAN_DB""#;
+
+#[test]
+fn claim_denial_stops_before_model_reentry() {
+    let (_, _, case) = run_case(
+        vec![AgentTurn::result(FAILED).after(EXPIRE_LEASE)],
+        &[],
+        None,
+        &[],
+    );
+    assert_eq!(case.code, 75, "{}", case.stderr);
+    assert_eq!(case.entries, 1);
+    assert!(
+        case.stderr.contains("no longer holds a live run/claim"),
+        "{}",
+        case.stderr
+    );
+}
+
+#[test]
+fn a_lease_that_expires_during_the_backoff_blocks_reentry() {
+    // A 2 s lease, a 4 s backoff: the proof before the sleep holds, the one after does not.
+    let (_, _, case) = run_case(
+        vec![AgentTurn::result(FAILED)],
+        &[],
+        Some(2),
+        &["--recovery-delays", "4"],
+    );
+    assert_eq!(case.code, 75, "{}", case.stderr);
+    assert_eq!(case.entries, 1);
+    assert!(
+        case.stderr.contains("attempt 1/3"),
+        "the attempt was authorised: {}",
+        case.stderr
+    );
+    assert!(
+        case.stderr.contains("no longer holds a live run/claim"),
+        "{}",
+        case.stderr
+    );
+}
+
+#[test]
+fn goal_mode_does_not_continue() {
+    let interrupted = r#"{"interrupted": true, "failed": true, "failure_retryable": true, "failure_reason": "timeout"}"#;
+    let settled = r#"{"failed": true, "failure_retryable": true, "failure_reason": "timeout", "turn_exit_reason": "max_iterations_reached(60/60)"}"#;
+    let partial = r#"{"partial": true, "completed": false}"#;
+    // (id, agent turns, extra environment, exit code, model entries)
+    type Row<'a> = (&'a str, Vec<AgentTurn>, Vec<(&'a str, &'a str)>, i32, usize);
+    let rows: Vec<Row> = vec![
+        (
+            "recovery-denied",
+            vec![AgentTurn::result(FAILED).after(EXPIRE_LEASE)],
+            vec![],
+            75,
+            1,
+        ),
+        (
+            "quota-wall-billing",
+            vec![AgentTurn::result(&failed("billing"))],
+            vec![],
+            75,
+            1,
+        ),
+        (
+            "quota-wall-upstream",
+            vec![AgentTurn::result(&failed("upstream_rate_limit"))],
+            vec![],
+            75,
+            1,
+        ),
+        (
+            "interrupt",
+            vec![AgentTurn::result(interrupted)],
+            vec![],
+            130,
+            1,
+        ),
+        (
+            "terminal-settlement",
+            vec![AgentTurn::result(settled)],
+            vec![],
+            75,
+            1,
+        ),
+        (
+            "budget-exhausted",
+            vec![AgentTurn::result(FAILED)],
+            vec![("HERMES_KANBAN_TURN_RECOVERY", "1")],
+            75,
+            2,
+        ),
+        (
+            "unfinished-nonfailed",
+            vec![AgentTurn::result(partial)],
+            vec![],
+            1,
+            1,
+        ),
+    ];
+    for (id, turns, env, code, entries) in rows {
+        let bench = Bench::new();
+        let card = bench.add("goal card", &["--goal", "--goal-max-turns", "3"]);
+        let carrier = bench.claim(&card, None);
+        let agent = AgentScript::new(turns).write(bench.path(), "agent.sh");
+        let (judge, calls) = write_judge(bench.path(), "continue");
+        let output = bench.worker(
+            &carrier,
+            &agent.path,
+            &env,
+            &["--judge", judge.to_str().unwrap()],
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{id}: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(agent.requests().len(), entries, "{id}");
+        assert!(!calls.exists(), "{id}: the judge was never asked");
+    }
+    // The lease that expires during the backoff, in goal mode.
+    let (_, _, case) = run_case(
+        vec![AgentTurn::result(FAILED)],
+        &[("HERMES_KANBAN_GOAL_MODE", "1")],
+        Some(2),
+        &["--recovery-delays", "4", "--judge", "false"],
+    );
+    assert_eq!(
+        (case.code, case.entries),
+        (75, 1),
+        "lease-expired-during-backoff: {}",
+        case.stderr
+    );
+}
+
+#[test]
+fn goal_mode_continues_after_a_successful_authorized_recovery() {
+    let bench = Bench::new();
+    let card = bench.add("goal card", &["--goal"]);
+    let carrier = bench.claim(&card, None);
+    let agent = AgentScript::new(vec![
+        AgentTurn::result(FAILED),
+        AgentTurn::result(r#"{"completed": true, "final_response": "recovered answer"}"#),
+    ])
+    .write(bench.path(), "agent.sh");
+    let (judge, calls) = write_judge(bench.path(), "blocked");
+    let output = bench.worker(
+        &carrier,
+        &agent.path,
+        &[],
+        &["--judge", judge.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(agent.requests().len(), 2);
+    let calls = std::fs::read_to_string(calls).unwrap();
+    let first: serde_json::Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first["last_response"], "recovered answer",
+        "the judge sees the RECOVERED response"
+    );
+    assert_eq!(first["goal"], "goal card");
+    assert_eq!(
+        bench.show(&card)["task"]["status"],
+        "blocked",
+        "the judge ruled it unachievable"
+    );
+}
+
+#[test]
+fn stop_nudges_follow_a_reply_without_a_terminal_call() {
+    let (bench, id, case) = run_case(
+        vec![AgentTurn::result(SUCCESS)],
+        &[("HERMES_KANBAN_STOP_NUDGE", "1")],
+        None,
+        &[],
+    );
+    assert_eq!(case.code, 0);
+    assert_eq!(case.entries, 3, "the turn and two stop nudges");
+    assert_eq!(case.requests[1]["kind"], "stop_nudge");
+    assert_eq!(
+        bench.show(&id)["task"]["status"],
+        "running",
+        "the dispatcher will book a protocol violation"
+    );
+    let (_, _, case) = run_case(
+        vec![AgentTurn::result(SUCCESS)],
+        &[("HERMES_KANBAN_STOP_NUDGE", "off")],
+        None,
+        &[],
+    );
+    assert_eq!(case.entries, 1, "off disables the stop nudge");
+}
+
+#[test]
+fn agents_without_a_result_line_are_read_by_their_exit_status() {
+    let rows = [
+        (
+            AgentTurn::exit(0).after("echo plain text reply"),
+            0,
+            "plain text reply",
+        ),
+        (AgentTurn::exit(75), 75, ""),
+        (AgentTurn::exit(3), 1, ""),
+    ];
+    for (turn, code, reply) in rows {
+        let (_, _, case) = run_case(
+            vec![turn],
+            &[
+                ("HERMES_KANBAN_TURN_RECOVERY", "0"),
+                ("HERMES_KANBAN_STOP_NUDGE", "0"),
+            ],
+            None,
+            &[],
+        );
+        assert_eq!(case.code, code, "{}", case.stderr);
+        if !reply.is_empty() {
+            assert_eq!(last_line(case.stdout.as_bytes()), reply);
+        }
+    }
+}
+
+#[test]
+fn a_real_sigint_during_a_turn_stops_the_agent_group_and_exits_130() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let bench = Bench::new();
+    let id = bench.add("long job", &[]);
+    let carrier = bench.claim(&id, None);
+    let pids = bench.path().join("pids");
+    let agent = bench.path().join("slow.sh");
+    write_executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\nsleep 300 &\necho $! > '{}'\nwait\n",
+            pids.display()
+        ),
+    );
+    let mut command = bench.command();
+    command
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .arg("worker")
+        .arg("--agent")
+        .arg(&agent)
+        .args(["--grace", "5"]);
+    command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while !pids.exists() || std::fs::read_to_string(&pids).unwrap().trim().is_empty() {
+        assert!(started.elapsed().as_secs() < 20, "the agent never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let grandchild: i32 = std::fs::read_to_string(&pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
+    assert_eq!(last_line(&output.stderr), "[kanban-worker-exit] rc=130");
+    assert!(gone(grandchild), "the agent's process group is gone");
+    assert!(started.elapsed().as_secs() < 20);
+}
+
+#[test]
+fn a_missing_carrier_is_refused_before_any_agent_runs() {
+    let bench = Bench::new();
+    let id = bench.add("x", &[]);
+    let carrier = bench.claim(&id, None);
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS)]).write(bench.path(), "agent.sh");
+    for missing in [
+        "HERMES_KANBAN_TASK",
+        "HERMES_KANBAN_DB",
+        "HERMES_KANBAN_RUN_ID",
+        "HERMES_KANBAN_CLAIM_LOCK",
+    ] {
+        let partial: Vec<_> = carrier
+            .iter()
+            .filter(|(k, _)| k != missing)
+            .cloned()
+            .collect();
+        let output = bench.worker(&partial, &agent.path, &[], &[]);
+        assert_eq!(output.status.code(), Some(1));
+        assert!(
+            text(&output.stderr).contains(missing),
+            "{missing}: {}",
+            text(&output.stderr)
+        );
+    }
+    assert!(agent.requests().is_empty(), "no agent ran");
+}
+
+#[test]
+fn a_stale_workers_terminal_call_is_refused_and_the_board_unchanged() {
+    let bench = Bench::new();
+    let id = bench.add("contested", &[]);
+    let stale = bench.claim(&id, None);
+    bench.ok(&["reclaim", &id]);
+    let before = bench.show(&id);
+    let output = bench
+        .command()
+        .envs(stale.iter().map(|(k, v)| (k, v)))
+        .args(["complete", "--summary", "zombie"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("no longer holds the claim") && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    let after = bench.show(&id);
+    assert_eq!(after["task"], before["task"], "the card is unchanged");
+    assert_eq!(after["runs"], before["runs"], "the runs are unchanged");
+    let kinds: Vec<_> = after["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("stale_write_rejected")
+    );
+    for args in [
+        vec!["block", "--reason", "x"],
+        vec!["heartbeat"],
+        vec!["comment", "x"],
+    ] {
+        let output = bench
+            .command()
+            .envs(stale.iter().map(|(k, v)| (k, v)))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+    }
+}
+
+#[test]
+fn one_shot_turn_prints_its_text_and_session() {
+    let bench = Bench::new();
+    let agent = AgentScript::new(vec![AgentTurn::result(r#"{"failed": true, "failure_reason": "rate_limit", "final_response": "API call failed after 3 retries", "session_id": "stored"}"#)])
+        .write(bench.path(), "agent.sh");
+    let output = bench
+        .command()
+        .args(["turn", "--agent"])
+        .arg(&agent.path)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "not a worker: a quota wall is 1, never 75"
+    );
+    assert!(text(&output.stdout).contains("API call failed"));
+    assert!(text(&output.stderr).contains("session_id: stored"));
+    assert_eq!(agent.requests().len(), 1, "one turn, no recovery");
+    assert_eq!(agent.requests()[0]["message"], "hello");
+    let ok = AgentScript::new(vec![AgentTurn::result(SUCCESS)]).write(bench.path(), "ok.sh");
+    let output = bench
+        .command()
+        .args(["turn", "--agent"])
+        .arg(&ok.path)
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(last_line(&output.stdout), "all done");
+}
+
+/// True when `pid` no longer runs: absent, or a zombie waiting for its reaper.
+fn gone(pid: i32) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed().as_secs() < 5 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    false
+}
