@@ -7,9 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kanban_core::lease::evaluate_lease;
 use kanban_core::{
-    Board, BoardAdmin, BoardError, Claim, ClaimGrant, Clock, EventRecord, NewTask, NotLive,
-    ProofIdentity, ProofRequest, RunRecord, RunStatus, TaskRecord, TaskStatus, TaskView,
-    WorkerResult,
+    Board, BoardAdmin, BoardError, Booking, BookingInput, BookingKind, Claim, ClaimGrant, Clock,
+    DispatchBoard, EventRecord, ExitReport, ExitWitness, NewTask, NotLive, ProofIdentity,
+    ProofRequest, RunRecord, RunStatus, RunningWorker, TaskRecord, TaskStatus, TaskView,
+    WorkerResult, book_worker_exit,
 };
 use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior,
@@ -773,7 +774,7 @@ impl BoardAdmin for SqliteBoard {
             let candidates: Vec<String> = {
                 let mut statement = tx.prepare_cached(
                     "SELECT id FROM tasks WHERE status = 'ready' AND claim_lock IS NULL
-                      ORDER BY priority DESC, created_at ASC, id ASC LIMIT 32",
+                      ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 32",
                 )?;
                 statement
                     .query_map([], |row| row.get(0))?
@@ -900,6 +901,16 @@ impl BoardAdmin for SqliteBoard {
         })
     }
 
+    async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {
+        let mut events: Vec<EventRecord> = self.read(|conn| {
+            conn.prepare_cached("SELECT id, task_id, run_id, kind, payload, created_at FROM task_events ORDER BY id DESC LIMIT ?1")?
+                .query_map(params![limit as i64], event_from_row)?
+                .collect()
+        })?;
+        events.reverse();
+        Ok(events)
+    }
+
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
         let payload: Option<String> = self.read(|conn| {
             conn.query_row(
@@ -934,5 +945,273 @@ impl SqliteBoard {
     /// Reads one task row, if it exists.
     pub fn task(&self, task_id: &str) -> Result<Option<TaskRecord>, BoardError> {
         self.read(|conn| read_task(conn, task_id))
+    }
+}
+
+/// Counts the protocol violations booked in a row, newest first; rate-limit
+/// runs do not break the streak, anything else does.
+fn violation_streak(tx: &Connection, task_id: &str) -> rusqlite::Result<u32> {
+    let mut statement = tx.prepare_cached(
+        "SELECT outcome FROM task_runs WHERE task_id = ?1 AND ended_at IS NOT NULL ORDER BY id DESC LIMIT 50",
+    )?;
+    let outcomes: Vec<Option<String>> = statement
+        .query_map(params![task_id], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut streak = 0;
+    for outcome in outcomes {
+        match outcome.as_deref() {
+            Some("rate_limited") => continue,
+            Some("protocol_violation") => streak += 1,
+            _ => break,
+        }
+    }
+    Ok(streak)
+}
+
+fn witness_json(witness: ExitWitness) -> (Option<i32>, Option<i32>) {
+    match witness {
+        ExitWitness::Code(code) => (Some(code), None),
+        ExitWitness::Signal(signal) => (None, Some(signal)),
+        ExitWitness::Unknown => (None, None),
+    }
+}
+
+/// The error text a booking leaves on the run and the card.
+fn booking_error(booking: &Booking, witness: ExitWitness, tail: &str) -> String {
+    let how = match witness {
+        ExitWitness::Code(code) => format!("exited with code {code}"),
+        ExitWitness::Signal(signal) => format!("was killed by signal {signal}"),
+        ExitWitness::Unknown => "ended, and nothing says how".to_owned(),
+    };
+    let what = match booking.kind {
+        BookingKind::ProtocolViolation => "worker exited cleanly (rc=0) without kanban complete or kanban block: protocol violation; a run without a terminal board call counts as unfinished".to_owned(),
+        BookingKind::RateLimited => "worker hit a transient provider wall (rc=75); requeued after the cooldown".to_owned(),
+        BookingKind::TerminalProvider => "worker hit a provider failure that needs a human (rc=78)".to_owned(),
+        BookingKind::Interrupted => "worker was interrupted by the dispatcher (rc=130)".to_owned(),
+        BookingKind::Crashed | BookingKind::Settled => format!("worker {how}"),
+    };
+    if tail.trim().is_empty() {
+        what
+    } else {
+        format!("{what}. Worker's last output: {:?}", tail.trim())
+    }
+}
+
+#[async_trait]
+impl DispatchBoard for SqliteBoard {
+    async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError> {
+        let db = self.db();
+        self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT id, current_run_id, claim_lock, worker_pid, claim_expires, last_heartbeat_at
+                   FROM tasks WHERE status = 'running' ORDER BY current_run_id",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<i64>>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, Option<i64>>(3)?,
+                    row.get::<_, Option<i64>>(4)?,
+                    row.get::<_, Option<i64>>(5)?,
+                ))
+            })?;
+            let mut workers = Vec::new();
+            for row in rows {
+                let (task_id, run_id, lock, worker_pid, claim_expires, last_heartbeat_at) = row?;
+                let (Some(run_id), Some(claim_lock)) = (run_id, lock) else {
+                    continue;
+                };
+                workers.push(RunningWorker {
+                    claim: Claim {
+                        task_id,
+                        db: db.clone(),
+                        run_id,
+                        claim_lock,
+                        board: None,
+                    },
+                    worker_pid,
+                    claim_expires,
+                    last_heartbeat_at,
+                });
+            }
+            Ok(workers)
+        })
+    }
+
+    async fn count_running(&self) -> Result<usize, BoardError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT COUNT(*) FROM tasks WHERE status = 'running'")?
+                .query_row([], |row| row.get::<_, i64>(0))
+                .map(|count| count as usize)
+        })
+    }
+
+    async fn claim_next_ready(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+        rate_limit_cooldown: i64,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let db = self.db();
+        self.write(|tx, now| {
+            // Walk the ready lane in order; the cooldown check is one index
+            // lookup per candidate, so the tick stays index-driven.
+            let candidates: Vec<String> = {
+                let mut statement = tx.prepare_cached(
+                    "SELECT t.id FROM tasks t
+                      WHERE t.status = 'ready' AND t.claim_lock IS NULL
+                        AND NOT EXISTS (
+                            SELECT 1 FROM task_runs r
+                             WHERE r.id = (SELECT MAX(id) FROM task_runs WHERE task_id = t.id)
+                               AND r.outcome = 'rate_limited' AND r.ended_at > ?1)
+                      ORDER BY t.priority DESC, t.created_at ASC, t.rowid ASC LIMIT 32",
+                )?;
+                statement
+                    .query_map(params![now - rate_limit_cooldown], |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?
+            };
+            for id in candidates {
+                if let Some(grant) = claim_in(tx, &db, &id, ttl_seconds, claim_lock, now)? {
+                    return Ok(Some(grant));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    async fn record_spawn(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        self.write(|tx, now| {
+            let changed = tx.execute(
+                "UPDATE tasks SET worker_pid = ?4, worker_started_at = ?5
+                  WHERE id = ?1 AND status = 'running' AND current_run_id = ?2 AND claim_lock = ?3",
+                params![claim.task_id, claim.run_id, claim.claim_lock, pid, now],
+            )?;
+            if changed != 1 {
+                return Err(BoardError::LeaseLost {
+                    task_id: claim.task_id.clone(),
+                    reason: NotLive::RunMoved { current: 0 },
+                }
+                .into());
+            }
+            tx.execute(
+                "UPDATE task_runs SET worker_pid = ?2, worker_started_at = ?3 WHERE id = ?1",
+                params![claim.run_id, pid, now],
+            )?;
+            append_event(
+                tx,
+                &claim.task_id,
+                Some(claim.run_id),
+                "spawned",
+                &json!({"pid": pid}),
+                now,
+            )?;
+            Ok(())
+        })
+    }
+
+    async fn extend_expired_lease(
+        &self,
+        claim: &Claim,
+        expires: i64,
+        kind: &str,
+        reason: &str,
+    ) -> Result<bool, BoardError> {
+        self.write(|tx, now| {
+            let changed = tx.execute(
+                "UPDATE tasks SET claim_expires = ?4
+                  WHERE id = ?1 AND status = 'running' AND current_run_id = ?2 AND claim_lock = ?3
+                    AND claim_expires IS NOT NULL AND claim_expires < ?5",
+                params![claim.task_id, claim.run_id, claim.claim_lock, expires, now],
+            )?;
+            if changed == 1 {
+                tx.execute(
+                    "UPDATE task_runs SET claim_expires = ?2 WHERE id = ?1",
+                    params![claim.run_id, expires],
+                )?;
+                append_event(
+                    tx,
+                    &claim.task_id,
+                    Some(claim.run_id),
+                    kind,
+                    &json!({"reason": reason, "claim_expires": expires}),
+                    now,
+                )?;
+            }
+            Ok(changed == 1)
+        })
+    }
+
+    async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError> {
+        let payload: Option<String> = self.read(|conn| {
+            conn.query_row(
+                "SELECT payload FROM task_events WHERE task_id = ?1 AND kind = 'worker_result' ORDER BY id DESC LIMIT 1",
+                params![claim.task_id],
+                |row| row.get(0),
+            )
+            .optional()
+            .map(Option::flatten)
+        })?;
+        Ok(payload
+            .and_then(|payload| serde_json::from_str::<WorkerResult>(&payload).ok())
+            .filter(|result| result.claim_lock == claim.claim_lock))
+    }
+
+    async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError> {
+        self.write(|tx, now| {
+            let row: Option<(String, Option<i64>, Option<String>, u32, Option<u32>)> = tx
+                .query_row(
+                    "SELECT status, current_run_id, claim_lock, consecutive_failures, max_retries FROM tasks WHERE id = ?1",
+                    params![claim.task_id],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)),
+                )
+                .optional()?;
+            let Some((status, run_id, lock, failures, max_retries)) = row else {
+                return Err(BoardError::TaskNotFound(claim.task_id.clone()).into());
+            };
+            let still_running =
+                status == "running" && run_id == Some(claim.run_id) && lock.as_deref() == Some(claim.claim_lock.as_str());
+            let input = BookingInput {
+                witness: report.witness,
+                still_running,
+                signalled_by_dispatcher: report.signalled_by_dispatcher,
+                violation_streak: violation_streak(tx, &claim.task_id)?,
+                consecutive_failures: failures,
+                failure_limit: max_retries.unwrap_or(report.default_failure_limit),
+            };
+            let booking = book_worker_exit(input);
+            let (exit_code, signal) = witness_json(report.witness);
+            let tail: String = report.output_tail.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+            if booking.kind == BookingKind::Settled {
+                let payload = json!({"kind": "settled", "exit_code": exit_code, "signal": signal, "source": report.source, "output": tail});
+                append_event(tx, &claim.task_id, Some(claim.run_id), "worker_exited", &payload, now)?;
+                return Ok(booking);
+            }
+            let error = booking_error(&booking, report.witness, &tail);
+            close_run(tx, &claim.task_id, booking.kind.as_str(), booking.kind.as_str(), None, Some(&error), now)?;
+            let failures = failures + u32::from(booking.counts_failure);
+            let landing = if booking.blocks { "blocked" } else { "ready" };
+            tx.execute(
+                "UPDATE tasks SET status = ?2, consecutive_failures = ?3, last_failure_error = ?4 WHERE id = ?1",
+                params![claim.task_id, landing, failures, error],
+            )?;
+            let payload = json!({
+                "kind": booking.kind.as_str(),
+                "exit_code": exit_code,
+                "signal": signal,
+                "source": report.source,
+                "counted": booking.counts_failure,
+                "failures": failures,
+                "blocked": booking.blocks,
+                "cooldown": booking.cooldown,
+                "output": tail,
+            });
+            append_event(tx, &claim.task_id, Some(claim.run_id), booking.kind.as_str(), &payload, now)?;
+            if booking.blocks {
+                let payload = json!({"trigger": booking.kind.as_str(), "failures": failures, "sticky": true});
+                append_event(tx, &claim.task_id, Some(claim.run_id), "gave_up", &payload, now)?;
+            }
+            Ok(booking)
+        })
     }
 }

@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS task_runs (
     metadata            TEXT,
     error               TEXT
 );
-CREATE INDEX IF NOT EXISTS idx_tasks_lane_order  ON tasks(status, priority DESC, created_at, id);
+CREATE INDEX IF NOT EXISTS idx_tasks_lane_order  ON tasks(status, priority DESC, created_at);
 CREATE INDEX IF NOT EXISTS idx_tasks_idempotency ON tasks(idempotency_key);
 CREATE INDEX IF NOT EXISTS idx_links_child       ON task_links(child_id);
 CREATE INDEX IF NOT EXISTS idx_links_parent      ON task_links(parent_id);

@@ -154,6 +154,84 @@ pub(crate) enum Command {
     ///
     /// Example: kanban prove --db ./kanban.db --task t_1a2b3c4d --run-id 3 --claim-lock host:42 --json
     Prove(ProveArgs),
+    /// Claim ready cards, spawn a worker for each, book every exit, release stale claims.
+    ///
+    /// Runs until interrupted by default, one tick every --interval (sooner
+    /// when a worker exits). Only one dispatcher ticks a board at a time.
+    /// Workers' output goes to logs/TASK.log beside the board file.
+    ///
+    /// Example: kanban dispatch --agent examples/agents/finish.sh --max-in-progress 4
+    Dispatch(DispatchArgs),
+    /// A demonstration on a fresh board: simulated agents that fail and recover.
+    ///
+    /// Adds a handful of cards, dispatches them with a bundled simulated
+    /// agent (a real child process speaking the agent protocol) and prints a
+    /// summary. Short delays; finishes in well under a minute.
+    ///
+    /// Example: kanban demo
+    Demo {
+        /// Use this board file instead of a fresh temporary one.
+        #[arg(long, value_name = "PATH")]
+        board_file: Option<PathBuf>,
+    },
+    /// A live view of the board: cards by status, running workers, last events.
+    ///
+    /// Redraws in place on a terminal; prints plain snapshots otherwise.
+    ///
+    /// Example: kanban watch --interval 2
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Print one snapshot and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// The simulated agent `kanban demo` uses (speaks the agent protocol).
+    #[command(hide = true)]
+    SimAgent,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DispatchArgs {
+    /// One tick, then exit.
+    #[arg(long, conflicts_with = "until_idle")]
+    pub(crate) once: bool,
+    /// Exit once nothing runs and nothing can be claimed.
+    #[arg(long)]
+    pub(crate) until_idle: bool,
+    /// Seconds between ticks.
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    pub(crate) interval: f64,
+    /// Cards running at once, at most.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub(crate) max_in_progress: usize,
+    /// The agent command workers run (passed to `kanban worker --agent`).
+    #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
+    pub(crate) agent: Option<String>,
+    /// The goal judge command workers use.
+    #[arg(long, env = "KANBAN_JUDGE", value_name = "CMD")]
+    pub(crate) judge: Option<String>,
+    /// The workers' in-place recovery backoff (passed to `kanban worker`).
+    #[arg(long, value_name = "S[,S...]", overrides_with = "recovery_delays")]
+    pub(crate) recovery_delays: Option<String>,
+    /// The lease of each claim in seconds (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 900).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) ttl: Option<i64>,
+    /// Seconds a card that hit a rate limit (exit 75) waits before its next worker.
+    #[arg(
+        long,
+        default_value_t = 300,
+        value_name = "SECONDS",
+        env = "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS"
+    )]
+    pub(crate) rate_limit_cooldown: i64,
+    /// Counted failures that block a card naming no --max-retries of its own (default 2).
+    #[arg(long, value_name = "N")]
+    pub(crate) failure_limit: Option<u32>,
+    /// Seconds workers get to stop after a shutdown signal.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub(crate) grace: u64,
 }
 
 #[derive(Debug, Args)]

@@ -6,9 +6,13 @@ mod admin;
 mod agent_calls;
 mod args;
 mod board_path;
+mod demo;
+mod dispatch;
 mod output;
 mod prove;
 mod runtime;
+mod sim_agent;
+mod watch;
 mod worker;
 
 use std::io::IsTerminal;
@@ -81,5 +85,21 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             worker::one_turn(env, &agent, &message, interrupt.clone())
         }
         Command::Prove(args) => prove::prove(global, env, &args),
+        Command::Dispatch(args) => {
+            runtime::install_signal_handlers(interrupt)?;
+            let db = board_path::board_path(global, env)?;
+            let slug = board_path::board_slug(global, env)?;
+            let plan = dispatch::DispatchPlan::from_args(&args, db, slug, env);
+            match dispatch::Dispatcher::start(plan, interrupt.clone())? {
+                Some(mut dispatcher) => dispatcher.run().map(|()| 0),
+                None => Ok(0),
+            }
+        }
+        Command::Demo { board_file } => {
+            runtime::install_signal_handlers(interrupt)?;
+            demo::demo(board_file.or_else(|| global.db.clone()), interrupt.clone())
+        }
+        Command::Watch { interval, once } => watch::watch(global, env, interval, once),
+        Command::SimAgent => sim_agent::sim_agent(env),
     }
 }

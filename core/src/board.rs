@@ -175,6 +175,8 @@ pub trait BoardAdmin: Send + Sync {
     async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError>;
     /// Every card, optionally of one status, oldest first.
     async fn list_tasks(&self, status: Option<TaskStatus>) -> Result<Vec<TaskRecord>, BoardError>;
+    /// The newest `limit` events of the whole board, newest last.
+    async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError>;
     /// The exit code booked by the worker holding `claim`: the newest
     /// `worker_result` whose claim lock matches, else 1.
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError>;

@@ -12,6 +12,7 @@
 mod board;
 mod booking;
 mod claim;
+mod dispatch;
 mod env;
 mod exit;
 pub mod lease;
@@ -32,6 +33,7 @@ pub use booking::{
     PROTOCOL_VIOLATION_LIMIT, WORKER_EXIT_TRAILER, book_worker_exit, exit_code_from_trailer,
 };
 pub use claim::{CarrierError, Claim, NotLive, ProofIdentity, ProofRequest};
+pub use dispatch::{DispatchBoard, ExitReport, RunningWorker};
 pub use env::{Environment, vars};
 pub use exit::{
     CredentialFailure, ExitCode, TERMINAL_PROVIDER_REASONS, TRANSIENT_PROVIDER_REASONS,

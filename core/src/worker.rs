@@ -26,6 +26,12 @@ pub struct WorkerResult {
     pub claim_lock: String,
     pub exit_code: i32,
     pub last_output: String,
+    /// Model entries the run made.
+    #[serde(default)]
+    pub turns: u32,
+    /// In-place recovery attempts the run authorised.
+    #[serde(default)]
+    pub recovery_attempts: u32,
 }
 
 /// A goal-mode card's goal.
@@ -360,6 +366,8 @@ pub async fn run_worker_turns(frame: Frame, ports: &mut WorkerPorts<'_>) -> Work
         claim_lock: setup.claim.claim_lock.clone(),
         exit_code: code.code(),
         last_output: tail(&run.last_response(), LAST_OUTPUT_LIMIT),
+        turns: run.turns,
+        recovery_attempts: run.recovery_attempts,
     };
     if let Err(error) = run.ports.board.book_result(&setup.claim, &booking).await {
         let line = format!(

@@ -2,8 +2,8 @@
 //! for each. The in-memory board earns its place by passing it too.
 
 use kanban_core::{
-    Board, BoardAdmin, BoardError, Claim, NewTask, NotLive, ProofIdentity, RunStatus, TaskStatus,
-    WorkerResult,
+    Board, BoardAdmin, BoardError, BookingKind, Claim, DispatchBoard, ExitReport, ExitWitness,
+    NewTask, NotLive, ProofIdentity, RunStatus, TaskStatus, WorkerResult,
 };
 
 use crate::{VirtualClock, block_on};
@@ -36,7 +36,7 @@ fn assert_lease_lost(result: Result<impl std::fmt::Debug, BoardError>, what: &st
 /// section, each reading time from the `VirtualClock` it is given.
 pub fn run_board_contract<B, F>(make: F)
 where
-    B: Board + BoardAdmin,
+    B: Board + BoardAdmin + DispatchBoard,
     F: Fn(VirtualClock) -> B,
 {
     let fresh = || {
@@ -429,6 +429,8 @@ where
             claim_lock: claim.claim_lock.clone(),
             exit_code: 75,
             last_output: "wall".into(),
+            turns: 1,
+            recovery_attempts: 0,
         };
         block_on(board.book_result(&claim, &booked)).unwrap();
         assert_eq!(
@@ -452,6 +454,157 @@ where
         assert_lease_lost(
             block_on(board.bind_worker(&claim, 44)),
             "bind on an expired lease",
+        );
+    }
+
+    // The dispatcher's side: spawn records, bookings from core's table, cooldowns.
+    {
+        let (board, time) = fresh();
+        let report = |witness| ExitReport {
+            witness,
+            source: "wait",
+            signalled_by_dispatcher: false,
+            output_tail: "last words".into(),
+            default_failure_limit: 2,
+        };
+        let id = block_on(board.create_task(&task("dispatched"))).unwrap();
+        let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
+            .unwrap()
+            .expect("a ready card");
+        block_on(board.record_spawn(&claim.claim, 4242)).unwrap();
+        assert_eq!(block_on(board.count_running()).unwrap(), 1);
+        let workers = block_on(board.running_workers()).unwrap();
+        assert_eq!(workers.len(), 1);
+        assert_eq!(workers[0].worker_pid, Some(4242));
+        assert_eq!(workers[0].claim, claim.claim);
+
+        // Exit 75: back to ready, not counted, held for the cooldown.
+        let booking =
+            block_on(board.book_exit(&claim.claim, &report(ExitWitness::Code(75)))).unwrap();
+        assert_eq!(booking.kind, BookingKind::RateLimited);
+        let view = block_on(board.show_task(&id)).unwrap();
+        assert_eq!(view.task.status, TaskStatus::Ready);
+        assert_eq!(view.task.consecutive_failures, 0);
+        assert_eq!(view.runs[0].outcome.as_deref(), Some("rate_limited"));
+        assert!(
+            view.events
+                .iter()
+                .any(|e| e.kind == "rate_limited" && e.payload["exit_code"] == 75)
+        );
+        assert_eq!(
+            block_on(board.claim_next_ready(TTL, "host:d", 300)).unwrap(),
+            None,
+            "held during the cooldown"
+        );
+        time.advance(301);
+        let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
+            .unwrap()
+            .expect("claimable after the cooldown");
+
+        // Two crashes block at the default limit of 2.
+        let booking =
+            block_on(board.book_exit(&claim.claim, &report(ExitWitness::Signal(9)))).unwrap();
+        assert_eq!(
+            (booking.kind, booking.blocks),
+            (BookingKind::Crashed, false)
+        );
+        assert_eq!(
+            block_on(board.show_task(&id))
+                .unwrap()
+                .task
+                .consecutive_failures,
+            1
+        );
+        let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
+            .unwrap()
+            .unwrap();
+        let booking =
+            block_on(board.book_exit(&claim.claim, &report(ExitWitness::Unknown))).unwrap();
+        assert_eq!((booking.kind, booking.blocks), (BookingKind::Crashed, true));
+        let view = block_on(board.show_task(&id)).unwrap();
+        assert_eq!(view.task.status, TaskStatus::Blocked);
+        assert!(view.events.iter().any(|e| e.kind == "gave_up"));
+
+        // A second booking of the same exit changes nothing.
+        let again = block_on(board.book_exit(&claim.claim, &report(ExitWitness::Unknown))).unwrap();
+        assert_eq!(again.kind, BookingKind::Settled);
+        assert_eq!(
+            block_on(board.show_task(&id))
+                .unwrap()
+                .task
+                .consecutive_failures,
+            2
+        );
+
+        // Exit 0 without a terminal call: not counted until the third in a row.
+        let id = block_on(board.create_task(&task("chatty"))).unwrap();
+        for round in 1..=3 {
+            let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+                .unwrap()
+                .unwrap();
+            let booking =
+                block_on(board.book_exit(&claim.claim, &report(ExitWitness::Code(0)))).unwrap();
+            assert_eq!(
+                booking.kind,
+                BookingKind::ProtocolViolation,
+                "round {round}"
+            );
+            assert_eq!(booking.blocks, round == 3, "round {round}");
+        }
+        let view = block_on(board.show_task(&id)).unwrap();
+        assert_eq!(
+            (view.task.status, view.task.consecutive_failures),
+            (TaskStatus::Blocked, 0)
+        );
+
+        // Exit 78 blocks at once; a booked result is read back by its lock.
+        let id = block_on(board.create_task(&task("terminal"))).unwrap();
+        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        assert_eq!(block_on(board.booked_result(&claim)).unwrap(), None);
+        let result = WorkerResult {
+            pid: 1,
+            claim_lock: claim.claim_lock.clone(),
+            exit_code: 78,
+            last_output: "auth".into(),
+            turns: 1,
+            recovery_attempts: 0,
+        };
+        block_on(board.book_result(&claim, &result)).unwrap();
+        assert_eq!(block_on(board.booked_result(&claim)).unwrap(), Some(result));
+        let booking = block_on(board.book_exit(&claim, &report(ExitWitness::Code(78)))).unwrap();
+        assert_eq!(
+            (booking.kind, booking.blocks),
+            (BookingKind::TerminalProvider, true)
+        );
+
+        // An expired lease is extended only while it is still expired and ours.
+        let id = block_on(board.create_task(&task("slow"))).unwrap();
+        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        assert!(
+            !block_on(board.extend_expired_lease(&claim, 9_999_999, "claim_extended", "pid_alive"))
+                .unwrap(),
+            "not expired yet"
+        );
+        time.advance(TTL + 1);
+        assert!(
+            block_on(board.extend_expired_lease(&claim, 9_999_999, "claim_extended", "pid_alive"))
+                .unwrap()
+        );
+        assert!(
+            block_on(board.prove_claim(&claim, ProofIdentity::AnyProcess)).is_ok(),
+            "the extended lease is live"
+        );
+        assert!(
+            block_on(board.recent_events(3))
+                .unwrap()
+                .last()
+                .is_some_and(|e| e.kind == "claim_extended")
         );
     }
 }

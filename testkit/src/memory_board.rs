@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease};
 use kanban_core::{
-    Board, BoardAdmin, BoardError, Claim, ClaimGrant, Clock, EventRecord, NewTask, NotLive,
-    ProofIdentity, RunRecord, RunStatus, TaskRecord, TaskStatus, TaskView, WorkerResult,
+    Board, BoardAdmin, BoardError, Booking, BookingInput, BookingKind, Claim, ClaimGrant, Clock,
+    DispatchBoard, EventRecord, ExitReport, ExitWitness, NewTask, NotLive, ProofIdentity,
+    RunRecord, RunStatus, RunningWorker, TaskRecord, TaskStatus, TaskView, WorkerResult,
+    book_worker_exit,
 };
 use serde_json::{Value, json};
 
@@ -711,6 +713,12 @@ impl BoardAdmin for InMemoryBoard {
             .collect())
     }
 
+    async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {
+        let state = self.state.lock().unwrap();
+        let skip = state.events.len().saturating_sub(limit);
+        Ok(state.events[skip..].to_vec())
+    }
+
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
         let state = self.state.lock().unwrap();
         Ok(state
@@ -721,5 +729,234 @@ impl BoardAdmin for InMemoryBoard {
             .filter(|e| e.payload["claim_lock"].as_str() == Some(claim.claim_lock.as_str()))
             .and_then(|e| e.payload["exit_code"].as_i64())
             .map_or(1, |code| code as i32))
+    }
+}
+
+impl State {
+    fn violation_streak(&self, task_id: &str) -> u32 {
+        let mut streak = 0;
+        for run in self
+            .runs
+            .iter()
+            .rev()
+            .filter(|r| r.task_id == task_id && r.ended_at.is_some())
+        {
+            match run.outcome.as_deref() {
+                Some("rate_limited") => continue,
+                Some("protocol_violation") => streak += 1,
+                _ => break,
+            }
+        }
+        streak
+    }
+
+    fn cooling_down(&self, task_id: &str, since: i64) -> bool {
+        self.runs
+            .iter()
+            .rev()
+            .find(|r| r.task_id == task_id)
+            .is_some_and(|r| {
+                r.outcome.as_deref() == Some("rate_limited")
+                    && r.ended_at.is_some_and(|at| at > since)
+            })
+    }
+}
+
+#[async_trait]
+impl DispatchBoard for InMemoryBoard {
+    async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError> {
+        let state = self.state.lock().unwrap();
+        let mut workers: Vec<RunningWorker> = state
+            .tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running)
+            .filter_map(|t| {
+                let run = state.runs.iter().find(|r| Some(r.id) == t.current_run_id)?;
+                Some(RunningWorker {
+                    claim: Claim {
+                        task_id: t.id.clone(),
+                        db: MEMORY_DB.to_owned(),
+                        run_id: run.id,
+                        claim_lock: t.claim_lock.clone()?,
+                        board: None,
+                    },
+                    worker_pid: t.worker_pid,
+                    claim_expires: t.claim_expires,
+                    last_heartbeat_at: None,
+                })
+            })
+            .collect();
+        workers.sort_by_key(|w| w.claim.run_id);
+        Ok(workers)
+    }
+
+    async fn count_running(&self) -> Result<usize, BoardError> {
+        Ok(self
+            .state
+            .lock()
+            .unwrap()
+            .tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running)
+            .count())
+    }
+
+    async fn claim_next_ready(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+        rate_limit_cooldown: i64,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let mut candidates: Vec<(i64, i64, usize, String)> = state
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.status == TaskStatus::Ready && t.claim_lock.is_none())
+            .filter(|(_, t)| !state.cooling_down(&t.id, now - rate_limit_cooldown))
+            .map(|(index, t)| (-t.priority, t.created_at, index, t.id.clone()))
+            .collect();
+        candidates.sort();
+        for (_, _, _, id) in candidates {
+            if let Some(grant) = Self::claim_in(&mut state, &id, ttl_seconds, claim_lock, now)? {
+                return Ok(Some(grant));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn record_spawn(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let holds = state.task(&claim.task_id).is_some_and(|t| {
+            t.status == TaskStatus::Running
+                && t.current_run_id == Some(claim.run_id)
+                && t.claim_lock.as_deref() == Some(claim.claim_lock.as_str())
+        });
+        if !holds {
+            return Err(BoardError::LeaseLost {
+                task_id: claim.task_id.clone(),
+                reason: NotLive::RunMoved { current: 0 },
+            });
+        }
+        state.task_mut(&claim.task_id).unwrap().worker_pid = Some(i64::from(pid));
+        state.run_mut(claim.run_id).unwrap().worker_pid = Some(i64::from(pid));
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "spawned",
+            json!({"pid": pid}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn extend_expired_lease(
+        &self,
+        claim: &Claim,
+        expires: i64,
+        kind: &str,
+        reason: &str,
+    ) -> Result<bool, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let matches = state.task(&claim.task_id).is_some_and(|t| {
+            t.status == TaskStatus::Running
+                && t.current_run_id == Some(claim.run_id)
+                && t.claim_lock.as_deref() == Some(claim.claim_lock.as_str())
+                && t.claim_expires.is_some_and(|e| e < now)
+        });
+        if matches {
+            state.task_mut(&claim.task_id).unwrap().claim_expires = Some(expires);
+            state.run_mut(claim.run_id).unwrap().claim_expires = Some(expires);
+            state.event(
+                &claim.task_id,
+                Some(claim.run_id),
+                kind,
+                json!({"reason": reason, "claim_expires": expires}),
+                now,
+            );
+        }
+        Ok(matches)
+    }
+
+    async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.task_id == claim.task_id && e.kind == "worker_result")
+            .and_then(|e| serde_json::from_value::<WorkerResult>(e.payload.clone()).ok())
+            .filter(|r| r.claim_lock == claim.claim_lock))
+    }
+
+    async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        let task = state
+            .task(&claim.task_id)
+            .cloned()
+            .ok_or_else(|| BoardError::TaskNotFound(claim.task_id.clone()))?;
+        let still_running = task.status == TaskStatus::Running
+            && task.current_run_id == Some(claim.run_id)
+            && task.claim_lock.as_deref() == Some(claim.claim_lock.as_str());
+        let booking = book_worker_exit(BookingInput {
+            witness: report.witness,
+            still_running,
+            signalled_by_dispatcher: report.signalled_by_dispatcher,
+            violation_streak: state.violation_streak(&claim.task_id),
+            consecutive_failures: task.consecutive_failures,
+            failure_limit: task.max_retries.unwrap_or(report.default_failure_limit),
+        });
+        let (exit_code, signal) = match report.witness {
+            ExitWitness::Code(code) => (Some(code), None),
+            ExitWitness::Signal(signal) => (None, Some(signal)),
+            ExitWitness::Unknown => (None, None),
+        };
+        if booking.kind == BookingKind::Settled {
+            state.event(&claim.task_id, Some(claim.run_id), "worker_exited", json!({"kind": "settled", "exit_code": exit_code, "signal": signal, "source": report.source}), now);
+            return Ok(booking);
+        }
+        let error = format!("worker booked as {}", booking.kind.as_str());
+        state.close_run(
+            &claim.task_id,
+            booking.kind.as_str(),
+            booking.kind.as_str(),
+            None,
+            Some(&error),
+            now,
+        );
+        let failures = task.consecutive_failures + u32::from(booking.counts_failure);
+        let task = state.task_mut(&claim.task_id).unwrap();
+        task.status = if booking.blocks {
+            TaskStatus::Blocked
+        } else {
+            TaskStatus::Ready
+        };
+        task.consecutive_failures = failures;
+        let payload = json!({
+            "kind": booking.kind.as_str(), "exit_code": exit_code, "signal": signal, "source": report.source,
+            "counted": booking.counts_failure, "failures": failures, "blocked": booking.blocks, "cooldown": booking.cooldown,
+            "output": report.output_tail,
+        });
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            booking.kind.as_str(),
+            payload,
+            now,
+        );
+        if booking.blocks {
+            state.event(
+                &claim.task_id,
+                Some(claim.run_id),
+                "gave_up",
+                json!({"trigger": booking.kind.as_str(), "failures": failures, "sticky": true}),
+                now,
+            );
+        }
+        Ok(booking)
     }
 }

@@ -2,6 +2,7 @@
 //! agent scripts as child processes, real signals.
 
 mod admin;
+mod dispatch;
 mod prove;
 mod worker;
 

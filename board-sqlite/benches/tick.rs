@@ -1,0 +1,95 @@
+//! One dispatch tick's board work on boards of 1k, 100k and 1M cards (ready,
+//! running and done mixed), to show the tick stays index-driven: its cost
+//! must not grow with the number of cards.
+//!
+//! `cargo bench -p kanban-board-sqlite --bench tick` (KANBAN_BENCH_SIZES=1000,100000
+//! picks other sizes).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::{BoardAdmin, Clock, DispatchBoard};
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    pollster::block_on(future)
+}
+
+/// Fills a board with `cards` cards: 8 running, the rest split between ready and done.
+fn fill(path: &std::path::Path, cards: u64) {
+    drop(SqliteBoard::create(path, Arc::new(SystemClock)).unwrap());
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let now = SystemClock.now();
+    conn.execute_batch("PRAGMA synchronous = OFF; BEGIN;")
+        .unwrap();
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO tasks (id, title, status, priority, created_at, completed_at)
+         SELECT printf('t_%08x', i), 'card ' || i, CASE WHEN i % 2 = 0 THEN 'done' ELSE 'ready' END,
+                i % 5, ?2 - (?1 - i), CASE WHEN i % 2 = 0 THEN ?2 END
+           FROM n",
+        rusqlite::params![cards as i64, now],
+    )
+    .unwrap();
+    conn.execute_batch("COMMIT; PRAGMA synchronous = FULL;")
+        .unwrap();
+    drop(conn);
+    let board = SqliteBoard::open(path, Arc::new(SystemClock)).unwrap();
+    for _ in 0..8 {
+        block_on(board.claim_next_ready(900, "bench:runner", 300))
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// The board work of one tick: look at running workers (twice: dead-worker
+/// booking, then stale claims), release stale claims, promote, count, claim one.
+fn tick(board: &SqliteBoard) {
+    block_on(board.running_workers()).unwrap();
+    block_on(board.running_workers()).unwrap();
+    block_on(board.release_stale_claims()).unwrap();
+    block_on(board.promote_ready()).unwrap();
+    block_on(board.count_running()).unwrap();
+    block_on(board.claim_next_ready(900, "bench:tick", 300)).unwrap();
+}
+
+fn main() {
+    let sizes: Vec<u64> = std::env::var("KANBAN_BENCH_SIZES")
+        .ok()
+        .map(|raw| {
+            raw.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1_000, 100_000, 1_000_000]);
+    let mut results = Vec::new();
+    for cards in sizes {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kanban.db");
+        let filled = Instant::now();
+        fill(&path, cards);
+        let board = SqliteBoard::open(&path, Arc::new(SystemClock)).unwrap();
+        let fill_time = filled.elapsed();
+        // Best of 5 batches of 20 ticks: disk noise hits every size alike.
+        let per_tick = (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..20 {
+                    tick(&board);
+                }
+                start.elapsed() / 20
+            })
+            .min()
+            .unwrap();
+        println!(
+            "{cards:>9} cards: {:>8.1} µs per tick (board filled in {:.1} s)",
+            per_tick.as_secs_f64() * 1e6,
+            fill_time.as_secs_f64()
+        );
+        results.push((cards, per_tick));
+    }
+    if let (Some((small, floor)), Some((large, top))) = (results.first(), results.last()) {
+        let ratio = top.as_secs_f64() / floor.max(&Duration::from_nanos(1)).as_secs_f64();
+        println!("tick at {large} cards / tick at {small} cards: {ratio:.2}x (target <= 3.00x)");
+    }
+}

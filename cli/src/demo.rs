@@ -1,0 +1,168 @@
+//! `kanban demo`: a fresh board, simulated agents that fail in every way the
+//! policy knows, and a summary of how each card was booked.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::{BoardAdmin, NewTask};
+
+use crate::dispatch::{DispatchPlan, Dispatcher};
+use crate::output::table;
+use crate::runtime::block_on;
+
+const CARDS: [(&str, &str); 6] = [
+    ("write the release notes", "ok"),
+    ("fix the flaky parser test", "flaky"),
+    ("summarise the design review", "flaky-twice"),
+    ("translate the README", "quota"),
+    ("tidy the changelog", "chatty"),
+    ("update the dependency list", "ok"),
+];
+
+pub(crate) fn demo(
+    board_file: Option<PathBuf>,
+    interrupt: Arc<AtomicUsize>,
+) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    let path = match board_file {
+        Some(path) => path,
+        None => std::env::temp_dir()
+            .join(format!(
+                "kanban-demo-{}-{}",
+                std::process::id(),
+                kanban_core::Clock::now(&SystemClock)
+            ))
+            .join("kanban.db"),
+    };
+    let board = SqliteBoard::create(&path, Arc::new(SystemClock))?;
+    println!("kanban demo on {}", path.display());
+    println!("simulated agents (a real child process each turn, speaking the agent protocol):");
+    for (behaviour, what) in crate::sim_agent::BEHAVIOURS {
+        println!("  {behaviour:<12} {what}");
+    }
+    println!(
+        "short delays for the demo: in-place recovery backoff 1 s (default 15/45/90 s), tick 1 s (default 60 s); quota walls are held 300 s\n"
+    );
+    let mut ids = Vec::new();
+    for (title, behaviour) in CARDS {
+        let new = NewTask {
+            title: title.to_owned(),
+            body: Some(format!("sim: {behaviour}")),
+            ..NewTask::default()
+        };
+        ids.push(block_on(board.create_task(&new))?);
+    }
+    drop(board);
+    let exe = std::env::current_exe()?;
+    let plan = DispatchPlan {
+        db: path.clone(),
+        board_slug: "demo".to_owned(),
+        once: false,
+        until_idle: true,
+        interval: Duration::from_secs(1),
+        max_in_progress: 3,
+        worker_args: vec![
+            "--agent".to_owned(),
+            format!("'{}' sim-agent", exe.display()),
+            "--recovery-delays".to_owned(),
+            "1".to_owned(),
+        ],
+        worker_env: vec![("HERMES_KANBAN_TURN_RECOVERY".to_owned(), "3".to_owned())],
+        ttl: 120,
+        rate_limit_cooldown: 300,
+        failure_limit: 2,
+        grace: Duration::from_secs(5),
+    };
+    let Some(mut dispatcher) = Dispatcher::start(plan, interrupt)? else {
+        return Ok(1);
+    };
+    dispatcher.run()?;
+    let rows = summary_rows(dispatcher.board(), &ids)?;
+    println!(
+        "\n{}",
+        table(
+            &[
+                "CARD",
+                "TITLE",
+                "STATUS",
+                "RUNS",
+                "IN-PLACE RECOVERIES",
+                "EXIT CODES (BOOKED AS)"
+            ],
+            &rows
+        )
+    );
+    println!(
+        "finished in {:.1} s; board kept at {}",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    println!(
+        "look closer: kanban --db {} show {}",
+        path.display(),
+        ids[2]
+    );
+    Ok(0)
+}
+
+/// One row per card: status, runs, recoveries, and each run's exit code with its booking.
+pub(crate) fn summary_rows(
+    board: &SqliteBoard,
+    ids: &[String],
+) -> anyhow::Result<Vec<Vec<String>>> {
+    let mut rows = Vec::new();
+    for id in ids {
+        let view = block_on(board.show_task(id))?;
+        let recoveries: u64 = view
+            .events
+            .iter()
+            .filter(|e| e.kind == "worker_result")
+            .filter_map(|e| e.payload["recovery_attempts"].as_u64())
+            .sum();
+        let bookings: Vec<String> = view
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.kind.as_str(),
+                    "worker_exited"
+                        | "protocol_violation"
+                        | "rate_limited"
+                        | "crashed"
+                        | "terminal_provider"
+                        | "interrupted"
+                )
+            })
+            .map(|e| {
+                let code = e.payload["exit_code"]
+                    .as_i64()
+                    .map_or_else(|| "?".to_owned(), |c| c.to_string());
+                let kind = e.payload["kind"]
+                    .as_str()
+                    .unwrap_or(&e.kind)
+                    .replace('_', " ");
+                format!("{code} ({kind})")
+            })
+            .collect();
+        let status = match view.task.status.as_str() {
+            "ready"
+                if view.runs.last().and_then(|r| r.outcome.as_deref()) == Some("rate_limited") =>
+            {
+                "ready, cooling down".to_owned()
+            }
+            other => other.to_owned(),
+        };
+        rows.push(vec![
+            id.clone(),
+            view.task.title.clone(),
+            status,
+            view.runs.len().to_string(),
+            recoveries.to_string(),
+            bookings.join(", "),
+        ]);
+    }
+    Ok(rows)
+}

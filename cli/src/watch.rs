@@ -1,0 +1,100 @@
+//! `kanban watch`: a live view of one board.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use kanban_board_sqlite::SystemClock;
+use kanban_core::{BoardAdmin, Clock, DispatchBoard, Environment, TaskStatus};
+
+use crate::args::GlobalArgs;
+use crate::board_path::open_board;
+use crate::output::{short, table};
+use crate::runtime::block_on;
+
+fn snapshot(board: &kanban_board_sqlite::SqliteBoard) -> anyhow::Result<String> {
+    let now = SystemClock.now();
+    let tasks = block_on(board.list_tasks(None))?;
+    let mut out = format!("board {}\n\n", board.path().display());
+    let counts: Vec<String> = TaskStatus::ALL
+        .iter()
+        .map(|status| {
+            format!(
+                "{} {}",
+                status.as_str(),
+                tasks.iter().filter(|t| t.status == *status).count()
+            )
+        })
+        .collect();
+    out.push_str(&counts.join("   "));
+    out.push_str("\n\nrunning:\n");
+    let running = block_on(board.running_workers())?;
+    let rows: Vec<Vec<String>> = running
+        .iter()
+        .map(|w| {
+            let title = tasks
+                .iter()
+                .find(|t| t.id == w.claim.task_id)
+                .map(|t| short(&t.title, 40))
+                .unwrap_or_default();
+            vec![
+                w.claim.task_id.clone(),
+                w.claim.run_id.to_string(),
+                w.worker_pid
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                w.claim_expires
+                    .map(|e| format!("{}s", e - now))
+                    .unwrap_or_else(|| "-".into()),
+                title,
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["CARD", "RUN", "PID", "LEASE LEFT", "TITLE"],
+        &rows,
+    ));
+    out.push_str("\nlast events:\n");
+    let events = block_on(board.recent_events(12))?;
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                format!("{}s ago", now - e.created_at),
+                e.task_id.clone(),
+                e.kind.clone(),
+                if e.payload.is_null() {
+                    String::new()
+                } else {
+                    short(&e.payload.to_string(), 60)
+                },
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["WHEN", "CARD", "KIND", "PAYLOAD"], &rows));
+    Ok(out)
+}
+
+pub(crate) fn watch(
+    global: &GlobalArgs,
+    env: &Environment,
+    interval: f64,
+    once: bool,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let terminal = std::io::stdout().is_terminal();
+    loop {
+        let view = snapshot(&board)?;
+        let mut out = std::io::stdout().lock();
+        if terminal && !once {
+            // Home and clear, then redraw: the view updates in place.
+            write!(out, "\x1b[H\x1b[2J{view}")?;
+        } else {
+            writeln!(out, "{view}")?;
+        }
+        out.flush()?;
+        if once {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_secs_f64(interval.max(0.1)));
+    }
+}

@@ -1,0 +1,493 @@
+//! `kanban dispatch` and `kanban demo` with real worker processes.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kanban_testkit::{AgentScript, AgentTurn, WrittenAgent, write_executable};
+use serde_json::Value;
+
+use crate::{Bench, text};
+
+const SUCCESS: &str = r#"{"completed": true, "final_response": "all done"}"#;
+
+impl Bench {
+    fn dispatch_command(&self, agent: &std::path::Path, extra: &[&str]) -> Command {
+        let mut command = self.command();
+        command
+            .arg("--db")
+            .arg(&self.db)
+            .args([
+                "dispatch",
+                "--interval",
+                "0.2",
+                "--recovery-delays",
+                "0",
+                "--agent",
+            ])
+            .arg(agent)
+            .args(extra)
+            .env("HERMES_KANBAN_STOP_NUDGE", "0");
+        command
+    }
+
+    fn dispatch_until_idle(&self, agent: &std::path::Path, extra: &[&str]) -> Output {
+        let output = self
+            .dispatch_command(agent, extra)
+            .arg("--until-idle")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "dispatch failed:\n{}\n{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        output
+    }
+
+    fn event_kinds(&self, id: &str) -> Vec<String> {
+        self.show(id)["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+fn runs(card: &Value) -> Vec<Value> {
+    card["runs"].as_array().unwrap().clone()
+}
+
+fn agent(bench: &Bench, turns: Vec<AgentTurn>) -> WrittenAgent {
+    AgentScript::new(turns).write(bench.path(), "agent.sh")
+}
+
+#[test]
+fn a_clean_exit_without_a_terminal_call_is_a_protocol_violation_and_the_third_blocks() {
+    let bench = Bench::new();
+    let id = bench.add("chatty", &[]);
+    let agent = agent(&bench, vec![AgentTurn::result(SUCCESS)]);
+    let output = bench.dispatch_until_idle(&agent.path, &[]);
+    let card = bench.show(&id);
+    assert_eq!(
+        card["task"]["status"],
+        "blocked",
+        "{}",
+        text(&output.stdout)
+    );
+    assert_eq!(
+        card["task"]["consecutive_failures"], 0,
+        "violations are not counted as failures"
+    );
+    let outcomes: Vec<_> = runs(&card)
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(outcomes, ["protocol_violation"; 3]);
+    assert_eq!(
+        bench
+            .event_kinds(&id)
+            .iter()
+            .filter(|k| *k == "protocol_violation")
+            .count(),
+        3
+    );
+    let violation = card["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "protocol_violation")
+        .unwrap();
+    assert_eq!(violation["payload"]["exit_code"], 0);
+    assert!(
+        violation["payload"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("all done"),
+        "the booking carries the worker's last output"
+    );
+}
+
+#[test]
+fn exit_75_requeues_without_counting_and_holds_the_respawn() {
+    let bench = Bench::new();
+    let id = bench.add("walled", &[]);
+    let agent = agent(
+        &bench,
+        vec![AgentTurn::result(
+            r#"{"failed": true, "failure_retryable": true, "failure_reason": "rate_limit", "error": "429"}"#,
+        )],
+    );
+    bench.dispatch_until_idle(&agent.path, &["--rate-limit-cooldown", "300"]);
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "ready");
+    assert_eq!(card["task"]["consecutive_failures"], 0);
+    assert_eq!(runs(&card).len(), 1, "not respawned during the cooldown");
+    assert_eq!(runs(&card)[0]["outcome"], "rate_limited");
+    // A second dispatcher inside the cooldown still does not respawn it.
+    bench.dispatch_until_idle(&agent.path, &["--rate-limit-cooldown", "300"]);
+    assert_eq!(runs(&bench.show(&id)).len(), 1);
+    // With no cooldown it is claimed again.
+    let once = bench
+        .dispatch_command(&agent.path, &["--rate-limit-cooldown", "0", "--once"])
+        .output()
+        .unwrap();
+    assert!(once.status.success());
+    assert_eq!(runs(&bench.show(&id)).len(), 2);
+}
+
+#[test]
+fn exit_78_blocks_at_once() {
+    let bench = Bench::new();
+    let id = bench.add("bad key", &[]);
+    let agent = agent(
+        &bench,
+        vec![AgentTurn::result(
+            r#"{"failed": true, "failure_retryable": false, "failure_reason": "auth", "error": "401"}"#,
+        )],
+    );
+    bench.dispatch_until_idle(&agent.path, &[]);
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "blocked");
+    assert_eq!(runs(&card).len(), 1);
+    assert_eq!(runs(&card)[0]["outcome"], "terminal_provider");
+}
+
+#[test]
+fn a_crash_twice_blocks_at_the_failure_limit() {
+    let bench = Bench::new();
+    let id = bench.add("crasher", &[]);
+    let agent = agent(&bench, vec![AgentTurn::exit(3)]);
+    bench.dispatch_until_idle(&agent.path, &[]);
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "blocked");
+    assert_eq!(card["task"]["consecutive_failures"], 2);
+    let outcomes: Vec<_> = runs(&card)
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(outcomes, ["crashed", "crashed"]);
+    // A card's own --max-retries wins over the default.
+    let id = bench.add("patient crasher", &["--max-retries", "3"]);
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(runs(&bench.show(&id)).len(), 3);
+}
+
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_worker_killed_with_sigkill_is_booked_crashed_from_the_wait_status() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let bench = Bench::new();
+    let id = bench.add("victim", &["--max-retries", "1"]);
+    let agent = bench.path().join("sleepy.sh");
+    write_executable(&agent, "#!/bin/sh\ncat > /dev/null\nsleep 60\n");
+    let child = bench
+        .dispatch_command(&agent, &["--until-idle"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pid = 0;
+    wait_for("the worker pid", || {
+        pid = bench.show(&id)["task"]["worker_pid"].as_i64().unwrap_or(0);
+        pid != 0
+    });
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let card = bench.show(&id);
+    assert_eq!(
+        card["task"]["status"],
+        "blocked",
+        "{}",
+        text(&output.stdout)
+    );
+    let crashed = card["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "crashed")
+        .unwrap()
+        .clone();
+    assert_eq!(crashed["payload"]["signal"], 9);
+    assert_eq!(crashed["payload"]["source"], "wait");
+    // The agent's own process group outlives a SIGKILLed worker; clean it up.
+    let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+}
+
+#[test]
+fn a_restarted_dispatcher_books_workers_that_died_while_it_was_away() {
+    let bench = Bench::new();
+    let id = bench.add("orphan", &[]);
+    let agent = agent(
+        &bench,
+        vec![AgentTurn::result(
+            r#"{"failed": true, "failure_retryable": false, "failure_reason": "billing", "error": "402"}"#,
+        )],
+    );
+    // --once spawns the worker and leaves; the worker finishes on its own.
+    assert!(
+        bench
+            .dispatch_command(&agent.path, &["--once"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    wait_for("the worker's result", || {
+        bench.event_kinds(&id).iter().any(|k| k == "worker_result")
+    });
+    let pid = bench.show(&id)["task"]["worker_pid"].as_i64().unwrap();
+    wait_for("the worker to exit", || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_err()
+    });
+    assert!(
+        bench
+            .dispatch_command(&agent.path, &["--once"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let card = bench.show(&id);
+    let booked = card["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "rate_limited")
+        .expect("booked as rate limited")
+        .clone();
+    assert_eq!(booked["payload"]["source"], "worker_result");
+    assert_eq!(booked["payload"]["exit_code"], 75);
+
+    // Without a worker_result, the log's trailer is the witness.
+    let id = bench.add("orphan two", &[]);
+    let agent = AgentScript::new(vec![AgentTurn::exit(3)]).write(bench.path(), "crash.sh");
+    assert!(
+        bench
+            .dispatch_command(&agent.path, &["--once", "--rate-limit-cooldown", "0"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    wait_for("the second worker's result", || {
+        bench.event_kinds(&id).iter().any(|k| k == "worker_result")
+    });
+    let pid = bench.show(&id)["task"]["worker_pid"].as_i64().unwrap();
+    wait_for("the worker to exit", || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_err()
+    });
+    let conn = rusqlite_free_delete(&bench.db, &id);
+    assert!(conn, "the worker_result was removed");
+    assert!(
+        bench
+            .dispatch_command(
+                &agent.path,
+                &[
+                    "--once",
+                    "--rate-limit-cooldown",
+                    "0",
+                    "--max-in-progress",
+                    "1"
+                ]
+            )
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let card = bench.show(&id);
+    let booked = card["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "crashed")
+        .expect("booked as crashed")
+        .clone();
+    assert_eq!(booked["payload"]["source"], "trailer");
+    assert_eq!(booked["payload"]["exit_code"], 1);
+}
+
+/// Deletes a card's worker_result events with the sqlite3 module of python3
+/// (the test crate has no SQLite of its own).
+fn rusqlite_free_delete(db: &std::path::Path, id: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"DELETE FROM task_events WHERE task_id=? AND kind='worker_result'\", (sys.argv[2],)); c.commit()"])
+        .arg(db)
+        .arg(id)
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[test]
+fn two_dispatchers_on_one_board_never_spawn_a_card_twice() {
+    let bench = Bench::new();
+    let ids: Vec<String> = (0..6)
+        .map(|n| bench.add(&format!("card {n}"), &[]))
+        .collect();
+    let agent = agent(
+        &bench,
+        vec![AgentTurn::result(SUCCESS).completing().after("sleep 0.3")],
+    );
+    let first = bench
+        .dispatch_command(&agent.path, &["--until-idle", "--max-in-progress", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second = bench
+        .dispatch_command(&agent.path, &["--until-idle", "--max-in-progress", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outputs = [
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    ];
+    assert!(outputs.iter().all(|o| o.status.success()));
+    let said: String = outputs.iter().map(|o| text(&o.stdout)).collect();
+    assert!(said.contains("another dispatcher is ticking"), "{said}");
+    for id in ids {
+        let card = bench.show(&id);
+        assert_eq!(card["task"]["status"], "done", "{id}");
+        assert_eq!(runs(&card).len(), 1, "{id} was spawned once");
+    }
+}
+
+#[test]
+fn a_lease_that_expires_while_its_worker_is_alive_and_heartbeating_is_extended() {
+    // The worker fails its first turn and backs off 4 s with a 2 s lease: the
+    // lease runs out during the backoff while the worker is alive; the
+    // dispatcher extends it, so the re-proof passes and the card finishes.
+    let bench = Bench::new();
+    let id = bench.add("slow but alive", &[]);
+    let agent = agent(
+        &bench,
+        vec![
+            AgentTurn::result(
+                r#"{"failed": true, "failure_retryable": true, "failure_reason": "timeout", "error": "reset"}"#,
+            ),
+            AgentTurn::result(SUCCESS).completing(),
+        ],
+    );
+    let output = bench
+        .dispatch_command(
+            &agent.path,
+            &["--until-idle", "--ttl", "2", "--recovery-delays", "4"],
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done", "{}", text(&output.stdout));
+    assert_eq!(runs(&card).len(), 1, "not reclaimed");
+    assert!(
+        bench.event_kinds(&id).iter().any(|k| k == "claim_extended"),
+        "{:?}",
+        bench.event_kinds(&id)
+    );
+}
+
+#[test]
+fn shutdown_forwards_the_signal_and_books_the_interrupted_worker() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let bench = Bench::new();
+    let id = bench.add("interrupted", &[]);
+    let agent = bench.path().join("sleepy.sh");
+    write_executable(&agent, "#!/bin/sh\ncat > /dev/null\nsleep 60\n");
+    let child = bench
+        .dispatch_command(&agent, &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the worker", || {
+        bench.show(&id)["task"]["worker_pid"].as_i64().is_some()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stdout));
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "ready", "{}", text(&output.stdout));
+    assert_eq!(card["task"]["consecutive_failures"], 0, "not counted");
+    assert_eq!(runs(&card)[0]["outcome"], "interrupted");
+}
+
+#[test]
+fn the_demo_runs_and_prints_its_summary() {
+    let bench = Bench::new();
+    let started = Instant::now();
+    let output = bench
+        .command()
+        .args(["demo", "--board-file"])
+        .arg(bench.path().join("demo/kanban.db"))
+        .output()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the demo finishes in under a minute"
+    );
+    for needle in [
+        "retrying the turn in place",
+        "rate limited",
+        "protocol violation",
+        "CARD",
+        "IN-PLACE RECOVERIES",
+        "ready, cooling down",
+        "75 (rate limited)",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "the demo shows {needle:?}:\n{stdout}"
+        );
+    }
+    let summary: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("CARD"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(summary.len(), 6, "{stdout}");
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.contains("flaky parser") && l.contains("done") && l.contains(" 1 ")),
+        "one recovery: {summary:?}"
+    );
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.contains("tidy the changelog") && l.contains("blocked")),
+        "{summary:?}"
+    );
+}
+
+#[test]
+fn watch_once_shows_the_board() {
+    let bench = Bench::new();
+    bench.add("watched", &[]);
+    let shown = bench.ok(&["watch", "--once"]);
+    assert!(
+        shown.contains("ready 1") && shown.contains("last events") && shown.contains("created"),
+        "{shown}"
+    );
+}

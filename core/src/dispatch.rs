@@ -1,0 +1,73 @@
+//! What a dispatcher needs from a board: the workers it must watch, claims
+//! that respect the rate-limit cooldown, and booking an exit from core's one
+//! table ([`crate::book_worker_exit`]).
+
+use async_trait::async_trait;
+
+use crate::board::ClaimGrant;
+use crate::booking::{Booking, ExitWitness};
+use crate::claim::Claim;
+use crate::ports::BoardError;
+use crate::worker::WorkerResult;
+
+/// A running card as a dispatcher sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningWorker {
+    pub claim: Claim,
+    /// The pid the dispatcher recorded at spawn, if any.
+    pub worker_pid: Option<i64>,
+    pub claim_expires: Option<i64>,
+    pub last_heartbeat_at: Option<i64>,
+}
+
+/// Everything the dispatcher learnt about one worker's end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitReport {
+    pub witness: ExitWitness,
+    /// Where the witness came from: `wait`, `worker_result`, `trailer` or `none`.
+    pub source: &'static str,
+    /// The dispatcher itself signalled this worker (shutdown, reclaim).
+    pub signalled_by_dispatcher: bool,
+    /// The last lines of the worker's output.
+    pub output_tail: String,
+    /// Counted failures that block a card naming no `max_retries` of its own.
+    pub default_failure_limit: u32,
+}
+
+/// The dispatcher's side of a board.
+#[async_trait]
+pub trait DispatchBoard: Send + Sync {
+    /// Every running card, oldest claim first.
+    async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError>;
+    /// How many cards are running.
+    async fn count_running(&self) -> Result<usize, BoardError>;
+    /// Claims the next ready card (priority first, then oldest) whose last
+    /// run did not hit a rate limit less than `rate_limit_cooldown` seconds ago.
+    async fn claim_next_ready(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+        rate_limit_cooldown: i64,
+    ) -> Result<Option<ClaimGrant>, BoardError>;
+    /// Records the worker pid on the card and its run (event `spawned`).
+    /// Fenced by the run and the claim lock.
+    async fn record_spawn(&self, claim: &Claim, pid: u32) -> Result<(), BoardError>;
+    /// Moves an expired lease to `expires` when it is still expired and
+    /// still held by `claim`; records `kind` (`claim_extended` or
+    /// `reclaim_deferred`) with `reason`. Returns false when nothing matched.
+    async fn extend_expired_lease(
+        &self,
+        claim: &Claim,
+        expires: i64,
+        kind: &str,
+        reason: &str,
+    ) -> Result<bool, BoardError>;
+    /// The newest `worker_result` booked for the card, if its claim lock is `claim`'s.
+    async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError>;
+    /// Books one worker exit with [`crate::book_worker_exit`] and applies it,
+    /// in one transaction: the run closes with the booking's kind, the card
+    /// goes back to ready or to blocked, and an event records the exit code,
+    /// the kind and the worker's last output. Only a card still running under
+    /// `claim` changes; otherwise the exit is recorded as `settled`.
+    async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError>;
+}
