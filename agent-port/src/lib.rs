@@ -2,12 +2,18 @@
 //!
 //! [`ExecAgent`] runs an agent command once per turn as a child process and
 //! reads its turn result back (the protocol is in `docs/agent-protocol.md`).
+//! [`HttpAgent`] speaks the OpenAI-compatible chat-completions API and
+//! offers the board as function tools ([`BoardTools`], shared with `kanban mcp`).
 //! [`CommandJudge`] asks a judge command for a goal-mode verdict.
 
 mod exec;
+mod http;
 mod judge;
 mod protocol;
+mod tools;
 
 pub use exec::{ExecAgent, ExecAgentConfig, TaskBrief};
+pub use http::{HttpAgent, HttpAgentConfig};
 pub use judge::{CommandJudge, parse_verdict};
 pub use protocol::{AgentExit, ResultLine, STDOUT_TAIL_CHARS, parse_result_line, settle_turn};
+pub use tools::{BoardTools, ToolBoard, ToolOutcome, ToolSpec, board_tool_specs};

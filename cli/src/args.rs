@@ -142,7 +142,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban turn --agent examples/agents/finish.sh "say hello"
     Turn {
-        /// The agent command (run with `sh -c`).
+        /// The agent command (run with `sh -c`), or `http:URL?model=M…` (docs/agents.md).
         #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
         agent: String,
         /// The user message.
@@ -187,6 +187,13 @@ pub(crate) enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Serve the worker's board tools over MCP on stdio (reads the claim carrier).
+    ///
+    /// Tools: kanban_complete, kanban_block, kanban_heartbeat, kanban_comment,
+    /// kanban_show. Every write is fenced by the claim.
+    ///
+    /// Example: claude mcp add kanban -- kanban mcp
+    Mcp,
     /// The simulated agent `kanban demo` uses (speaks the agent protocol).
     #[command(hide = true)]
     SimAgent,
@@ -269,7 +276,9 @@ pub(crate) struct AddArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct WorkerArgs {
-    /// The agent command, run with `sh -c` once per turn (see docs/agent-protocol.md).
+    /// The agent: a command run with `sh -c` once per turn (docs/agent-protocol.md),
+    /// or `http:URL?model=M[&key_env=VAR&stream=1&retries=N&max_iterations=N]` for an
+    /// OpenAI-compatible chat-completions endpoint (docs/agents.md).
     #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
     pub(crate) agent: Option<String>,
     /// The goal judge command (goal mode only): gets {"goal", "last_response"}, prints {"verdict", "reason"}.

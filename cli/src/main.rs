@@ -8,6 +8,7 @@ mod args;
 mod board_path;
 mod demo;
 mod dispatch;
+mod mcp;
 mod output;
 mod prove;
 mod runtime;
@@ -101,5 +102,6 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         }
         Command::Watch { interval, once } => watch::watch(global, env, interval, once),
         Command::SimAgent => sim_agent::sim_agent(env),
+        Command::Mcp => mcp::mcp(env),
     }
 }

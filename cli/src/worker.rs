@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kanban_agent_port::{CommandJudge, ExecAgent, ExecAgentConfig, TaskBrief};
+use kanban_agent_port::{
+    BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent, HttpAgentConfig, TaskBrief,
+};
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::{
     Board, BoardAdmin, BoardError, Claim, Environment, Frame, GoalSpec, Judge, ProofIdentity,
@@ -169,18 +171,37 @@ fn run_worker(
         title: task.title.clone(),
         body: task.body.clone().unwrap_or_default(),
     };
-    let mut runner = ExecAgent::new(
-        ExecAgentConfig {
-            command: agent,
-            task: brief,
-            env: agent_env(Some(&claim), env),
-            session_id: format!("{}-run{}", claim.task_id, claim.run_id),
-            interrupt_grace: Duration::from_secs(args.grace),
-            forward_output: true,
-        },
-        interrupt.clone(),
-    );
-    let heartbeater = Heartbeater::start(claim.clone(), interval, runner.turn_active())?;
+    let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
+    let (mut runner, turn_active): (Box<dyn TurnRunner>, Arc<AtomicBool>) =
+        if agent.starts_with("http:") {
+            let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
+            let tool_board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
+            let tools = BoardTools::new(Arc::new(tool_board), claim.clone(), "worker");
+            let agent = HttpAgent::new(
+                config,
+                Some(&brief),
+                Some(tools),
+                session_id,
+                interrupt.clone(),
+            );
+            let active = agent.turn_active();
+            (Box::new(agent), active)
+        } else {
+            let agent = ExecAgent::new(
+                ExecAgentConfig {
+                    command: agent,
+                    task: brief,
+                    env: agent_env(Some(&claim), env),
+                    session_id,
+                    interrupt_grace: Duration::from_secs(args.grace),
+                    forward_output: true,
+                },
+                interrupt.clone(),
+            );
+            let active = agent.turn_active();
+            (Box::new(agent), active)
+        };
+    let heartbeater = Heartbeater::start(claim.clone(), interval, turn_active)?;
     let judge = args.judge.clone().map(|command| CommandJudge {
         command,
         env: agent_env(Some(&claim), env),
@@ -196,7 +217,7 @@ fn run_worker(
     let run = block_on(async {
         let mut ports = WorkerPorts {
             board: &board,
-            runner: &mut runner,
+            runner: runner.as_mut(),
             sleeper: &sleeper,
             judge: judge.as_ref().map(|j| j as &dyn Judge),
             emit: &mut emit,
@@ -228,17 +249,28 @@ pub(crate) fn one_turn(
     interrupt: Arc<AtomicUsize>,
 ) -> anyhow::Result<i32> {
     let session_id = format!("turn-{}", std::process::id());
-    let mut runner = ExecAgent::new(
-        ExecAgentConfig {
-            command: agent.to_owned(),
-            task: TaskBrief::default(),
-            env: agent_env(None, env),
-            session_id: session_id.clone(),
-            interrupt_grace: Duration::from_secs(10),
-            forward_output: false,
-        },
-        interrupt,
-    );
+    let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
+        let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
+        Box::new(HttpAgent::new(
+            config,
+            None,
+            None,
+            session_id.clone(),
+            interrupt,
+        ))
+    } else {
+        Box::new(ExecAgent::new(
+            ExecAgentConfig {
+                command: agent.to_owned(),
+                task: TaskBrief::default(),
+                env: agent_env(None, env),
+                session_id: session_id.clone(),
+                interrupt_grace: Duration::from_secs(10),
+                forward_output: false,
+            },
+            interrupt,
+        ))
+    };
     let input = TurnInput {
         message: message.to_owned(),
         kind: TurnKind::Initial,

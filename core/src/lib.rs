@@ -12,6 +12,7 @@
 mod board;
 mod booking;
 mod claim;
+mod classify;
 mod dispatch;
 mod env;
 mod exit;
@@ -33,6 +34,9 @@ pub use booking::{
     PROTOCOL_VIOLATION_LIMIT, WORKER_EXIT_TRAILER, book_worker_exit, exit_code_from_trailer,
 };
 pub use claim::{CarrierError, Claim, NotLive, ProofIdentity, ProofRequest};
+pub use classify::{
+    Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
+};
 pub use dispatch::{DispatchBoard, ExitReport, RunningWorker};
 pub use env::{Environment, vars};
 pub use exit::{

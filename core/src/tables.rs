@@ -82,3 +82,177 @@ pub fn exit_table() -> String {
     }
     out
 }
+
+/// The provider-failure classifier: each transport outcome, its reason and
+/// whether a retry may help.
+pub fn classifier_table() -> String {
+    use crate::classify::{ProviderOutcome, TransportFailure, classify_provider_failure};
+    let rows: Vec<(&str, ProviderOutcome<'static>)> = vec![
+        (
+            "HTTP 429",
+            ProviderOutcome::Status {
+                status: 429,
+                body: "rate limit reached",
+            },
+        ),
+        (
+            "HTTP 429, quota or credits exhausted",
+            ProviderOutcome::Status {
+                status: 429,
+                body: "insufficient_quota",
+            },
+        ),
+        (
+            "HTTP 402",
+            ProviderOutcome::Status {
+                status: 402,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 401",
+            ProviderOutcome::Status {
+                status: 401,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 403",
+            ProviderOutcome::Status {
+                status: 403,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 404 naming the model",
+            ProviderOutcome::Status {
+                status: 404,
+                body: "model not found",
+            },
+        ),
+        (
+            "HTTP 404, other",
+            ProviderOutcome::Status {
+                status: 404,
+                body: "no route",
+            },
+        ),
+        (
+            "HTTP 408",
+            ProviderOutcome::Status {
+                status: 408,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 413",
+            ProviderOutcome::Status {
+                status: 413,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 400, context length exceeded",
+            ProviderOutcome::Status {
+                status: 400,
+                body: "context_length_exceeded",
+            },
+        ),
+        (
+            "HTTP 400, other",
+            ProviderOutcome::Status {
+                status: 400,
+                body: "bad request",
+            },
+        ),
+        (
+            "HTTP 500",
+            ProviderOutcome::Status {
+                status: 500,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 502",
+            ProviderOutcome::Status {
+                status: 502,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 503",
+            ProviderOutcome::Status {
+                status: 503,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 529",
+            ProviderOutcome::Status {
+                status: 529,
+                body: "",
+            },
+        ),
+        (
+            "HTTP 504",
+            ProviderOutcome::Status {
+                status: 504,
+                body: "",
+            },
+        ),
+        (
+            "any status, overloaded body",
+            ProviderOutcome::Status {
+                status: 500,
+                body: "Overloaded",
+            },
+        ),
+        (
+            "timeout",
+            ProviderOutcome::Transport(&TransportFailure::Timeout),
+        ),
+        (
+            "connection reset",
+            ProviderOutcome::Transport(&TransportFailure::ConnectionReset),
+        ),
+        (
+            "host unreachable",
+            ProviderOutcome::Transport(&TransportFailure::Unreachable),
+        ),
+        (
+            "stream cut before its end",
+            ProviderOutcome::Transport(&TransportFailure::StreamCut),
+        ),
+        (
+            "TLS certificate not verified",
+            ProviderOutcome::Transport(&TransportFailure::TlsCertificate),
+        ),
+        (
+            "malformed answer body",
+            ProviderOutcome::Transport(&TransportFailure::MalformedBody),
+        ),
+        (
+            "other transport failure",
+            ProviderOutcome::Transport(&TransportFailure::Other),
+        ),
+    ];
+    let mut out = String::from(
+        "| provider outcome | failure_reason | retryable | worker exit after recovery |\n|---|---|---|---|\n",
+    );
+    for (name, outcome) in rows {
+        let classified = classify_provider_failure(outcome);
+        let result = crate::TurnResult {
+            failed: Some(true),
+            failure_retryable: Some(classified.retryable),
+            failure_reason: Some(classified.reason.clone()),
+            ..crate::TurnResult::default()
+        };
+        let exit = turn_exit_code(Some(&result), true, CredentialFailure::default());
+        out.push_str(&format!(
+            "| {name} | `{}` | {} | {exit} |\n",
+            classified.reason,
+            if classified.retryable { "yes" } else { "no" }
+        ));
+    }
+    out
+}

@@ -3,6 +3,7 @@
 
 mod admin;
 mod dispatch;
+mod http;
 mod prove;
 mod worker;
 

@@ -1,6 +1,6 @@
 //! The rendered tables: snapshot-tested, and equal to docs/policy.md.
 
-use kanban_core::tables::{authority_table, exit_table};
+use kanban_core::tables::{authority_table, classifier_table, exit_table};
 
 #[test]
 fn authority_table_snapshot() {
@@ -10,6 +10,11 @@ fn authority_table_snapshot() {
 #[test]
 fn exit_table_snapshot() {
     insta::assert_snapshot!(exit_table());
+}
+
+#[test]
+fn classifier_table_snapshot() {
+    insta::assert_snapshot!(classifier_table());
 }
 
 #[test]
@@ -23,6 +28,10 @@ fn docs_policy_carries_the_same_tables() {
     assert!(
         policy.contains(&exit_table()),
         "docs/policy.md: the exit table is stale; paste `exit_table()` again"
+    );
+    assert!(
+        policy.contains(&classifier_table()),
+        "docs/policy.md: the classifier table is stale; paste `classifier_table()` again"
     );
 }
 
@@ -97,4 +106,59 @@ fn booking_table_rows() {
         Some(75)
     );
     assert_eq!(kanban_core::exit_code_from_trailer("no trailer"), None);
+}
+
+#[test]
+fn classifier_rows_and_retry_after() {
+    use kanban_core::{
+        FailureReason as R, ProviderOutcome, TransportFailure, classify_provider_failure,
+        parse_retry_after,
+    };
+    let status = |status, body| classify_provider_failure(ProviderOutcome::Status { status, body });
+    assert_eq!(
+        (
+            status(429, "slow down").reason,
+            status(429, "slow down").retryable
+        ),
+        (R::RateLimit, true)
+    );
+    assert_eq!(
+        status(429, "You exceeded your current quota").reason,
+        R::Billing
+    );
+    assert_eq!(status(402, "").reason, R::Billing);
+    assert_eq!(status(401, "").reason, R::Auth);
+    assert_eq!(status(403, "").reason, R::Auth);
+    assert_eq!(
+        status(404, "The model `x` does not exist").reason,
+        R::ModelNotFound
+    );
+    assert_eq!(status(408, "").reason, R::Timeout);
+    assert_eq!(status(500, "").reason, R::ServerError);
+    assert_eq!(status(502, "").reason, R::ServerError);
+    assert_eq!(status(503, "").reason, R::Overloaded);
+    assert_eq!(status(529, "").reason, R::Overloaded);
+    assert_eq!(
+        status(400, "This model's maximum context length is 8192 tokens").reason,
+        R::ContextOverflow
+    );
+    assert_eq!(
+        (
+            status(418, "teapot").reason,
+            status(418, "teapot").retryable
+        ),
+        (R::Unknown, false)
+    );
+    let transport =
+        |failure| classify_provider_failure(ProviderOutcome::Transport(&failure)).reason;
+    assert_eq!(transport(TransportFailure::StreamCut), R::Timeout);
+    assert_eq!(transport(TransportFailure::ConnectionReset), R::Timeout);
+    assert_eq!(
+        transport(TransportFailure::TlsCertificate),
+        R::SslCertVerification
+    );
+    assert_eq!(parse_retry_after(" 30 "), Some(30));
+    assert_eq!(parse_retry_after("1.5"), Some(2));
+    assert_eq!(parse_retry_after("Wed, 21 Oct 2015"), None);
+    assert_eq!(parse_retry_after("-1"), None);
 }

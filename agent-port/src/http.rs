@@ -1,0 +1,504 @@
+//! An agent that speaks the OpenAI-compatible chat-completions API, keeps the
+//! run's conversation across turns, and offers the board as function tools.
+
+use std::io::{BufRead, BufReader, Read};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kanban_core::{
+    Classified, Environment, ProviderOutcome, TransportFailure, TurnInput, TurnOutcome, TurnResult,
+    TurnRunner, classify_provider_failure, parse_retry_after,
+};
+use serde_json::{Value, json};
+
+use crate::exec::TaskBrief;
+use crate::tools::{BoardTools, board_tool_specs};
+
+/// How to reach the model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpAgentConfig {
+    /// The API root, such as `http://127.0.0.1:8080/v1`; requests go to `BASE/chat/completions`.
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<String>,
+    /// Ask for a streamed answer (server-sent events).
+    pub stream: bool,
+    /// Model calls per turn before the turn settles as out of budget.
+    pub max_iterations: u32,
+    /// Extra attempts for a retryable failed call, within one turn.
+    pub provider_retries: u32,
+    /// The backoff before provider retry N is N times this.
+    pub retry_delay: Duration,
+    /// The limit of one call, answer included.
+    pub timeout: Duration,
+}
+
+impl HttpAgentConfig {
+    /// Parses `http:URL[?model=M&key_env=VAR&stream=1&retries=N&max_iterations=N&timeout=S&retry_delay_ms=N]`.
+    ///
+    /// The key is read from the variable `key_env` names (an error when it
+    /// is named but unset), else from `OPENAI_API_KEY` when set; a local
+    /// server needs none.
+    pub fn parse(spec: &str, env: &Environment) -> Result<Self, String> {
+        let rest = spec
+            .strip_prefix("http:")
+            .ok_or_else(|| format!("{spec:?} is not an http agent: it must start with http:"))?;
+        let (url, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "the agent URL {url:?} must start with http:// or https://, for example http:http://127.0.0.1:8080/v1?model=llama3"
+            ));
+        }
+        let mut config = Self {
+            base_url: url.trim_end_matches('/').to_owned(),
+            model: String::new(),
+            api_key: env.get_trimmed("OPENAI_API_KEY").map(str::to_owned),
+            stream: false,
+            max_iterations: 20,
+            provider_retries: 2,
+            retry_delay: Duration::from_millis(500),
+            timeout: Duration::from_secs(120),
+        };
+        let number = |key: &str, value: &str| {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{key}={value:?} in the agent spec is not a whole number"))
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "model" => config.model = value.to_owned(),
+                "key_env" => {
+                    config.api_key = Some(env.get_trimmed(value).map(str::to_owned).ok_or_else(|| {
+                        format!("the agent's API key variable {value} is not set: export {value}=... or drop key_env for a server without keys")
+                    })?)
+                }
+                "stream" => config.stream = matches!(value, "1" | "true" | "yes" | "on"),
+                "retries" => config.provider_retries = number(key, value)? as u32,
+                "max_iterations" => config.max_iterations = (number(key, value)? as u32).max(1),
+                "timeout" => config.timeout = Duration::from_secs(number(key, value)?.max(1)),
+                "retry_delay_ms" => config.retry_delay = Duration::from_millis(number(key, value)?),
+                other => return Err(format!("unknown agent option {other:?}: use model, key_env, stream, retries, max_iterations, timeout or retry_delay_ms")),
+            }
+        }
+        if config.model.is_empty() {
+            return Err(
+                "the http agent needs a model: add ?model=NAME to the agent spec".to_owned(),
+            );
+        }
+        Ok(config)
+    }
+}
+
+/// A failed call, classified, with what the provider said.
+#[derive(Debug)]
+struct CallFailure {
+    classified: Classified,
+    detail: String,
+    retry_after: Option<u64>,
+}
+
+impl CallFailure {
+    fn transport(failure: TransportFailure, detail: String) -> Self {
+        Self {
+            classified: classify_provider_failure(ProviderOutcome::Transport(&failure)),
+            detail,
+            retry_after: None,
+        }
+    }
+}
+
+/// One model answer.
+#[derive(Debug, Default)]
+struct Answer {
+    content: String,
+    /// `(id, name, arguments)` of each tool call.
+    tool_calls: Vec<(String, String, String)>,
+}
+
+fn transport_failure(error: &ureq::Error) -> TransportFailure {
+    match error {
+        ureq::Error::Timeout(_) => TransportFailure::Timeout,
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => TransportFailure::Unreachable,
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) => TransportFailure::TlsCertificate,
+        ureq::Error::Io(io) => match io.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                TransportFailure::Timeout
+            }
+            std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::NotFound
+            | std::io::ErrorKind::HostUnreachable
+            | std::io::ErrorKind::NetworkUnreachable => TransportFailure::Unreachable,
+            _ => TransportFailure::ConnectionReset,
+        },
+        ureq::Error::Protocol(_) => TransportFailure::ConnectionReset,
+        _ => TransportFailure::Other,
+    }
+}
+
+fn parse_message(body: &str) -> Result<Answer, CallFailure> {
+    let malformed = |why: &str| {
+        CallFailure::transport(
+            TransportFailure::MalformedBody,
+            format!(
+                "the provider's answer is not a chat completion ({why}): {}",
+                body.chars().take(200).collect::<String>()
+            ),
+        )
+    };
+    let value: Value = serde_json::from_str(body).map_err(|e| malformed(&e.to_string()))?;
+    let message = value
+        .pointer("/choices/0/message")
+        .ok_or_else(|| malformed("no choices[0].message"))?;
+    let mut answer = Answer {
+        content: message["content"].as_str().unwrap_or("").to_owned(),
+        tool_calls: Vec::new(),
+    };
+    if let Some(calls) = message["tool_calls"].as_array() {
+        for call in calls {
+            let name = call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed("a tool call without a function name"))?;
+            let arguments = match call.pointer("/function/arguments") {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            answer.tool_calls.push((
+                call["id"].as_str().unwrap_or("call").to_owned(),
+                name.to_owned(),
+                arguments,
+            ));
+        }
+    }
+    Ok(answer)
+}
+
+/// Reads a server-sent-events answer; an end without `[DONE]` is a cut stream.
+fn parse_stream(reader: impl Read) -> Result<Answer, CallFailure> {
+    let mut answer = Answer::default();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    for line in BufReader::new(reader).lines() {
+        let line = line.map_err(|error| {
+            let failure = if error.kind() == std::io::ErrorKind::TimedOut {
+                TransportFailure::Timeout
+            } else {
+                TransportFailure::StreamCut
+            };
+            CallFailure::transport(failure, format!("the answer stream broke: {error}"))
+        })?;
+        let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else {
+            continue;
+        };
+        if data == "[DONE]" {
+            answer.tool_calls = calls;
+            return Ok(answer);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            CallFailure::transport(
+                TransportFailure::MalformedBody,
+                format!(
+                    "a stream chunk is not JSON ({e}): {}",
+                    data.chars().take(200).collect::<String>()
+                ),
+            )
+        })?;
+        let delta = &chunk["choices"][0]["delta"];
+        if let Some(text) = delta["content"].as_str() {
+            answer.content.push_str(text);
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(0) as usize;
+            if calls.len() <= index {
+                calls.resize(index + 1, (String::new(), String::new(), String::new()));
+            }
+            let slot = &mut calls[index];
+            if let Some(id) = call["id"].as_str() {
+                slot.0 = id.to_owned();
+            }
+            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                slot.1.push_str(name);
+            }
+            if let Some(arguments) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                slot.2.push_str(arguments);
+            }
+        }
+    }
+    Err(CallFailure::transport(
+        TransportFailure::StreamCut,
+        "the answer stream ended before [DONE]".to_owned(),
+    ))
+}
+
+/// The chat-completions agent. One per run: its conversation is the run's
+/// session, so a recovery turn continues the same history.
+pub struct HttpAgent {
+    config: HttpAgentConfig,
+    http: ureq::Agent,
+    messages: Vec<Value>,
+    tools: Option<BoardTools>,
+    session_id: String,
+    interrupt: Arc<AtomicUsize>,
+    turn_active: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for HttpAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpAgent")
+            .field("config", &self.config)
+            .field("messages", &self.messages.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpAgent {
+    /// An agent for `task`, with the board tools when it works a claimed card.
+    pub fn new(
+        config: HttpAgentConfig,
+        task: Option<&TaskBrief>,
+        tools: Option<BoardTools>,
+        session_id: String,
+        interrupt: Arc<AtomicUsize>,
+    ) -> Self {
+        let http = ureq::Agent::new_with_config(
+            ureq::config::Config::builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(config.timeout))
+                .build(),
+        );
+        let mut messages = Vec::new();
+        if let Some(task) = task {
+            let body = if task.body.trim().is_empty() {
+                String::new()
+            } else {
+                format!("\n\n{}", task.body)
+            };
+            messages.push(json!({
+                "role": "system",
+                "content": format!(
+                    "You are a worker on a kanban board, working card {}: {}{body}\n\nUse the tools to report on the card. \
+                     A plain reply does not finish the card: end with kanban_complete when the work is done, or kanban_block \
+                     when you cannot go on.",
+                    task.id, task.title
+                ),
+            }));
+        }
+        Self {
+            config,
+            http,
+            messages,
+            tools,
+            session_id,
+            interrupt,
+            turn_active: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// True while a turn is talking to the model; shared.
+    pub fn turn_active(&self) -> Arc<AtomicBool> {
+        self.turn_active.clone()
+    }
+
+    /// The conversation so far.
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
+
+    fn request_body(&self) -> Value {
+        let mut body = json!({"model": self.config.model, "messages": self.messages, "stream": self.config.stream});
+        if self.tools.is_some() {
+            let tools: Vec<Value> = board_tool_specs(true)
+                .into_iter()
+                .map(|spec| json!({"type": "function", "function": {"name": spec.name, "description": spec.description, "parameters": spec.schema}}))
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        body
+    }
+
+    fn call_once(&self) -> Result<Answer, CallFailure> {
+        let url = format!("{}/chat/completions", self.config.base_url);
+        let mut request = self
+            .http
+            .post(&url)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        let mut response = request
+            .send(self.request_body().to_string())
+            .map_err(|error| {
+                CallFailure::transport(
+                    transport_failure(&error),
+                    format!("POST {url} failed: {error}"),
+                )
+            })?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        if !(200..300).contains(&status) {
+            let body = response
+                .body_mut()
+                .with_config()
+                .limit(64 * 1024)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(CallFailure {
+                classified: classify_provider_failure(ProviderOutcome::Status {
+                    status,
+                    body: &body,
+                }),
+                detail: format!(
+                    "HTTP {status}: {}",
+                    body.chars().take(300).collect::<String>()
+                ),
+                retry_after,
+            });
+        }
+        if self.config.stream {
+            return parse_stream(response.into_body().into_reader());
+        }
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(16 * 1024 * 1024)
+            .read_to_string()
+            .map_err(|error| {
+                CallFailure::transport(
+                    transport_failure(&error),
+                    format!("reading the answer failed: {error}"),
+                )
+            })?;
+        parse_message(&body)
+    }
+
+    /// One model call with the provider-retry layer under it.
+    fn call(&self) -> Result<Answer, CallFailure> {
+        let attempts = self.config.provider_retries + 1;
+        let mut attempt = 1;
+        loop {
+            match self.call_once() {
+                Ok(answer) => return Ok(answer),
+                Err(failure)
+                    if failure.classified.retryable
+                        && attempt < attempts
+                        && self.interrupt.load(Ordering::SeqCst) == 0 =>
+                {
+                    tracing::info!(target: "kanban::agent", "provider call failed ({}), retry {attempt}/{}", failure.detail, attempts - 1);
+                    std::thread::sleep(self.config.retry_delay * attempt);
+                    attempt += 1;
+                }
+                Err(mut failure) => {
+                    failure.detail = format!(
+                        "API call failed after {attempt} attempt(s): {}",
+                        failure.detail
+                    );
+                    return Err(failure);
+                }
+            }
+        }
+    }
+
+    fn settle(&self, result: TurnResult) -> TurnOutcome {
+        Ok(Some(TurnResult {
+            session_id: Some(self.session_id.clone()),
+            ..result
+        }))
+    }
+
+    async fn turn(&mut self, input: &TurnInput) -> TurnOutcome {
+        self.messages
+            .push(json!({"role": "user", "content": input.message}));
+        let limit = self.config.max_iterations;
+        for iteration in 1..=limit {
+            if self.interrupt.load(Ordering::SeqCst) != 0 {
+                return self.settle(TurnResult {
+                    interrupted: Some(true),
+                    completed: Some(false),
+                    final_response: Some("the turn was interrupted".into()),
+                    ..TurnResult::default()
+                });
+            }
+            let answer = match self.call() {
+                Ok(answer) => answer,
+                Err(failure) => {
+                    return self.settle(TurnResult {
+                        failed: Some(true),
+                        completed: Some(false),
+                        failure_retryable: Some(failure.classified.retryable),
+                        failure_reason: Some(failure.classified.reason),
+                        error: Some(failure.detail.clone()),
+                        final_response: Some(failure.detail),
+                        retry_after_seconds: failure.retry_after,
+                        ..TurnResult::default()
+                    });
+                }
+            };
+            let mut message = json!({"role": "assistant", "content": answer.content});
+            if !answer.tool_calls.is_empty() {
+                message["tool_calls"] = answer
+                    .tool_calls
+                    .iter()
+                    .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
+                    .collect();
+            }
+            self.messages.push(message);
+            if answer.tool_calls.is_empty() {
+                return self.settle(TurnResult {
+                    completed: Some(true),
+                    final_response: Some(answer.content),
+                    ..TurnResult::default()
+                });
+            }
+            for (id, name, arguments) in &answer.tool_calls {
+                let outcome = match &self.tools {
+                    Some(tools) => tools.call(name, arguments).await,
+                    None => crate::tools::ToolOutcome {
+                        text: "no board tools outside a claimed card".into(),
+                        is_error: true,
+                        terminal: false,
+                    },
+                };
+                let content = if outcome.is_error {
+                    json!({"error": outcome.text}).to_string()
+                } else {
+                    outcome.text
+                };
+                self.messages.push(
+                    json!({"role": "tool", "tool_call_id": id, "name": name, "content": content}),
+                );
+            }
+            tracing::debug!(target: "kanban::agent", "model iteration {iteration}/{limit} made {} tool call(s)", answer.tool_calls.len());
+        }
+        // Out of budget: a terminal settlement, never retried in place.
+        let detail = format!(
+            "the model made {limit} calls in this turn without finishing (iteration limit)"
+        );
+        self.settle(TurnResult {
+            failed: Some(true),
+            completed: Some(false),
+            failure_retryable: Some(true),
+            failure_reason: Some(kanban_core::FailureReason::Timeout),
+            turn_exit_reason: Some(format!("max_iterations_reached({limit}/{limit})")),
+            error: Some(detail.clone()),
+            final_response: Some(detail),
+            ..TurnResult::default()
+        })
+    }
+}
+
+#[async_trait]
+impl TurnRunner for HttpAgent {
+    async fn run_turn(&mut self, input: &TurnInput) -> TurnOutcome {
+        self.turn_active.store(true, Ordering::SeqCst);
+        let outcome = self.turn(input).await;
+        self.turn_active.store(false, Ordering::SeqCst);
+        outcome
+    }
+}

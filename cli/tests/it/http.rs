@@ -1,0 +1,429 @@
+//! `kanban worker --agent http:…` against a real HTTP server on loopback
+//! that scripts its answers, and `kanban mcp` driven by a test client.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Output, Stdio};
+
+use kanban_testkit::{Reply, ScriptedHttpServer};
+use serde_json::{Value, json};
+
+use crate::{Bench, last_line, text};
+
+fn complete_call() -> Reply {
+    Reply::tool_call("kanban_complete", r#"{"summary": "done by the model"}"#)
+}
+
+/// Runs a worker on a fresh card against `replies`; returns the bench, the
+/// card, the server and the worker's output.
+fn run(
+    replies: Vec<Reply>,
+    options: &str,
+    env: &[(&str, &str)],
+) -> (Bench, String, ScriptedHttpServer, Output) {
+    let server = ScriptedHttpServer::start(replies);
+    let bench = Bench::new();
+    let id = bench.add("answer the question", &["--body", "what is 6 x 7?"]);
+    let carrier = bench.claim(&id, None);
+    let agent = format!(
+        "http:{}?model=test-model&retries=0{options}",
+        server.base_url
+    );
+    let output = bench.worker(&carrier, std::path::Path::new(&agent), env, &[]);
+    (bench, id, server, output)
+}
+
+fn messages(request: &Value) -> Vec<Value> {
+    request["messages"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_500_then_a_200_is_recovered_in_place_and_the_tool_loop_completes_the_card() {
+    let (bench, id, server, output) = run(
+        vec![
+            Reply::json(500, "upstream exploded"),
+            complete_call(),
+            Reply::text("42, and the card is done"),
+        ],
+        "",
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("retrying the turn in place"));
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0]["model"], "test-model");
+    assert!(
+        requests[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["function"]["name"] == "kanban_complete")
+    );
+    // The recovery turn continues the same history: the first user message is still there.
+    let recovery = messages(&requests[1]);
+    assert_eq!(
+        recovery[1],
+        messages(&requests[0])[1],
+        "the same conversation"
+    );
+    assert!(
+        recovery.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("Do NOT start over")
+    );
+    // The tool result went back to the model.
+    let last = messages(&requests[2]);
+    assert_eq!(last.last().unwrap()["role"], "tool");
+    assert_eq!(last_line(&output.stdout), "42, and the card is done");
+}
+
+#[test]
+fn a_stream_cut_midway_is_a_failed_turn_recovered_in_place() {
+    let streamed_complete = Reply::Stream {
+        events: vec![
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "kanban_complete", "arguments": "{\"summary\":"}}]}}]}).to_string(),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": " \"streamed\"}"}}]}}]}).to_string(),
+        ],
+        complete: true,
+    };
+    let replies = vec![
+        Reply::streamed_text(&["The answer is", " 4"], false),
+        streamed_complete,
+        Reply::streamed_text(&["done"], true),
+    ];
+    let (bench, id, server, output) = run(replies, "&stream=1", &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("retrying the turn in place"),
+        "a cut stream is not a partial success"
+    );
+    assert_eq!(server.requests()[0]["stream"], true);
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done");
+    assert_eq!(card["runs"][0]["summary"], "streamed");
+}
+
+#[test]
+fn walls_and_refusals_map_to_their_exit_codes_after_one_turn() {
+    let rows = [
+        (
+            "429",
+            Reply::json(429, "rate limit reached").with_header("Retry-After", "30"),
+            75,
+        ),
+        (
+            "429 quota",
+            Reply::json(429, r#"{"error": {"code": "insufficient_quota"}}"#),
+            75,
+        ),
+        ("402", Reply::json(402, "payment required"), 75),
+        ("401", Reply::json(401, "bad key"), 78),
+        (
+            "404 model",
+            Reply::json(404, "the model `test-model` does not exist"),
+            78,
+        ),
+        ("418", Reply::json(418, "I'm a teapot"), 1),
+    ];
+    for (case, reply, code) in rows {
+        let (_, _, server, output) = run(vec![reply], "", &[]);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{case}: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(server.requests().len(), 1, "{case}: one turn, no recovery");
+        assert!(
+            !text(&output.stderr).contains("retrying the turn in place"),
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn the_provider_retry_layer_absorbs_a_transient_failure_within_the_turn() {
+    let (bench, id, server, output) = run(
+        vec![
+            Reply::json(503, "overloaded"),
+            complete_call(),
+            Reply::text("ok"),
+        ],
+        "&retries=2&retry_delay_ms=10",
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        !text(&output.stderr).contains("retrying the turn in place"),
+        "no in-place recovery was needed"
+    );
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+}
+
+#[test]
+fn a_model_that_answers_without_a_terminal_call_gets_the_stop_nudge() {
+    let (bench, id, server, output) = run(vec![Reply::text("I think it is 42.")], "", &[]);
+    assert_eq!(output.status.code(), Some(0));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "the reply, then two stop nudges");
+    let nudge = messages(&requests[1]).last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        nudge.contains("kanban_complete") && nudge.contains("1/2"),
+        "{nudge}"
+    );
+    assert_eq!(
+        bench.show(&id)["task"]["status"],
+        "running",
+        "the dispatcher books the violation"
+    );
+}
+
+#[test]
+fn the_iteration_limit_is_a_terminal_settlement_exit_75_without_recovery() {
+    let (_, _, server, output) = run(
+        vec![Reply::tool_call(
+            "kanban_heartbeat",
+            r#"{"note": "still going"}"#,
+        )],
+        "&max_iterations=2",
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(75), "{}", text(&output.stderr));
+    assert_eq!(server.requests().len(), 2);
+    assert!(!text(&output.stderr).contains("retrying the turn in place"));
+}
+
+#[test]
+fn bad_answers_give_typed_failures_with_readable_errors() {
+    // A body that is not a chat completion.
+    let (_, _, _, output) = run(
+        vec![Reply::json(200, "<html>gateway</html>")],
+        "",
+        &[("HERMES_KANBAN_TURN_RECOVERY", "0")],
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(75),
+        "server_error is transient: {}",
+        text(&output.stderr)
+    );
+    assert!(
+        text(&output.stdout).contains("not a chat completion"),
+        "{}",
+        text(&output.stdout)
+    );
+    // Invalid JSON in a tool's arguments goes back to the model as an error it can read.
+    let (bench, id, server, output) = run(
+        vec![
+            Reply::tool_call("kanban_complete", "{not json"),
+            complete_call(),
+            Reply::text("fixed"),
+        ],
+        "",
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let tool_reply = messages(&server.requests()[1]).last().unwrap().clone();
+    assert_eq!(tool_reply["role"], "tool");
+    assert!(
+        tool_reply["content"]
+            .as_str()
+            .unwrap()
+            .contains("invalid JSON in the tool arguments"),
+        "{tool_reply}"
+    );
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    // An unreachable host.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bench = Bench::new();
+    let id = bench.add("x", &[]);
+    let carrier = bench.claim(&id, None);
+    let agent = format!("http:http://127.0.0.1:{port}/v1?model=m&retries=0");
+    let output = bench.worker(
+        &carrier,
+        std::path::Path::new(&agent),
+        &[("HERMES_KANBAN_TURN_RECOVERY", "0")],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(75), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("failed"),
+        "{}",
+        text(&output.stdout)
+    );
+    // A bad agent spec is refused before anything runs.
+    let output = bench.worker(
+        &carrier,
+        std::path::Path::new("http:http://127.0.0.1:1/v1"),
+        &[],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("needs a model"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn one_shot_turn_over_http() {
+    let server = ScriptedHttpServer::start(vec![Reply::text("hello from the model")]);
+    let bench = Bench::new();
+    let output = bench
+        .command()
+        .args([
+            "turn",
+            "--agent",
+            &format!("http:{}?model=m", server.base_url),
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(last_line(&output.stdout), "hello from the model");
+    assert!(
+        server.requests()[0].get("tools").is_none(),
+        "no board tools outside a card"
+    );
+}
+
+/// A minimal MCP client over the server's stdio.
+struct McpClient {
+    child: std::process::Child,
+    reader: BufReader<std::process::ChildStdout>,
+    next_id: i64,
+}
+
+impl McpClient {
+    fn start(bench: &Bench, carrier: &[(String, String)]) -> Self {
+        let mut child = bench
+            .command()
+            .envs(carrier.iter().map(|(k, v)| (k, v)))
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let reader = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            reader,
+            next_id: 1,
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.child.stdin.as_mut().unwrap(), "{message}").unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["id"], id);
+        answer
+    }
+
+    fn notify(&mut self, method: &str) {
+        writeln!(
+            self.child.stdin.as_mut().unwrap(),
+            "{}",
+            json!({"jsonrpc": "2.0", "method": method})
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn kanban_mcp_lists_the_tools_completes_the_card_and_refuses_a_stale_worker() {
+    let bench = Bench::new();
+    let id = bench.add("via mcp", &[]);
+    let carrier = bench.claim(&id, None);
+    let mut client = McpClient::start(&bench, &carrier);
+    let init = client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "kanban");
+    client.notify("notifications/initialized");
+    let listed = client.request("tools/list", json!({}));
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "kanban_complete",
+            "kanban_block",
+            "kanban_heartbeat",
+            "kanban_comment",
+            "kanban_show"
+        ]
+    );
+    let shown = client.request(
+        "tools/call",
+        json!({"name": "kanban_show", "arguments": {}}),
+    );
+    assert!(
+        shown["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("via mcp")
+    );
+    let bad = client.request(
+        "tools/call",
+        json!({"name": "kanban_complete", "arguments": {}}),
+    );
+    assert_eq!(
+        bad["result"]["isError"], true,
+        "a missing summary is a tool error"
+    );
+    let done = client.request(
+        "tools/call",
+        json!({"name": "kanban_complete", "arguments": {"summary": "finished over mcp"}}),
+    );
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    let unknown = client.request("no/such/method", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601);
+
+    // A stale worker: its card was reclaimed; every write is refused and changes nothing.
+    let id = bench.add("contested", &[]);
+    let stale = bench.claim(&id, None);
+    bench.ok(&["reclaim", &id]);
+    let before = bench.show(&id);
+    let mut client = McpClient::start(&bench, &stale);
+    let refused = client.request(
+        "tools/call",
+        json!({"name": "kanban_complete", "arguments": {"summary": "zombie"}}),
+    );
+    assert_eq!(refused["result"]["isError"], true);
+    assert!(
+        refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no longer holds"),
+        "{refused}"
+    );
+    let after = bench.show(&id);
+    assert_eq!(after["task"], before["task"]);
+    assert_eq!(after["runs"], before["runs"]);
+}
