@@ -233,6 +233,39 @@ fn parse_stream(reader: impl Read) -> Result<Answer, CallFailure> {
     ))
 }
 
+/// Parses a whole chat-completion body: the reply text and the tool calls
+/// `(name, arguments)`, or a readable error.
+pub fn parse_chat_completion(body: &str) -> Result<(String, Vec<(String, String)>), String> {
+    parse_message(body)
+        .map(|answer| {
+            (
+                answer.content,
+                answer
+                    .tool_calls
+                    .into_iter()
+                    .map(|(_, name, arguments)| (name, arguments))
+                    .collect(),
+            )
+        })
+        .map_err(|failure| failure.detail)
+}
+
+/// Parses a streamed (server-sent events) chat completion.
+pub fn parse_chat_stream(bytes: &[u8]) -> Result<(String, Vec<(String, String)>), String> {
+    parse_stream(bytes)
+        .map(|answer| {
+            (
+                answer.content,
+                answer
+                    .tool_calls
+                    .into_iter()
+                    .map(|(_, name, arguments)| (name, arguments))
+                    .collect(),
+            )
+        })
+        .map_err(|failure| failure.detail)
+}
+
 /// The chat-completions agent. One per run: its conversation is the run's
 /// session, so a recovery turn continues the same history.
 pub struct HttpAgent {

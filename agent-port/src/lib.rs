@@ -9,11 +9,13 @@
 mod exec;
 mod http;
 mod judge;
+mod mcp;
 mod protocol;
 mod tools;
 
 pub use exec::{ExecAgent, ExecAgentConfig, TaskBrief};
-pub use http::{HttpAgent, HttpAgentConfig};
+pub use http::{HttpAgent, HttpAgentConfig, parse_chat_completion, parse_chat_stream};
 pub use judge::{CommandJudge, parse_verdict};
+pub use mcp::{MCP_PROTOCOL_VERSION, McpServer};
 pub use protocol::{AgentExit, ResultLine, STDOUT_TAIL_CHARS, parse_result_line, settle_turn};
 pub use tools::{BoardTools, ToolBoard, ToolOutcome, ToolSpec, board_tool_specs};

@@ -136,11 +136,11 @@ pub(crate) enum Command {
     /// _GOAL_MODE, _TURN_RECOVERY, _STOP_NUDGE). Exits 0, 1, 75, 78 or 130;
     /// the last stderr line is `[kanban-worker-exit] rc=N`.
     ///
-    /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent examples/agents/finish.sh
+    /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent cli/examples/agents/finish.sh
     Worker(WorkerArgs),
     /// Run one agent turn outside any board; prints its text.
     ///
-    /// Example: kanban turn --agent examples/agents/finish.sh "say hello"
+    /// Example: kanban turn --agent cli/examples/agents/finish.sh "say hello"
     Turn {
         /// The agent command (run with `sh -c`), or `http:URL?model=M…` (docs/agents.md).
         #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
@@ -160,7 +160,7 @@ pub(crate) enum Command {
     /// when a worker exits). Only one dispatcher ticks a board at a time.
     /// Workers' output goes to logs/TASK.log beside the board file.
     ///
-    /// Example: kanban dispatch --agent examples/agents/finish.sh --max-in-progress 4
+    /// Example: kanban dispatch --agent cli/examples/agents/finish.sh --max-in-progress 4
     Dispatch(DispatchArgs),
     /// A demonstration on a fresh board: simulated agents that fail and recover.
     ///

@@ -5,6 +5,7 @@
 mod agents;
 mod board_contract;
 mod http_server;
+mod invariants;
 mod memory_board;
 mod owner_seam;
 mod scripted;
@@ -15,6 +16,7 @@ mod time;
 pub use agents::{AgentScript, AgentTurn, WrittenAgent, write_executable, write_judge};
 pub use board_contract::run_board_contract;
 pub use http_server::{Reply, ScriptedHttpServer};
+pub use invariants::{BoardFigures, check_board_invariants};
 pub use memory_board::{InMemoryBoard, MEMORY_DB};
 pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
 pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};

@@ -3,8 +3,10 @@
 
 mod admin;
 mod dispatch;
+mod hostile;
 mod http;
 mod prove;
+mod storm;
 mod worker;
 
 use std::path::{Path, PathBuf};

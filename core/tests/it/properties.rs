@@ -156,4 +156,24 @@ proptest! {
             prop_assert!(code.code() != 75 && code.code() != 78);
         }
     }
+
+    #[test]
+    fn any_carrier_values_give_a_claim_or_a_typed_error(
+        values in proptest::collection::vec(proptest::option::of(any::<String>()), 8),
+    ) {
+        let mut env = kanban_core::Environment::new();
+        for (name, value) in kanban_core::vars::CARRIER.iter().zip(&values) {
+            if let Some(value) = value {
+                env.set(*name, value.clone());
+            }
+        }
+        match kanban_core::Claim::from_env(&env) {
+            Ok(claim) => {
+                prop_assert!(!claim.task_id.is_empty() && claim.task_id == claim.task_id.trim());
+                prop_assert!(!claim.db.is_empty() && !claim.claim_lock.is_empty());
+            }
+            Err(error) => prop_assert!(error.to_string().contains("HERMES_KANBAN_")),
+        }
+        prop_assert!(RecoveryPolicy::from_env(&env, None).max_attempts <= 10);
+    }
 }

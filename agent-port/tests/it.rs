@@ -1,0 +1,281 @@
+//! kanban-agent-port: the protocol's reading rules as a table, real child
+//! processes, and property tests over hostile inputs (the same inputs the
+//! fuzz targets in testkit/fuzz take).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use kanban_agent_port::{
+    AgentExit, BoardTools, ExecAgent, ExecAgentConfig, McpServer, ResultLine, TaskBrief,
+    parse_chat_completion, parse_chat_stream, parse_result_line, parse_verdict, settle_turn,
+};
+use kanban_core::{
+    BoardAdmin, FailureReason, NewTask, TurnInput, TurnKind, TurnRunner, VerdictKind,
+};
+use kanban_testkit::{InMemoryBoard, VirtualClock, block_on, write_executable};
+use proptest::prelude::*;
+
+#[test]
+fn result_lines_are_read_from_the_end() {
+    let rows: Vec<(&str, &str, ResultLine)> = vec![
+        ("no JSON at all", "hello\nworld\n", ResultLine::Absent),
+        (
+            "null settles nothing",
+            "thinking\nnull\n",
+            ResultLine::NothingSettled,
+        ),
+        (
+            "a bare number is text",
+            "{\"completed\": true}\n42\n",
+            ResultLine::Result(kanban_core::TurnResult {
+                completed: Some(true),
+                ..Default::default()
+            }),
+        ),
+        (
+            "the last object wins",
+            "{\"failed\": true}\n{\"completed\": true}\n",
+            ResultLine::Result(kanban_core::TurnResult {
+                completed: Some(true),
+                ..Default::default()
+            }),
+        ),
+        (
+            "blank lines are skipped",
+            "{\"partial\": true}\n\n  \n",
+            ResultLine::Result(kanban_core::TurnResult {
+                partial: Some(true),
+                ..Default::default()
+            }),
+        ),
+    ];
+    for (case, stdout, expected) in rows {
+        assert_eq!(parse_result_line(stdout), expected, "{case}");
+    }
+    assert!(
+        matches!(
+            parse_result_line("{\"failed\": \"yes\"}"),
+            ResultLine::Invalid { .. }
+        ),
+        "a wrong type is invalid, not ignored"
+    );
+}
+
+#[test]
+fn exit_statuses_settle_a_turn_without_a_result_line() {
+    let settle = |exit| {
+        settle_turn("line one\nthe reply\n", exit, "s1")
+            .unwrap()
+            .unwrap()
+    };
+    let ok = settle(AgentExit::Code(0));
+    assert_eq!(
+        (ok.completed, ok.final_response.as_deref()),
+        (Some(true), Some("line one\nthe reply"))
+    );
+    let wall = settle(AgentExit::Code(75));
+    assert_eq!(
+        (wall.failure_reason, wall.failure_retryable),
+        (Some(FailureReason::Overloaded), Some(true))
+    );
+    let crash = settle(AgentExit::Code(3));
+    assert_eq!(
+        (crash.failure_reason, crash.failure_retryable),
+        (Some(FailureReason::Unknown), Some(false))
+    );
+    let killed = settle(AgentExit::Signal(9));
+    assert_eq!(killed.failure_reason, Some(FailureReason::Unknown));
+    let interrupted = settle_turn("{\"completed\": true}", AgentExit::Interrupted, "s1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        interrupted.interrupted,
+        Some(true),
+        "an interrupt wins over the result line"
+    );
+    assert_eq!(ok.session_id.as_deref(), Some("s1"));
+    let invalid = settle_turn("{\"completed\": 3}", AgentExit::Code(0), "s1")
+        .unwrap()
+        .unwrap();
+    assert!(invalid.error.unwrap().contains("not a turn result"));
+}
+
+#[test]
+fn a_chatty_agent_cannot_deadlock_the_worker_on_its_pipes() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("loud.sh");
+    // Far more than a pipe buffer on both streams, interleaved, before exiting.
+    write_executable(
+        &script,
+        "#!/bin/sh\ni=0; while [ $i -lt 3000 ]; do echo \"stdout line $i padding padding padding padding\"; echo \"stderr line $i padding padding\" >&2; i=$((i+1)); done\necho '{\"completed\": true, \"final_response\": \"loud but done\"}'\n",
+    );
+    let mut agent = ExecAgent::new(
+        ExecAgentConfig {
+            command: script.display().to_string(),
+            task: TaskBrief::default(),
+            env: Vec::new(),
+            session_id: "s".into(),
+            interrupt_grace: Duration::from_secs(1),
+            forward_output: false,
+        },
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let input = TurnInput {
+        message: "go".into(),
+        kind: TurnKind::Initial,
+        turn: 1,
+    };
+    let result = block_on(agent.run_turn(&input)).unwrap().unwrap();
+    assert_eq!(result.final_response.as_deref(), Some("loud but done"));
+}
+
+#[test]
+fn an_agent_that_cannot_start_is_a_runner_error() {
+    let mut agent = ExecAgent::new(
+        ExecAgentConfig {
+            command: "exit 127".into(),
+            task: TaskBrief::default(),
+            env: Vec::new(),
+            session_id: "s".into(),
+            interrupt_grace: Duration::from_secs(1),
+            forward_output: false,
+        },
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let result = block_on(agent.run_turn(&TurnInput {
+        message: "go".into(),
+        kind: TurnKind::Initial,
+        turn: 1,
+    }))
+    .unwrap()
+    .unwrap();
+    assert!(result.error.unwrap().contains("exited 127"));
+}
+
+#[test]
+fn verdicts_and_chat_bodies_are_read_or_refused_readably() {
+    assert_eq!(
+        parse_verdict("thinking...\n{\"verdict\": \"done\", \"reason\": \"all there\"}\n")
+            .unwrap()
+            .verdict,
+        VerdictKind::Done
+    );
+    assert_eq!(parse_verdict("{\"verdict\": \"wait\"}").unwrap().reason, "");
+    assert!(
+        parse_verdict("{\"verdict\": \"maybe\"}")
+            .unwrap_err()
+            .0
+            .contains("no verdict line")
+    );
+    let (text, calls) = parse_chat_completion(r#"{"choices":[{"message":{"content":"hi","tool_calls":[{"id":"1","function":{"name":"kanban_comment","arguments":"{\"text\":\"x\"}"}}]}}]}"#).unwrap();
+    assert_eq!((text.as_str(), calls.len()), ("hi", 1));
+    assert!(
+        parse_chat_completion("<html>")
+            .unwrap_err()
+            .contains("not a chat completion")
+    );
+    assert!(
+        parse_chat_completion("{\"choices\": []}")
+            .unwrap_err()
+            .contains("choices[0].message")
+    );
+    assert_eq!(
+        parse_chat_stream(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n"
+        )
+        .unwrap()
+        .0,
+        "a"
+    );
+    assert!(
+        parse_chat_stream(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n")
+            .unwrap_err()
+            .contains("before [DONE]")
+    );
+}
+
+fn mcp_fixture() -> (McpServer, InMemoryBoard, String) {
+    let board = InMemoryBoard::new(Arc::new(VirtualClock::at(1_000)));
+    let task_id = block_on(board.create_task(&NewTask {
+        title: "t".into(),
+        ..NewTask::default()
+    }))
+    .unwrap();
+    let claim = block_on(board.claim_task(&task_id, 900, "lk"))
+        .unwrap()
+        .unwrap()
+        .claim;
+    (
+        McpServer::new(BoardTools::new(Arc::new(board.clone()), claim, "w")),
+        board,
+        task_id,
+    )
+}
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512u32);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
+fn json_ish() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<String>(),
+        "[{}\\[\\]\":,a-z0-9 .\\-]{0,80}",
+        Just("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"kanban_comment\",\"arguments\":".to_owned()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn any_stdout_settles_without_a_panic(stdout in any::<String>(), code in any::<i32>()) {
+        let _ = parse_result_line(&stdout);
+        let outcome = settle_turn(&stdout, AgentExit::Code(code), "s");
+        if let Ok(Some(result)) = outcome {
+            prop_assert_eq!(result.session_id.as_deref(), Some("s"));
+        }
+    }
+
+    #[test]
+    fn a_valid_last_result_line_is_always_found(prefix in "[a-zA-Z0-9 \\n]{0,200}", completed in any::<bool>()) {
+        let stdout = format!("{prefix}\n{{\"completed\": {completed}}}\n");
+        let completed_matches = matches!(parse_result_line(&stdout), ResultLine::Result(r) if r.completed == Some(completed));
+        prop_assert!(completed_matches);
+    }
+
+    #[test]
+    fn any_judge_output_or_chat_body_is_read_or_refused(text in json_ish()) {
+        let _ = parse_verdict(&text);
+        let _ = parse_chat_completion(&text);
+        let _ = parse_chat_stream(text.as_bytes());
+    }
+
+    #[test]
+    fn any_mcp_line_gets_an_answer_and_rejected_calls_change_nothing(
+        line in json_ish(),
+        name in prop_oneof![Just("kanban_comment".to_owned()), Just("kanban_heartbeat".to_owned()), Just("kanban_show".to_owned()), Just("nope".to_owned()), "[a-z_]{0,12}"],
+        arguments in json_ish(),
+    ) {
+        let (server, board, task_id) = mcp_fixture();
+        let before = block_on(board.show_task(&task_id)).unwrap();
+        for candidate in [line, format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{{\"name\":\"{name}\",\"arguments\":{arguments}}}}}")] {
+            if let Some(answer) = block_on(server.handle_line(&candidate)) {
+                let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+                let rejected = answer.get("error").is_some() || answer.pointer("/result/isError") == Some(&serde_json::Value::Bool(true));
+                if rejected {
+                    let after = block_on(board.show_task(&task_id)).unwrap();
+                    prop_assert_eq!(&after.task, &before.task);
+                    prop_assert_eq!(after.events.len(), before.events.len());
+                }
+            }
+        }
+    }
+}
