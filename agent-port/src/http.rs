@@ -177,6 +177,9 @@ fn parse_message(body: &str) -> Result<Answer, CallFailure> {
     Ok(answer)
 }
 
+/// Tool calls one streamed answer may carry.
+const MAX_STREAMED_TOOL_CALLS: u64 = 128;
+
 /// Reads a server-sent-events answer; an end without `[DONE]` is a cut stream.
 fn parse_stream(reader: impl Read) -> Result<Answer, CallFailure> {
     let mut answer = Answer::default();
@@ -211,7 +214,17 @@ fn parse_stream(reader: impl Read) -> Result<Answer, CallFailure> {
             answer.content.push_str(text);
         }
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = call["index"].as_u64().unwrap_or(0) as usize;
+            // The index comes from the provider: bound it before it sizes anything.
+            let index = call["index"].as_u64().unwrap_or(0);
+            if index >= MAX_STREAMED_TOOL_CALLS {
+                return Err(CallFailure::transport(
+                    TransportFailure::MalformedBody,
+                    format!(
+                        "a stream chunk names tool call {index}; at most {MAX_STREAMED_TOOL_CALLS} are accepted"
+                    ),
+                ));
+            }
+            let index = index as usize;
             if calls.len() <= index {
                 calls.resize(index + 1, (String::new(), String::new(), String::new()));
             }
@@ -233,10 +246,12 @@ fn parse_stream(reader: impl Read) -> Result<Answer, CallFailure> {
     ))
 }
 
-/// Parses a whole chat-completion body: the reply text and the tool calls
-/// `(name, arguments)`, or a readable error.
-pub fn parse_chat_completion(body: &str) -> Result<(String, Vec<(String, String)>), String> {
-    parse_message(body)
+/// A parsed answer as callers outside this module see it: the reply text
+/// and the tool calls `(name, arguments)`, or a readable error.
+type PublicAnswer = Result<(String, Vec<(String, String)>), String>;
+
+fn public(parsed: Result<Answer, CallFailure>) -> PublicAnswer {
+    parsed
         .map(|answer| {
             (
                 answer.content,
@@ -250,20 +265,14 @@ pub fn parse_chat_completion(body: &str) -> Result<(String, Vec<(String, String)
         .map_err(|failure| failure.detail)
 }
 
+/// Parses a whole chat-completion body.
+pub fn parse_chat_completion(body: &str) -> PublicAnswer {
+    public(parse_message(body))
+}
+
 /// Parses a streamed (server-sent events) chat completion.
-pub fn parse_chat_stream(bytes: &[u8]) -> Result<(String, Vec<(String, String)>), String> {
-    parse_stream(bytes)
-        .map(|answer| {
-            (
-                answer.content,
-                answer
-                    .tool_calls
-                    .into_iter()
-                    .map(|(_, name, arguments)| (name, arguments))
-                    .collect(),
-            )
-        })
-        .map_err(|failure| failure.detail)
+pub fn parse_chat_stream(bytes: &[u8]) -> PublicAnswer {
+    public(parse_stream(bytes))
 }
 
 /// The chat-completions agent. One per run: its conversation is the run's

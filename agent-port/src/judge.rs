@@ -21,16 +21,30 @@ pub fn parse_verdict(stdout: &str) -> Result<Verdict, JudgeError> {
         })
 }
 
-/// Runs `sh -c COMMAND` with `{"goal", "last_response"}` on stdin.
+/// Runs `sh -c COMMAND` with `{"goal", "last_response"}` on stdin, and gives
+/// up (killing it) after `timeout`: a judge that hangs must not hang the worker.
 #[derive(Clone, Debug)]
 pub struct CommandJudge {
     pub command: String,
     pub env: Vec<(String, String)>,
+    pub timeout: std::time::Duration,
+}
+
+impl CommandJudge {
+    /// A judge with the default limit of 60 s.
+    pub fn new(command: String, env: Vec<(String, String)>) -> Self {
+        Self {
+            command,
+            env,
+            timeout: std::time::Duration::from_secs(60),
+        }
+    }
 }
 
 #[async_trait]
 impl Judge for CommandJudge {
     async fn judge(&self, goal: &str, last_response: &str) -> Result<Verdict, JudgeError> {
+        use std::io::Read;
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(&self.command)
@@ -47,18 +61,45 @@ impl Judge for CommandJudge {
             })?;
         let request = serde_json::json!({"goal": goal, "last_response": last_response}).to_string();
         if let Some(mut stdin) = child.stdin.take() {
-            // A judge that does not read its input is allowed to.
-            let _ = stdin.write_all(request.as_bytes());
+            // From a thread: a judge that writes before it reads must not deadlock us.
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(request.as_bytes());
+            });
         }
-        let output = child
-            .wait_with_output()
-            .map_err(|error| JudgeError(format!("the judge `{}` failed: {error}", self.command)))?;
-        if !output.status.success() {
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        let deadline = std::time::Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if std::time::Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(JudgeError(format!(
+                        "the judge `{}` gave no verdict within {:?}",
+                        self.command, self.timeout
+                    )));
+                }
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+                Err(error) => {
+                    return Err(JudgeError(format!(
+                        "the judge `{}` failed: {error}",
+                        self.command
+                    )));
+                }
+            }
+        };
+        let text = reader.join().unwrap_or_default();
+        if !status.success() {
             return Err(JudgeError(format!(
-                "the judge `{}` exited with {}",
-                self.command, output.status
+                "the judge `{}` exited with {status}",
+                self.command
             )));
         }
-        parse_verdict(&String::from_utf8_lossy(&output.stdout))
+        parse_verdict(&text)
     }
 }

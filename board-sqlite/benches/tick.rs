@@ -47,7 +47,7 @@ fn fill(path: &std::path::Path, cards: u64) {
 fn tick(board: &SqliteBoard) {
     block_on(board.running_workers()).unwrap();
     block_on(board.running_workers()).unwrap();
-    block_on(board.release_stale_claims()).unwrap();
+    block_on(board.release_stale_claims(2)).unwrap();
     block_on(board.promote_ready()).unwrap();
     block_on(board.count_running()).unwrap();
     block_on(board.claim_next_ready(900, "bench:tick", 300)).unwrap();

@@ -29,7 +29,7 @@ const BUSY_RETRIES: u32 = 8;
 const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
     consecutive_failures, result";
-const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, started_at, ended_at, outcome, summary, error";
+const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, started_at, ended_at, outcome, summary, error, worker_started_at";
 
 /// Why a write transaction did not return a value.
 enum TxError {
@@ -158,6 +158,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
         outcome: row.get(8)?,
         summary: row.get(9)?,
         error: row.get(10)?,
+        worker_started_at: row.get(11)?,
     })
 }
 
@@ -834,22 +835,35 @@ impl BoardAdmin for SqliteBoard {
         })
     }
 
-    async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError> {
+    async fn release_stale_claims(&self, failure_limit: u32) -> Result<Vec<String>, BoardError> {
         self.write(|tx, now| {
-            let stale: Vec<(String, Option<String>, Option<i64>)> = {
+            type Stale = (String, Option<String>, Option<i64>, u32, Option<u32>);
+            let stale: Vec<Stale> = {
                 let mut statement = tx.prepare_cached(
-                    "SELECT id, claim_lock, current_run_id FROM tasks
+                    "SELECT id, claim_lock, current_run_id, consecutive_failures, max_retries FROM tasks
                       WHERE status = 'running' AND claim_expires IS NOT NULL AND claim_expires < ?1",
                 )?;
-                statement.query_map(params![now], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?.collect::<rusqlite::Result<_>>()?
+                statement
+                    .query_map(params![now], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
+                    .collect::<rusqlite::Result<_>>()?
             };
-            for (id, lock, run_id) in &stale {
+            for (id, lock, run_id, failures, max_retries) in &stale {
                 let error = format!("stale_lock={}", lock.as_deref().unwrap_or(""));
                 close_run(tx, id, "reclaimed", "reclaimed", None, Some(&error), now)?;
-                tx.execute("UPDATE tasks SET status = 'ready' WHERE id = ?1", params![id])?;
-                append_event(tx, id, *run_id, "reclaimed", &json!({"stale_lock": lock, "now": now}), now)?;
+                let failures = failures + 1;
+                let blocks = failures >= max_retries.unwrap_or(failure_limit).max(1);
+                let landing = if blocks { "blocked" } else { "ready" };
+                tx.execute(
+                    "UPDATE tasks SET status = ?2, consecutive_failures = ?3, last_failure_error = ?4 WHERE id = ?1",
+                    params![id, landing, failures, error],
+                )?;
+                let payload = json!({"stale_lock": lock, "now": now, "failures": failures, "blocked": blocks});
+                append_event(tx, id, *run_id, "reclaimed", &payload, now)?;
+                if blocks {
+                    append_event(tx, id, *run_id, "gave_up", &json!({"trigger": "reclaimed", "failures": failures}), now)?;
+                }
             }
-            Ok(stale.into_iter().map(|(id, _, _)| id).collect())
+            Ok(stale.into_iter().map(|(id, ..)| id).collect())
         })
     }
 
@@ -912,20 +926,10 @@ impl BoardAdmin for SqliteBoard {
     }
 
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
-        let payload: Option<String> = self.read(|conn| {
-            conn.query_row(
-                "SELECT payload FROM task_events WHERE task_id = ?1 AND kind = 'worker_result' ORDER BY id DESC LIMIT 1",
-                params![claim.task_id],
-                |row| row.get(0),
-            )
-            .optional()
-            .map(Option::flatten)
-        })?;
-        let booked = payload.and_then(|payload| serde_json::from_str::<Value>(&payload).ok());
-        Ok(booked
-            .filter(|payload| payload["claim_lock"].as_str() == Some(claim.claim_lock.as_str()))
-            .and_then(|payload| payload["exit_code"].as_i64())
-            .map_or(1, |code| code as i32))
+        Ok(self
+            .booked_result(claim)
+            .await?
+            .map_or(1, |result| result.exit_code))
     }
 }
 
@@ -1003,7 +1007,7 @@ impl DispatchBoard for SqliteBoard {
         let db = self.db();
         self.read(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT id, current_run_id, claim_lock, worker_pid, claim_expires, last_heartbeat_at
+                "SELECT id, current_run_id, claim_lock, worker_pid, claim_expires, last_heartbeat_at, worker_started_at
                    FROM tasks WHERE status = 'running' ORDER BY current_run_id",
             )?;
             let rows = statement.query_map([], |row| {
@@ -1014,11 +1018,12 @@ impl DispatchBoard for SqliteBoard {
                     row.get::<_, Option<i64>>(3)?,
                     row.get::<_, Option<i64>>(4)?,
                     row.get::<_, Option<i64>>(5)?,
+                    row.get::<_, Option<i64>>(6)?,
                 ))
             })?;
             let mut workers = Vec::new();
             for row in rows {
-                let (task_id, run_id, lock, worker_pid, claim_expires, last_heartbeat_at) = row?;
+                let (task_id, run_id, lock, worker_pid, claim_expires, last_heartbeat_at, worker_started_at) = row?;
                 let (Some(run_id), Some(claim_lock)) = (run_id, lock) else {
                     continue;
                 };
@@ -1031,6 +1036,7 @@ impl DispatchBoard for SqliteBoard {
                         board: None,
                     },
                     worker_pid,
+                    worker_started_at,
                     claim_expires,
                     last_heartbeat_at,
                 });
@@ -1080,12 +1086,23 @@ impl DispatchBoard for SqliteBoard {
         })
     }
 
-    async fn record_spawn(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+    async fn record_spawn(
+        &self,
+        claim: &Claim,
+        pid: u32,
+        started_at: Option<i64>,
+    ) -> Result<(), BoardError> {
         self.write(|tx, now| {
             let changed = tx.execute(
                 "UPDATE tasks SET worker_pid = ?4, worker_started_at = ?5
                   WHERE id = ?1 AND status = 'running' AND current_run_id = ?2 AND claim_lock = ?3",
-                params![claim.task_id, claim.run_id, claim.claim_lock, pid, now],
+                params![
+                    claim.task_id,
+                    claim.run_id,
+                    claim.claim_lock,
+                    pid,
+                    started_at
+                ],
             )?;
             if changed != 1 {
                 return Err(BoardError::LeaseLost {
@@ -1096,14 +1113,28 @@ impl DispatchBoard for SqliteBoard {
             }
             tx.execute(
                 "UPDATE task_runs SET worker_pid = ?2, worker_started_at = ?3 WHERE id = ?1",
-                params![claim.run_id, pid, now],
+                params![claim.run_id, pid, started_at],
             )?;
             append_event(
                 tx,
                 &claim.task_id,
                 Some(claim.run_id),
                 "spawned",
-                &json!({"pid": pid}),
+                &json!({"pid": pid, "started_at": started_at}),
+                now,
+            )?;
+            Ok(())
+        })
+    }
+
+    async fn record_signal(&self, claim: &Claim, signal: i32) -> Result<(), BoardError> {
+        self.write(|tx, now| {
+            append_event(
+                tx,
+                &claim.task_id,
+                Some(claim.run_id),
+                "worker_signalled",
+                &json!({"signal": signal}),
                 now,
             )?;
             Ok(())
@@ -1145,13 +1176,17 @@ impl DispatchBoard for SqliteBoard {
     async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError> {
         let payload: Option<String> = self.read(|conn| {
             conn.query_row(
-                "SELECT payload FROM task_events WHERE task_id = ?1 AND kind = 'worker_result' ORDER BY id DESC LIMIT 1",
-                params![claim.task_id],
+                "SELECT payload FROM task_events
+                  WHERE task_id = ?1 AND kind = 'worker_result' AND run_id = ?2
+                  ORDER BY id DESC LIMIT 1",
+                params![claim.task_id, claim.run_id],
                 |row| row.get(0),
             )
             .optional()
             .map(Option::flatten)
         })?;
+        // Run-scoped and lock-checked: a dispatcher claims every card with
+        // the same lock, so the lock alone cannot tell runs apart.
         Ok(payload
             .and_then(|payload| serde_json::from_str::<WorkerResult>(&payload).ok())
             .filter(|result| result.claim_lock == claim.claim_lock))
@@ -1171,13 +1206,19 @@ impl DispatchBoard for SqliteBoard {
             };
             let still_running =
                 status == "running" && run_id == Some(claim.run_id) && lock.as_deref() == Some(claim.claim_lock.as_str());
+            let signalled_on_record: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM task_events WHERE task_id = ?1 AND kind = 'worker_signalled' AND run_id = ?2)",
+                params![claim.task_id, claim.run_id],
+                |row| row.get(0),
+            )?;
             let input = BookingInput {
                 witness: report.witness,
                 still_running,
-                signalled_by_dispatcher: report.signalled_by_dispatcher,
+                signalled_by_dispatcher: report.signalled_by_dispatcher || signalled_on_record,
                 violation_streak: violation_streak(tx, &claim.task_id)?,
                 consecutive_failures: failures,
                 failure_limit: max_retries.unwrap_or(report.default_failure_limit),
+                violation_limit: max_retries.unwrap_or(kanban_core::PROTOCOL_VIOLATION_LIMIT),
             };
             let booking = book_worker_exit(input);
             let (exit_code, signal) = witness_json(report.witness);

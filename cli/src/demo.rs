@@ -69,6 +69,8 @@ pub(crate) fn demo(
             format!("'{}' sim-agent", exe.display()),
             "--recovery-delays".to_owned(),
             "1".to_owned(),
+            "--grace".to_owned(),
+            "2".to_owned(),
         ],
         worker_env: vec![("HERMES_KANBAN_TURN_RECOVERY".to_owned(), "3".to_owned())],
         ttl: 120,

@@ -27,6 +27,8 @@ use crate::runtime::block_on;
 
 /// A heartbeat older than this means a live worker is wedged, not slow.
 const STALE_HEARTBEAT_SECONDS: i64 = 3600;
+/// How much of a card's log is read back for a trailer and an output tail.
+const LOG_WINDOW: u64 = 64 * 1024;
 /// How long a reclaim waits when the worker survived its termination.
 const RECLAIM_DEFER_SECONDS: i64 = 120;
 
@@ -70,6 +72,9 @@ impl DispatchPlan {
         if let Some(delays) = &args.recovery_delays {
             worker_args.extend(["--recovery-delays".to_owned(), delays.clone()]);
         }
+        // Workers give their agents half the dispatcher's grace, so that a
+        // shutdown's interrupted workers exit while it still waits for them.
+        worker_args.extend(["--grace".to_owned(), (args.grace / 2).max(1).to_string()]);
         Self {
             db,
             board_slug,
@@ -113,8 +118,25 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-fn alive(pid: i64) -> bool {
-    i32::try_from(pid).is_ok_and(|pid| pid > 0 && kill(Pid::from_raw(pid), None).is_ok())
+/// A process's start time in clock ticks since boot (`/proc/PID/stat`,
+/// field 22): with the pid, a fingerprint that a reused pid does not match.
+fn process_start(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: count from the last ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// True when `pid` runs and, where a fingerprint was recorded, is the same
+/// process that was spawned.
+fn alive(pid: i64, started_at: Option<i64>) -> bool {
+    let running =
+        i32::try_from(pid).is_ok_and(|pid| pid > 0 && kill(Pid::from_raw(pid), None).is_ok());
+    running && started_at.is_none_or(|recorded| process_start(pid) == Some(recorded))
 }
 
 /// The part of a card's log written since the run's marker.
@@ -123,13 +145,16 @@ fn log_since_marker(log: &Path, run_id: i64) -> String {
         return String::new();
     };
     let length = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = file.seek(SeekFrom::Start(length.saturating_sub(64 * 1024)));
+    let _ = file.seek(SeekFrom::Start(length.saturating_sub(LOG_WINDOW)));
     let mut bytes = Vec::new();
     let _ = file.read_to_end(&mut bytes);
     let text = String::from_utf8_lossy(&bytes);
     let marker = run_marker(run_id);
     match text.rfind(&marker) {
         Some(at) => text[at + marker.len()..].to_owned(),
+        // The marker is further back than the window: the whole window was
+        // written by this run, the latest to append.
+        None if length > LOG_WINDOW => text.into_owned(),
         None => String::new(),
     }
 }
@@ -303,7 +328,7 @@ impl Dispatcher {
             };
             if self.children.contains_key(&(pid as u32))
                 || !self.host_local(&worker.claim)
-                || alive(pid)
+                || alive(pid, worker.worker_started_at)
             {
                 continue;
             }
@@ -332,9 +357,10 @@ impl Dispatcher {
             .filter(|w| w.claim_expires.is_some_and(|e| e < now))
         {
             let claim = &worker.claim;
+            let fingerprint = worker.worker_started_at;
             let Some(pid) = worker
                 .worker_pid
-                .filter(|pid| self.host_local(claim) && alive(*pid))
+                .filter(|pid| self.host_local(claim) && alive(*pid, fingerprint))
             else {
                 continue;
             };
@@ -360,18 +386,19 @@ impl Dispatcher {
                 claim.task_id
             ));
             self.signalled.insert(pid as u32);
+            let _ = block_on(self.board.record_signal(claim, Signal::SIGTERM as i32));
             let group = Pid::from_raw(pid as i32);
             let _ = killpg(group, Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
-            while alive(pid) && Instant::now() < deadline {
+            while alive(pid, fingerprint) && Instant::now() < deadline {
                 self.reap();
                 std::thread::sleep(Duration::from_millis(100));
             }
-            if alive(pid) {
+            if alive(pid, fingerprint) {
                 let _ = killpg(group, Signal::SIGKILL);
                 std::thread::sleep(Duration::from_millis(200));
             }
-            if alive(pid) {
+            if alive(pid, fingerprint) {
                 let _ = block_on(self.board.extend_expired_lease(
                     claim,
                     now + RECLAIM_DEFER_SECONDS,
@@ -384,7 +411,7 @@ impl Dispatcher {
                 ));
             }
         }
-        match block_on(self.board.release_stale_claims()) {
+        match block_on(self.board.release_stale_claims(self.plan.failure_limit)) {
             Ok(released) => {
                 for id in released {
                     say(&format!("{id} lease expired: released back to ready"));
@@ -423,7 +450,12 @@ impl Dispatcher {
         }
         let child = command.spawn().context("cannot spawn a worker")?;
         let pid = child.id();
-        if let Err(error) = block_on(self.board.record_spawn(&claim, pid)) {
+        if let Err(error) = block_on(self.board.record_spawn(
+            &claim,
+            pid,
+            process_start(i64::from(pid)),
+        )) {
+            let _ = block_on(self.board.record_signal(&claim, Signal::SIGTERM as i32));
             // The claim moved on between the claim and the spawn: stop the worker.
             let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
             self.signalled.insert(pid);
@@ -545,7 +577,13 @@ impl Dispatcher {
             "shutting down: stopping {} worker(s)",
             self.children.len()
         ));
-        for pid in self.children.keys() {
+        for (pid, spawned) in &self.children {
+            // Recorded first: a dispatcher that books this exit later, after
+            // this one is gone, must still know the 130 was asked for.
+            let _ = block_on(
+                self.board
+                    .record_signal(&spawned.claim, Signal::SIGTERM as i32),
+            );
             let _ = killpg(Pid::from_raw(*pid as i32), Signal::SIGTERM);
             self.signalled.insert(*pid);
         }

@@ -202,10 +202,10 @@ fn run_worker(
             (Box::new(agent), active)
         };
     let heartbeater = Heartbeater::start(claim.clone(), interval, turn_active)?;
-    let judge = args.judge.clone().map(|command| CommandJudge {
-        command,
-        env: agent_env(Some(&claim), env),
-    });
+    let judge = args
+        .judge
+        .clone()
+        .map(|command| CommandJudge::new(command, agent_env(Some(&claim), env)));
     let sleeper = InterruptibleSleeper { interrupt };
     let mut emit = |line: &str| eprintln!("{line}");
     let message = match &task.body {

@@ -116,6 +116,8 @@ pub struct RunRecord {
     pub claim_lock: Option<String>,
     pub claim_expires: Option<i64>,
     pub worker_pid: Option<i64>,
+    /// The worker process's start time, as the dispatcher recorded it.
+    pub worker_started_at: Option<i64>,
     pub started_at: i64,
     pub ended_at: Option<i64>,
     pub outcome: Option<String>,
@@ -167,8 +169,11 @@ pub trait BoardAdmin: Send + Sync {
     /// `reclaimed`, the card is ready again (todo while a parent is open)
     /// and its failure count is reset.
     async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
-    /// Releases every claim whose lease expired; returns the released card ids.
-    async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError>;
+    /// Releases every claim whose lease expired; returns the released card
+    /// ids. Each release counts as a failure, so a card whose workers keep
+    /// wedging is blocked at `failure_limit` (or the card's `max_retries`)
+    /// instead of cycling forever.
+    async fn release_stale_claims(&self, failure_limit: u32) -> Result<Vec<String>, BoardError>;
     /// Promotes `todo` cards whose parents are all done; returns how many.
     async fn promote_ready(&self) -> Result<usize, BoardError>;
     /// A card with its runs and events.

@@ -30,6 +30,9 @@ pub struct BookingInput {
     pub consecutive_failures: u32,
     /// Counted failures that block the card (the card's `max_retries`, else 2).
     pub failure_limit: u32,
+    /// Protocol violations in a row that block the card (the card's
+    /// `max_retries`, else 3).
+    pub violation_limit: u32,
 }
 
 /// The kind a worker exit is booked as.
@@ -93,7 +96,7 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
     }
     match input.witness {
         ExitWitness::Code(0) => {
-            let blocks = input.violation_streak + 1 >= PROTOCOL_VIOLATION_LIMIT;
+            let blocks = input.violation_streak + 1 >= input.violation_limit.max(1);
             booking(BookingKind::ProtocolViolation, false, blocks, false)
         }
         ExitWitness::Code(75) => booking(BookingKind::RateLimited, false, false, true),

@@ -16,6 +16,9 @@ pub struct RunningWorker {
     pub claim: Claim,
     /// The pid the dispatcher recorded at spawn, if any.
     pub worker_pid: Option<i64>,
+    /// The worker process's start time as recorded at spawn, so a reused pid
+    /// is not mistaken for the worker.
+    pub worker_started_at: Option<i64>,
     pub claim_expires: Option<i64>,
     pub last_heartbeat_at: Option<i64>,
 }
@@ -49,9 +52,18 @@ pub trait DispatchBoard: Send + Sync {
         claim_lock: &str,
         rate_limit_cooldown: i64,
     ) -> Result<Option<ClaimGrant>, BoardError>;
-    /// Records the worker pid on the card and its run (event `spawned`).
-    /// Fenced by the run and the claim lock.
-    async fn record_spawn(&self, claim: &Claim, pid: u32) -> Result<(), BoardError>;
+    /// Records the worker pid and its process start time on the card and its
+    /// run (event `spawned`). Fenced by the run and the claim lock.
+    async fn record_spawn(
+        &self,
+        claim: &Claim,
+        pid: u32,
+        started_at: Option<i64>,
+    ) -> Result<(), BoardError>;
+    /// Records that the dispatcher signalled the run's worker (event
+    /// `worker_signalled`), so whichever dispatcher books its exit knows a
+    /// 130 was asked for.
+    async fn record_signal(&self, claim: &Claim, signal: i32) -> Result<(), BoardError>;
     /// Moves an expired lease to `expires` when it is still expired and
     /// still held by `claim`; records `kind` (`claim_extended` or
     /// `reclaim_deferred`) with `reason`. Returns false when nothing matched.
@@ -68,6 +80,7 @@ pub trait DispatchBoard: Send + Sync {
     /// in one transaction: the run closes with the booking's kind, the card
     /// goes back to ready or to blocked, and an event records the exit code,
     /// the kind and the worker's last output. Only a card still running under
-    /// `claim` changes; otherwise the exit is recorded as `settled`.
+    /// `claim` changes; otherwise the exit is recorded as `settled`. A run
+    /// with a `worker_signalled` event counts as signalled by the dispatcher.
     async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError>;
 }

@@ -66,10 +66,38 @@ pub fn parse_recovery_budget(raw: Option<&str>) -> u32 {
     if is_off_value(raw) {
         return 0;
     }
-    match raw.parse::<i64>() {
-        Ok(value) => value.clamp(0, i64::from(MAX_RECOVERY_ATTEMPTS_CEILING)) as u32,
-        Err(_) => DEFAULT_MAX_RECOVERY_ATTEMPTS,
+    match parse_whole_number(raw) {
+        Some(value) => value.clamp(0, i64::from(MAX_RECOVERY_ATTEMPTS_CEILING)) as u32,
+        None => DEFAULT_MAX_RECOVERY_ATTEMPTS,
     }
+}
+
+/// Reads a whole number the way the seed system's settings are read: an
+/// optional sign, digits, single underscores between digits (`1_0` is 10);
+/// values too large for `i64` saturate, so a huge negative budget is off,
+/// not the default.
+fn parse_whole_number(raw: &str) -> Option<i64> {
+    let (negative, digits) = match raw.as_bytes().first()? {
+        b'-' => (true, &raw[1..]),
+        b'+' => (false, &raw[1..]),
+        _ => (false, raw),
+    };
+    let bytes = digits.as_bytes();
+    let well_formed = bytes.first().is_some_and(u8::is_ascii_digit)
+        && bytes.last().is_some_and(u8::is_ascii_digit)
+        && bytes.iter().all(|b| b.is_ascii_digit() || *b == b'_')
+        && !digits.contains("__");
+    if !well_formed {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for digit in bytes.iter().filter(|b| b.is_ascii_digit()) {
+        let digit = i64::from(digit - b'0');
+        value = value
+            .saturating_mul(10)
+            .saturating_add(if negative { -digit } else { digit });
+    }
+    Some(value)
 }
 
 /// `HERMES_KANBAN_TURN_RECOVERY` parsed as an attempt budget.
@@ -266,12 +294,10 @@ pub fn build_recovery_nudge(
 ) -> String {
     let error = result
         .map(|result| {
+            // As the seed's `error or final_response`: an empty error falls through.
+            let error = result.error.as_deref().filter(|error| !error.is_empty());
             one_line(
-                result
-                    .error
-                    .as_deref()
-                    .or(result.final_response.as_deref())
-                    .unwrap_or(""),
+                error.or(result.final_response.as_deref()).unwrap_or(""),
                 300,
             )
         })

@@ -184,6 +184,24 @@ impl Run<'_, '_> {
         outcome_exit_code(&self.latest, true)
     }
 
+    /// Proves the claim before a turn that no failure authorised: a stop
+    /// nudge or a goal turn re-enters the model just like a recovery does.
+    async fn claim_live(&mut self) -> bool {
+        match self
+            .ports
+            .board
+            .prove_claim(&self.setup.claim, self.setup.identity)
+            .await
+        {
+            Ok(()) => true,
+            Err(reason) => {
+                let line = crate::recovery::skipped_message(&self.setup.claim.task_id, &reason);
+                self.say(&line);
+                false
+            }
+        }
+    }
+
     fn say(&mut self, line: &str) {
         tracing::info!(target: "kanban::worker", "{line}");
         (self.ports.emit)(line);
@@ -200,7 +218,9 @@ impl Run<'_, '_> {
     async fn stop_nudges(&mut self, mut code: ExitCode) -> (ExitCode, u32) {
         let mut sent = 0;
         while code == ExitCode::Success && sent < self.setup.settings.stop_nudge_attempts {
-            if self.ports.board.run_status(&self.setup.claim).await != Ok(RunStatus::Running) {
+            if self.ports.board.run_status(&self.setup.claim).await != Ok(RunStatus::Running)
+                || !self.claim_live().await
+            {
                 break;
             }
             sent += 1;
@@ -293,6 +313,12 @@ impl Run<'_, '_> {
                 ))
                 .await;
                 return (ExitCode::Success, GoalOutcome::BlockedBudget);
+            }
+            if !self.claim_live().await {
+                return (
+                    ExitCode::Success,
+                    GoalOutcome::Stopped("the claim is no longer live".to_owned()),
+                );
             }
             let code = self.turn(prompt, TurnKind::Goal).await;
             turns_used += 1;

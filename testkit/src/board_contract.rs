@@ -275,7 +275,7 @@ where
             "heartbeat after expiry",
         );
         assert_eq!(
-            block_on(board.release_stale_claims()).unwrap(),
+            block_on(board.release_stale_claims(2)).unwrap(),
             vec![id.clone()],
             "only the expired claim is released"
         );
@@ -309,6 +309,37 @@ where
         assert!(
             block_on(board.prove_claim(&fresh_claim, ProofIdentity::AnyProcess)).is_ok(),
             "the fresh claim is untouched"
+        );
+    }
+
+    // Stale releases count: a card whose workers keep wedging is blocked at the limit.
+    {
+        let (board, time) = fresh();
+        let id = block_on(board.create_task(&task("wedged"))).unwrap();
+        for round in 1..=2 {
+            block_on(board.claim_task(&id, TTL, "host:1"))
+                .unwrap()
+                .unwrap();
+            time.advance(TTL + 1);
+            assert_eq!(
+                block_on(board.release_stale_claims(2)).unwrap(),
+                vec![id.clone()]
+            );
+            let view = block_on(board.show_task(&id)).unwrap();
+            assert_eq!(view.task.consecutive_failures, round);
+            let expected = if round == 2 {
+                TaskStatus::Blocked
+            } else {
+                TaskStatus::Ready
+            };
+            assert_eq!(view.task.status, expected, "round {round}");
+        }
+        assert!(
+            block_on(board.show_task(&id))
+                .unwrap()
+                .events
+                .iter()
+                .any(|e| e.kind == "gave_up")
         );
     }
 
@@ -471,11 +502,16 @@ where
         let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
             .unwrap()
             .expect("a ready card");
-        block_on(board.record_spawn(&claim.claim, 4242)).unwrap();
+        block_on(board.record_spawn(&claim.claim, 4242, Some(777))).unwrap();
         assert_eq!(block_on(board.count_running()).unwrap(), 1);
         let workers = block_on(board.running_workers()).unwrap();
         assert_eq!(workers.len(), 1);
         assert_eq!(workers[0].worker_pid, Some(4242));
+        assert_eq!(
+            workers[0].worker_started_at,
+            Some(777),
+            "the process fingerprint is kept"
+        );
         assert_eq!(workers[0].claim, claim.claim);
 
         // Exit 75: back to ready, not counted, held for the cooldown.
@@ -579,6 +615,63 @@ where
             (booking.kind, booking.blocks),
             (BookingKind::TerminalProvider, true)
         );
+
+        // A card's max_retries bounds protocol violations too.
+        let id = block_on(board.create_task(&NewTask {
+            max_retries: Some(1),
+            ..task("strict")
+        }))
+        .unwrap();
+        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        let booking = block_on(board.book_exit(&claim, &report(ExitWitness::Code(0)))).unwrap();
+        assert_eq!(
+            (booking.kind, booking.blocks),
+            (BookingKind::ProtocolViolation, true)
+        );
+
+        // A 130 after a recorded signal is an interruption, whoever books it.
+        let id = block_on(board.create_task(&task("signalled"))).unwrap();
+        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        block_on(board.record_signal(&claim, 15)).unwrap();
+        let booking = block_on(board.book_exit(&claim, &report(ExitWitness::Code(130)))).unwrap();
+        assert_eq!(
+            (booking.kind, booking.counts_failure),
+            (BookingKind::Interrupted, false)
+        );
+
+        // A result booked by an earlier run under the same lock is not this run's.
+        let id = block_on(board.create_task(&task("same lock"))).unwrap();
+        let first = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        let early = WorkerResult {
+            pid: 1,
+            claim_lock: "host:d".into(),
+            exit_code: 75,
+            last_output: String::new(),
+            turns: 1,
+            recovery_attempts: 0,
+        };
+        block_on(board.book_result(&first, &early)).unwrap();
+        block_on(board.book_exit(&first, &report(ExitWitness::Code(75)))).unwrap();
+        time.advance(301);
+        let second = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .expect("the same card again")
+            .claim;
+        assert_eq!(
+            block_on(board.booked_result(&second)).unwrap(),
+            None,
+            "run-scoped"
+        );
+        assert_eq!(block_on(board.booked_exit_code(&second)).unwrap(), 1);
 
         // An expired lease is extended only while it is still expired and ours.
         let id = block_on(board.create_task(&task("slow"))).unwrap();

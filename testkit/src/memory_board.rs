@@ -231,6 +231,7 @@ impl InMemoryBoard {
             claim_lock: Some(claim_lock.to_owned()),
             claim_expires: Some(expires),
             worker_pid: None,
+            worker_started_at: None,
             started_at: now,
             ended_at: None,
             outcome: None,
@@ -642,7 +643,7 @@ impl BoardAdmin for InMemoryBoard {
         Ok(())
     }
 
-    async fn release_stale_claims(&self) -> Result<Vec<String>, BoardError> {
+    async fn release_stale_claims(&self, failure_limit: u32) -> Result<Vec<String>, BoardError> {
         let now = self.now();
         let mut state = self.state.lock().unwrap();
         let stale: Vec<(String, Option<String>, Option<i64>)> = state
@@ -654,14 +655,31 @@ impl BoardAdmin for InMemoryBoard {
         for (id, lock, run_id) in &stale {
             let error = format!("stale_lock={}", lock.as_deref().unwrap_or(""));
             state.close_run(id, "reclaimed", "reclaimed", None, Some(&error), now);
-            state.task_mut(id).unwrap().status = TaskStatus::Ready;
+            let task = state.task_mut(id).unwrap();
+            task.consecutive_failures += 1;
+            let failures = task.consecutive_failures;
+            let blocks = failures >= task.max_retries.unwrap_or(failure_limit).max(1);
+            task.status = if blocks {
+                TaskStatus::Blocked
+            } else {
+                TaskStatus::Ready
+            };
             state.event(
                 id,
                 *run_id,
                 "reclaimed",
-                json!({"stale_lock": lock, "now": now}),
+                json!({"stale_lock": lock, "now": now, "failures": failures, "blocked": blocks}),
                 now,
             );
+            if blocks {
+                state.event(
+                    id,
+                    *run_id,
+                    "gave_up",
+                    json!({"trigger": "reclaimed", "failures": failures}),
+                    now,
+                );
+            }
         }
         Ok(stale.into_iter().map(|(id, _, _)| id).collect())
     }
@@ -720,15 +738,10 @@ impl BoardAdmin for InMemoryBoard {
     }
 
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
-        let state = self.state.lock().unwrap();
-        Ok(state
-            .events
-            .iter()
-            .rev()
-            .find(|e| e.task_id == claim.task_id && e.kind == "worker_result")
-            .filter(|e| e.payload["claim_lock"].as_str() == Some(claim.claim_lock.as_str()))
-            .and_then(|e| e.payload["exit_code"].as_i64())
-            .map_or(1, |code| code as i32))
+        Ok(self
+            .booked_result(claim)
+            .await?
+            .map_or(1, |result| result.exit_code))
     }
 }
 
@@ -781,6 +794,7 @@ impl DispatchBoard for InMemoryBoard {
                         board: None,
                     },
                     worker_pid: t.worker_pid,
+                    worker_started_at: run.worker_started_at,
                     claim_expires: t.claim_expires,
                     last_heartbeat_at: None,
                 })
@@ -826,7 +840,12 @@ impl DispatchBoard for InMemoryBoard {
         Ok(None)
     }
 
-    async fn record_spawn(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+    async fn record_spawn(
+        &self,
+        claim: &Claim,
+        pid: u32,
+        started_at: Option<i64>,
+    ) -> Result<(), BoardError> {
         let now = self.now();
         let mut state = self.state.lock().unwrap();
         let holds = state.task(&claim.task_id).is_some_and(|t| {
@@ -841,12 +860,27 @@ impl DispatchBoard for InMemoryBoard {
             });
         }
         state.task_mut(&claim.task_id).unwrap().worker_pid = Some(i64::from(pid));
-        state.run_mut(claim.run_id).unwrap().worker_pid = Some(i64::from(pid));
+        let run = state.run_mut(claim.run_id).unwrap();
+        run.worker_pid = Some(i64::from(pid));
+        run.worker_started_at = started_at;
         state.event(
             &claim.task_id,
             Some(claim.run_id),
             "spawned",
-            json!({"pid": pid}),
+            json!({"pid": pid, "started_at": started_at}),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn record_signal(&self, claim: &Claim, signal: i32) -> Result<(), BoardError> {
+        let now = self.now();
+        let mut state = self.state.lock().unwrap();
+        state.event(
+            &claim.task_id,
+            Some(claim.run_id),
+            "worker_signalled",
+            json!({"signal": signal}),
             now,
         );
         Ok(())
@@ -887,7 +921,11 @@ impl DispatchBoard for InMemoryBoard {
             .events
             .iter()
             .rev()
-            .find(|e| e.task_id == claim.task_id && e.kind == "worker_result")
+            .find(|e| {
+                e.task_id == claim.task_id
+                    && e.kind == "worker_result"
+                    && e.run_id == Some(claim.run_id)
+            })
             .and_then(|e| serde_json::from_value::<WorkerResult>(e.payload.clone()).ok())
             .filter(|r| r.claim_lock == claim.claim_lock))
     }
@@ -902,13 +940,21 @@ impl DispatchBoard for InMemoryBoard {
         let still_running = task.status == TaskStatus::Running
             && task.current_run_id == Some(claim.run_id)
             && task.claim_lock.as_deref() == Some(claim.claim_lock.as_str());
+        let signalled_on_record = state.events.iter().any(|e| {
+            e.task_id == claim.task_id
+                && e.kind == "worker_signalled"
+                && e.run_id == Some(claim.run_id)
+        });
         let booking = book_worker_exit(BookingInput {
             witness: report.witness,
             still_running,
-            signalled_by_dispatcher: report.signalled_by_dispatcher,
+            signalled_by_dispatcher: report.signalled_by_dispatcher || signalled_on_record,
             violation_streak: state.violation_streak(&claim.task_id),
             consecutive_failures: task.consecutive_failures,
             failure_limit: task.max_retries.unwrap_or(report.default_failure_limit),
+            violation_limit: task
+                .max_retries
+                .unwrap_or(kanban_core::PROTOCOL_VIOLATION_LIMIT),
         });
         let (exit_code, signal) = match report.witness {
             ExitWitness::Code(code) => (Some(code), None),

@@ -13,10 +13,14 @@ use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
 const TTL: i64 = 300;
+/// Stale releases that block a card.
+const FAILURE_LIMIT: u32 = 2;
 
 #[derive(Clone, Debug)]
 struct ModelTask {
     status: TaskStatus,
+    /// Counted failures: stale releases, reset by a completion or an unblock.
+    failures: u32,
     /// The run id holding the card and its lease expiry, while running.
     run: Option<(i64, i64)>,
 }
@@ -92,15 +96,14 @@ impl ReferenceStateMachine for Reference {
         match *step {
             Step::Create => state.tasks.push(ModelTask {
                 status: TaskStatus::Ready,
+                failures: 0,
                 run: None,
             }),
             Step::Claim(t) => {
                 if state.tasks[t].status == TaskStatus::Ready {
                     let run_id = state.tokens.len() as i64 + 1;
-                    state.tasks[t] = ModelTask {
-                        status: TaskStatus::Running,
-                        run: Some((run_id, state.now + TTL)),
-                    };
+                    state.tasks[t].status = TaskStatus::Running;
+                    state.tasks[t].run = Some((run_id, state.now + TTL));
                     state.tokens.push((t, run_id));
                 }
             }
@@ -114,13 +117,17 @@ impl ReferenceStateMachine for Reference {
             }
             Step::Complete(k) | Step::Block(k) => {
                 if state.live(k) {
-                    let t = state.tokens[k].0;
-                    let status = if matches!(step, Step::Complete(_)) {
+                    let done = matches!(step, Step::Complete(_));
+                    let task = &mut state.tasks[state.tokens[k].0];
+                    task.status = if done {
                         TaskStatus::Done
                     } else {
                         TaskStatus::Blocked
                     };
-                    state.tasks[t] = ModelTask { status, run: None };
+                    task.run = None;
+                    if done {
+                        task.failures = 0;
+                    }
                 } else {
                     state.rejected_writes += 1;
                 }
@@ -128,6 +135,7 @@ impl ReferenceStateMachine for Reference {
             Step::Unblock(t) => {
                 if state.tasks[t].status == TaskStatus::Blocked {
                     state.tasks[t].status = TaskStatus::Ready;
+                    state.tasks[t].failures = 0;
                 }
             }
             Step::Advance(seconds) => state.now += seconds,
@@ -137,10 +145,13 @@ impl ReferenceStateMachine for Reference {
                     if task.status == TaskStatus::Running
                         && task.run.is_some_and(|(_, expires)| expires < now)
                     {
-                        *task = ModelTask {
-                            status: TaskStatus::Ready,
-                            run: None,
+                        task.failures += 1;
+                        task.status = if task.failures >= FAILURE_LIMIT {
+                            TaskStatus::Blocked
+                        } else {
+                            TaskStatus::Ready
                         };
+                        task.run = None;
                     }
                 }
             }
@@ -259,7 +270,7 @@ impl<B: FreshBoard> StateMachineTest for BoardMachine<B> {
             }
             Step::Advance(seconds) => sut.time.advance(seconds),
             Step::ReleaseStale => {
-                block_on(sut.board.release_stale_claims()).unwrap();
+                block_on(sut.board.release_stale_claims(FAILURE_LIMIT)).unwrap();
             }
         }
         sut
@@ -286,6 +297,10 @@ impl<B: FreshBoard> StateMachineTest for BoardMachine<B> {
                 "{id}: current_run_id is NULL exactly when no run is open"
             );
             assert_eq!(view.task.status, model.tasks[index].status, "{id}: status");
+            assert_eq!(
+                view.task.consecutive_failures, model.tasks[index].failures,
+                "{id}: failures"
+            );
             assert_eq!(
                 view.task.current_run_id,
                 model.tasks[index].run.map(|(run, _)| run),

@@ -60,6 +60,14 @@ fn test_max_attempts_parsing_and_clamp() {
     check("no", 0);
     check("-4", 0);
     check(" 7 ", 7);
+    // Read as the seed reads them: underscores between digits, saturation.
+    check("1_0", 10);
+    check("1__0", DEFAULT_MAX_RECOVERY_ATTEMPTS);
+    check("_1", DEFAULT_MAX_RECOVERY_ATTEMPTS);
+    check("+2", 2);
+    check("-99999999999999999999", 0);
+    check("99999999999999999999", 10);
+    check("2.5", DEFAULT_MAX_RECOVERY_ATTEMPTS);
 }
 
 #[test]
@@ -146,6 +154,16 @@ fn test_nudge_terminal_contract() {
     ] {
         assert!(nudge.contains(needle), "nudge lacks {needle:?}: {nudge}");
     }
+}
+
+#[test]
+fn an_empty_error_falls_through_to_the_reply_as_in_the_seed() {
+    let result = kanban_core::TurnResult {
+        error: Some(String::new()),
+        final_response: Some("the reply".into()),
+        ..Default::default()
+    };
+    assert!(build_recovery_nudge(Some(&result), 1, 3, Some("t")).contains("Error: the reply."));
 }
 
 #[test]

@@ -45,6 +45,7 @@ fn booking_table_rows() {
         violation_streak: 0,
         consecutive_failures: 0,
         failure_limit: 2,
+        violation_limit: 3,
     };
     let b = book_worker_exit(input(ExitWitness::Code(0), false));
     assert_eq!(b.kind, BookingKind::Settled);
