@@ -269,41 +269,45 @@ fn claim_in(
     claim_lock: &str,
     now: i64,
 ) -> Result<Option<ClaimGrant>, TxError> {
-    let row: Option<(String, Option<String>)> = tx
-        .query_row(
-            "SELECT status, claim_lock FROM tasks WHERE id = ?1",
-            params![task_id],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .optional()?;
-    let Some((status, lock)) = row else {
-        return Err(BoardError::TaskNotFound(task_id.to_owned()).into());
-    };
-    if status != "ready" || lock.is_some() {
-        return Ok(None);
-    }
-    if open_parents(tx, task_id)? > 0 {
-        tx.execute(
-            "UPDATE tasks SET status = 'todo' WHERE id = ?1 AND status = 'ready'",
-            params![task_id],
-        )?;
-        append_event(
-            tx,
-            task_id,
-            None,
-            "claim_rejected",
-            &json!({"reason": "parents_not_done"}),
-            now,
-        )?;
-        return Ok(None);
-    }
     let ttl = ttl_seconds.max(1);
     let expires = now.saturating_add(ttl);
-    tx.prepare_cached(
-        "INSERT INTO task_runs (task_id, profile, status, claim_lock, claim_expires, started_at)
-         SELECT id, assignee, 'running', ?2, ?3, ?4 FROM tasks WHERE id = ?1",
-    )?
-    .execute(params![task_id, claim_lock, expires, now])?;
+    // The happy path in one statement: open a run only for a ready,
+    // unclaimed card whose parents are all done. Why a claim failed is asked
+    // only when it did.
+    let opened = tx
+        .prepare_cached(
+            "INSERT INTO task_runs (task_id, profile, status, claim_lock, claim_expires, started_at)
+             SELECT t.id, t.assignee, 'running', ?2, ?3, ?4 FROM tasks t
+              WHERE t.id = ?1 AND t.status = 'ready' AND t.claim_lock IS NULL
+                AND NOT EXISTS (
+                    SELECT 1 FROM task_links l JOIN tasks p ON p.id = l.parent_id
+                     WHERE l.child_id = t.id AND p.status NOT IN ('done', 'archived'))",
+        )?
+        .execute(params![task_id, claim_lock, expires, now])?;
+    if opened == 0 {
+        let row: Option<(String, Option<String>)> = tx
+            .prepare_cached("SELECT status, claim_lock FROM tasks WHERE id = ?1")?
+            .query_row(params![task_id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let Some((status, lock)) = row else {
+            return Err(BoardError::TaskNotFound(task_id.to_owned()).into());
+        };
+        if status == "ready" && lock.is_none() && open_parents(tx, task_id)? > 0 {
+            tx.execute(
+                "UPDATE tasks SET status = 'todo' WHERE id = ?1 AND status = 'ready'",
+                params![task_id],
+            )?;
+            append_event(
+                tx,
+                task_id,
+                None,
+                "claim_rejected",
+                &json!({"reason": "parents_not_done"}),
+                now,
+            )?;
+        }
+        return Ok(None);
+    }
     let run_id = tx.last_insert_rowid();
     // The compare-and-set: only a ready, unclaimed card becomes ours. The
     // IMMEDIATE transaction already excludes other writers; the guard keeps
