@@ -29,7 +29,7 @@ const BUSY_RETRIES: u32 = 8;
 const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
     consecutive_failures, result";
-const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, started_at, ended_at, outcome, summary, error, worker_started_at";
+const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, started_at, ended_at, outcome, summary, error, worker_started_at, hold_until";
 
 /// Why a write transaction did not return a value.
 enum TxError {
@@ -159,6 +159,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
         summary: row.get(9)?,
         error: row.get(10)?,
         worker_started_at: row.get(11)?,
+        hold_until: row.get(12)?,
     })
 }
 
@@ -1074,11 +1075,10 @@ impl DispatchBoard for SqliteBoard {
                         AND NOT EXISTS (
                             SELECT 1 FROM task_runs r
                              WHERE r.id = (SELECT MAX(id) FROM task_runs WHERE task_id = t.id)
-                               AND r.outcome = 'rate_limited' AND r.ended_at > ?1)
+                               AND r.outcome = 'rate_limited' AND (r.ended_at > ?1 OR r.hold_until > ?2))
                       ORDER BY t.priority DESC, t.created_at ASC, t.rowid ASC LIMIT 32",
                 )?;
-                statement
-                    .query_map(params![now - rate_limit_cooldown], |row| row.get(0))?
+                statement.query_map(params![now - rate_limit_cooldown, now], |row| row.get(0))?
                     .collect::<rusqlite::Result<_>>()?
             };
             for id in candidates {
@@ -1234,6 +1234,10 @@ impl DispatchBoard for SqliteBoard {
             }
             let error = booking_error(&booking, report.witness, &tail);
             close_run(tx, &claim.task_id, booking.kind.as_str(), booking.kind.as_str(), None, Some(&error), now)?;
+            let hold_until = report.retry_after_seconds.filter(|_| booking.cooldown).map(|s| now.saturating_add(s as i64));
+            if let Some(hold_until) = hold_until {
+                tx.execute("UPDATE task_runs SET hold_until = ?2 WHERE id = ?1", params![claim.run_id, hold_until])?;
+            }
             let failures = failures + u32::from(booking.counts_failure);
             let landing = if booking.blocks { "blocked" } else { "ready" };
             tx.execute(
@@ -1249,6 +1253,7 @@ impl DispatchBoard for SqliteBoard {
                 "failures": failures,
                 "blocked": booking.blocks,
                 "cooldown": booking.cooldown,
+                "hold_until": hold_until,
                 "output": tail,
             });
             append_event(tx, &claim.task_id, Some(claim.run_id), booking.kind.as_str(), &payload, now)?;

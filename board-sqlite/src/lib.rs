@@ -16,7 +16,7 @@ mod schema;
 
 pub use board::SqliteBoard;
 pub use proof::prove_lease;
-pub use schema::SCHEMA_VERSION;
+pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 
 /// The wall clock, in whole epoch seconds.
 #[derive(Clone, Copy, Debug, Default)]

@@ -4,10 +4,12 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
-/// Migration N (1-based) brings a board from version N-1 to N.
-pub(crate) const MIGRATIONS: [&str; 1] = [r#"
+/// Migration N (1-based) brings a board from version N-1 to N. Public so
+/// tests can build a board of any earlier version.
+pub const MIGRATIONS: [&str; 2] = [
+    r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
     title                TEXT NOT NULL,
@@ -87,4 +89,7 @@ CREATE INDEX IF NOT EXISTS idx_links_parent      ON task_links(parent_id);
 CREATE INDEX IF NOT EXISTS idx_comments_task     ON task_comments(task_id, created_at);
 CREATE INDEX IF NOT EXISTS idx_events_task_kind  ON task_events(task_id, kind, id);
 CREATE INDEX IF NOT EXISTS idx_runs_task         ON task_runs(task_id, started_at);
-"#];
+"#,
+    // 2: a rate-limited run can hold its card for the provider's Retry-After.
+    "ALTER TABLE task_runs ADD COLUMN hold_until INTEGER;",
+];

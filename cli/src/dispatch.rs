@@ -280,6 +280,11 @@ impl Dispatcher {
                 claim.run_id,
             )),
             default_failure_limit: self.plan.failure_limit,
+            // What the worker booked, whoever witnessed the exit.
+            retry_after_seconds: block_on(self.board.booked_result(claim))
+                .ok()
+                .flatten()
+                .and_then(|result| result.retry_after_seconds),
         }
     }
 
@@ -499,6 +504,7 @@ impl Dispatcher {
                     signalled_by_dispatcher: false,
                     output_tail: format!("{error:#}"),
                     default_failure_limit: self.plan.failure_limit,
+                    retry_after_seconds: None,
                 };
                 self.book(&claim, &report);
                 continue;

@@ -118,6 +118,9 @@ pub struct RunRecord {
     pub worker_pid: Option<i64>,
     /// The worker process's start time, as the dispatcher recorded it.
     pub worker_started_at: Option<i64>,
+    /// A rate-limited run holds its card's next claim until then (the
+    /// provider's `Retry-After`).
+    pub hold_until: Option<i64>,
     pub started_at: i64,
     pub ended_at: Option<i64>,
     pub outcome: Option<String>,

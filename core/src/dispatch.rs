@@ -35,6 +35,9 @@ pub struct ExitReport {
     pub output_tail: String,
     /// Counted failures that block a card naming no `max_retries` of its own.
     pub default_failure_limit: u32,
+    /// How long the provider asked to wait, from the worker's result: a rate
+    /// limited card is held at least this long, beyond the cooldown.
+    pub retry_after_seconds: Option<u64>,
 }
 
 /// The dispatcher's side of a board.

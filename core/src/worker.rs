@@ -32,6 +32,9 @@ pub struct WorkerResult {
     /// In-place recovery attempts the run authorised.
     #[serde(default)]
     pub recovery_attempts: u32,
+    /// How long the provider asked to wait (`Retry-After`) on the run's last turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
 }
 
 /// A goal-mode card's goal.
@@ -394,6 +397,10 @@ pub async fn run_worker_turns(frame: Frame, ports: &mut WorkerPorts<'_>) -> Work
         last_output: tail(&run.last_response(), LAST_OUTPUT_LIMIT),
         turns: run.turns,
         recovery_attempts: run.recovery_attempts,
+        retry_after_seconds: match &run.latest {
+            Ok(Some(result)) => result.retry_after_seconds,
+            _ => None,
+        },
     };
     if let Err(error) = run.ports.board.book_result(&setup.claim, &booking).await {
         let line = format!(

@@ -462,6 +462,7 @@ where
             last_output: "wall".into(),
             turns: 1,
             recovery_attempts: 0,
+            retry_after_seconds: None,
         };
         block_on(board.book_result(&claim, &booked)).unwrap();
         assert_eq!(
@@ -497,6 +498,7 @@ where
             signalled_by_dispatcher: false,
             output_tail: "last words".into(),
             default_failure_limit: 2,
+            retry_after_seconds: None,
         };
         let id = block_on(board.create_task(&task("dispatched"))).unwrap();
         let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
@@ -607,6 +609,7 @@ where
             last_output: "auth".into(),
             turns: 1,
             recovery_attempts: 0,
+            retry_after_seconds: None,
         };
         block_on(board.book_result(&claim, &result)).unwrap();
         assert_eq!(block_on(board.booked_result(&claim)).unwrap(), Some(result));
@@ -615,6 +618,42 @@ where
             (booking.kind, booking.blocks),
             (BookingKind::TerminalProvider, true)
         );
+
+        // A provider's Retry-After holds the card beyond the cooldown.
+        let id = block_on(board.create_task(&NewTask {
+            priority: 100,
+            ..task("retry after")
+        }))
+        .unwrap();
+        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+            .unwrap()
+            .unwrap()
+            .claim;
+        let wall = ExitReport {
+            retry_after_seconds: Some(1_000),
+            ..report(ExitWitness::Code(75))
+        };
+        block_on(board.book_exit(&claim, &wall)).unwrap();
+        assert!(
+            block_on(board.show_task(&id)).unwrap().runs[0]
+                .hold_until
+                .is_some()
+        );
+        time.advance(301);
+        let next = block_on(board.claim_next_ready(TTL, "host:d", 300)).unwrap();
+        assert!(
+            next.as_ref().is_none_or(|g| g.claim.task_id != id),
+            "held past the cooldown by Retry-After"
+        );
+        if let Some(grant) = next {
+            block_on(board.book_exit(&grant.claim, &report(ExitWitness::Code(0)))).unwrap();
+        }
+        time.advance(700);
+        let next = block_on(board.claim_next_ready(TTL, "host:d", 300))
+            .unwrap()
+            .expect("claimable once the hold ends");
+        assert_eq!(next.claim.task_id, id);
+        block_on(board.book_exit(&next.claim, &report(ExitWitness::Code(0)))).unwrap();
 
         // A card's max_retries bounds protocol violations too.
         let id = block_on(board.create_task(&NewTask {
@@ -658,6 +697,7 @@ where
             last_output: String::new(),
             turns: 1,
             recovery_attempts: 0,
+            retry_after_seconds: None,
         };
         block_on(board.book_result(&first, &early)).unwrap();
         block_on(board.book_exit(&first, &report(ExitWitness::Code(75)))).unwrap();

@@ -232,6 +232,7 @@ impl InMemoryBoard {
             claim_expires: Some(expires),
             worker_pid: None,
             worker_started_at: None,
+            hold_until: None,
             started_at: now,
             ended_at: None,
             outcome: None,
@@ -763,14 +764,15 @@ impl State {
         streak
     }
 
-    fn cooling_down(&self, task_id: &str, since: i64) -> bool {
+    fn cooling_down(&self, task_id: &str, since: i64, now: i64) -> bool {
         self.runs
             .iter()
             .rev()
             .find(|r| r.task_id == task_id)
             .is_some_and(|r| {
                 r.outcome.as_deref() == Some("rate_limited")
-                    && r.ended_at.is_some_and(|at| at > since)
+                    && (r.ended_at.is_some_and(|at| at > since)
+                        || r.hold_until.is_some_and(|until| until > now))
             })
     }
 }
@@ -828,7 +830,7 @@ impl DispatchBoard for InMemoryBoard {
             .iter()
             .enumerate()
             .filter(|(_, t)| t.status == TaskStatus::Ready && t.claim_lock.is_none())
-            .filter(|(_, t)| !state.cooling_down(&t.id, now - rate_limit_cooldown))
+            .filter(|(_, t)| !state.cooling_down(&t.id, now - rate_limit_cooldown, now))
             .map(|(index, t)| (-t.priority, t.created_at, index, t.id.clone()))
             .collect();
         candidates.sort();
@@ -966,6 +968,10 @@ impl DispatchBoard for InMemoryBoard {
             return Ok(booking);
         }
         let error = format!("worker booked as {}", booking.kind.as_str());
+        let hold_until = report
+            .retry_after_seconds
+            .filter(|_| booking.cooldown)
+            .map(|s| now.saturating_add(s as i64));
         state.close_run(
             &claim.task_id,
             booking.kind.as_str(),
@@ -974,6 +980,9 @@ impl DispatchBoard for InMemoryBoard {
             Some(&error),
             now,
         );
+        if let Some(run) = state.run_mut(claim.run_id) {
+            run.hold_until = hold_until;
+        }
         let failures = task.consecutive_failures + u32::from(booking.counts_failure);
         let task = state.task_mut(&claim.task_id).unwrap();
         task.status = if booking.blocks {
@@ -985,6 +994,7 @@ impl DispatchBoard for InMemoryBoard {
         let payload = json!({
             "kind": booking.kind.as_str(), "exit_code": exit_code, "signal": signal, "source": report.source,
             "counted": booking.counts_failure, "failures": failures, "blocked": booking.blocks, "cooldown": booking.cooldown,
+            "hold_until": hold_until,
             "output": report.output_tail,
         });
         state.event(

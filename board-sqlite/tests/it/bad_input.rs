@@ -97,3 +97,39 @@ fn a_missing_folder_is_created_for_a_new_board_but_named_when_it_cannot_be() {
     let error = SqliteBoard::create(blocker.join("kanban.db"), clock()).unwrap_err();
     assert!(error.to_string().contains("cannot be created"), "{error}");
 }
+
+#[test]
+fn a_board_of_schema_version_1_is_migrated_in_place() {
+    use kanban_core::{BoardAdmin, NewTask};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kanban.db");
+    {
+        // A version-1 board, as the first release wrote it, with one card.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(kanban_board_sqlite_schema_v1()).unwrap();
+        conn.execute_batch(
+            "INSERT INTO tasks (id, title, status, created_at) VALUES ('t_old', 'from v1', 'ready', 1);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    let board = SqliteBoard::open(&path, clock()).unwrap();
+    let view = kanban_testkit::block_on(board.show_task("t_old")).unwrap();
+    assert_eq!(view.task.title, "from v1");
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let id = kanban_testkit::block_on(board.create_task(&NewTask {
+        title: "new".into(),
+        ..Default::default()
+    }))
+    .unwrap();
+    assert!(kanban_testkit::block_on(board.show_task(&id)).is_ok());
+}
+
+/// The tables of schema version 1, as written by migration 1.
+fn kanban_board_sqlite_schema_v1() -> &'static str {
+    kanban_board_sqlite::MIGRATIONS[0]
+}

@@ -144,6 +144,25 @@ fn walls_and_refusals_map_to_their_exit_codes_after_one_turn() {
 }
 
 #[test]
+fn a_retry_after_is_kept_for_the_dispatcher() {
+    let (bench, id, _, output) = run(
+        vec![Reply::json(429, "slow down").with_header("Retry-After", "30")],
+        "",
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(75));
+    let card = bench.show(&id);
+    let booked = card["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "worker_result")
+        .unwrap()
+        .clone();
+    assert_eq!(booked["payload"]["retry_after_seconds"], 30, "{booked}");
+}
+
+#[test]
 fn the_provider_retry_layer_absorbs_a_transient_failure_within_the_turn() {
     let (bench, id, server, output) = run(
         vec![
