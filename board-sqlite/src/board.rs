@@ -253,6 +253,21 @@ fn open_parents(tx: &Connection, task_id: &str) -> rusqlite::Result<i64> {
     .query_row(params![task_id], |row| row.get(0))
 }
 
+/// Puts a card back in line (ready, or todo while a parent is open) with its
+/// failure count reset, as an unblock or an operator reclaim does.
+fn requeue(tx: &Connection, task_id: &str) -> rusqlite::Result<&'static str> {
+    let landing = if open_parents(tx, task_id)? > 0 {
+        "todo"
+    } else {
+        "ready"
+    };
+    tx.execute(
+        "UPDATE tasks SET status = ?2, consecutive_failures = 0, last_failure_error = NULL WHERE id = ?1",
+        params![task_id, landing],
+    )?;
+    Ok(landing)
+}
+
 fn read_task(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<TaskRecord>> {
     conn.query_row(
         &format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"),
@@ -797,20 +812,33 @@ impl BoardAdmin for SqliteBoard {
 
     async fn unblock(&self, task_id: &str) -> Result<(), BoardError> {
         self.write(|tx, now| {
-            let status: Option<String> =
-                tx.query_row("SELECT status FROM tasks WHERE id = ?1", params![task_id], |row| row.get(0)).optional()?;
+            let status: Option<String> = tx
+                .query_row(
+                    "SELECT status FROM tasks WHERE id = ?1",
+                    params![task_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
             let Some(status) = status else {
                 return Err(BoardError::TaskNotFound(task_id.to_owned()).into());
             };
             if status != "blocked" {
-                return Err(BoardError::InvalidTransition { task_id: task_id.to_owned(), status, action: "unblock" }.into());
+                return Err(BoardError::InvalidTransition {
+                    task_id: task_id.to_owned(),
+                    status,
+                    action: "unblock",
+                }
+                .into());
             }
-            let landing = if open_parents(tx, task_id)? > 0 { "todo" } else { "ready" };
-            tx.execute(
-                "UPDATE tasks SET status = ?2, consecutive_failures = 0, last_failure_error = NULL WHERE id = ?1",
-                params![task_id, landing],
+            let landing = requeue(tx, task_id)?;
+            append_event(
+                tx,
+                task_id,
+                None,
+                "unblocked",
+                &json!({"status": landing}),
+                now,
             )?;
-            append_event(tx, task_id, None, "unblocked", &json!({"status": landing}), now)?;
             Ok(())
         })
     }
@@ -818,23 +846,35 @@ impl BoardAdmin for SqliteBoard {
     async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
         self.write(|tx, now| {
             let row: Option<(String, Option<String>, Option<i64>)> = tx
-                .query_row("SELECT status, claim_lock, current_run_id FROM tasks WHERE id = ?1", params![task_id], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                })
+                .query_row(
+                    "SELECT status, claim_lock, current_run_id FROM tasks WHERE id = ?1",
+                    params![task_id],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
                 .optional()?;
             let Some((status, lock, run_id)) = row else {
                 return Err(BoardError::TaskNotFound(task_id.to_owned()).into());
             };
             if status != "running" {
-                return Err(BoardError::InvalidTransition { task_id: task_id.to_owned(), status, action: "reclaim" }.into());
+                return Err(BoardError::InvalidTransition {
+                    task_id: task_id.to_owned(),
+                    status,
+                    action: "reclaim",
+                }
+                .into());
             }
-            close_run(tx, task_id, "reclaimed", "reclaimed", None, Some(&format!("manual_reclaim: {reason}")), now)?;
-            let landing = if open_parents(tx, task_id)? > 0 { "todo" } else { "ready" };
-            tx.execute(
-                "UPDATE tasks SET status = ?2, consecutive_failures = 0, last_failure_error = NULL WHERE id = ?1",
-                params![task_id, landing],
+            close_run(
+                tx,
+                task_id,
+                "reclaimed",
+                "reclaimed",
+                None,
+                Some(&format!("manual_reclaim: {reason}")),
+                now,
             )?;
-            let payload = json!({"manual": true, "reason": reason, "prev_lock": lock});
+            let landing = requeue(tx, task_id)?;
+            let payload =
+                json!({"manual": true, "reason": reason, "prev_lock": lock, "status": landing});
             append_event(tx, task_id, run_id, "reclaimed", &payload, now)?;
             Ok(())
         })

@@ -49,6 +49,20 @@ impl State {
         });
     }
 
+    /// Puts a card back in line (ready, or todo while a parent is open) with
+    /// its failure count reset, as an unblock or an operator reclaim does.
+    fn requeue(&mut self, task_id: &str) -> TaskStatus {
+        let status = if self.parents_done(task_id) {
+            TaskStatus::Ready
+        } else {
+            TaskStatus::Todo
+        };
+        let task = self.task_mut(task_id).unwrap();
+        task.status = status;
+        task.consecutive_failures = 0;
+        status
+    }
+
     fn parents_done(&self, id: &str) -> bool {
         self.links
             .iter()
@@ -592,14 +606,7 @@ impl BoardAdmin for InMemoryBoard {
                 action: "unblock",
             });
         }
-        let status = if state.parents_done(task_id) {
-            TaskStatus::Ready
-        } else {
-            TaskStatus::Todo
-        };
-        let task = state.task_mut(task_id).unwrap();
-        task.status = status;
-        task.consecutive_failures = 0;
+        let status = state.requeue(task_id);
         state.event(
             task_id,
             None,
@@ -626,19 +633,12 @@ impl BoardAdmin for InMemoryBoard {
         let (lock, run_id) = (task.claim_lock.clone(), task.current_run_id);
         let error = format!("manual_reclaim: {reason}");
         state.close_run(task_id, "reclaimed", "reclaimed", None, Some(&error), now);
-        let status = if state.parents_done(task_id) {
-            TaskStatus::Ready
-        } else {
-            TaskStatus::Todo
-        };
-        let task = state.task_mut(task_id).unwrap();
-        task.status = status;
-        task.consecutive_failures = 0;
+        let status = state.requeue(task_id);
         state.event(
             task_id,
             run_id,
             "reclaimed",
-            json!({"manual": true, "reason": reason, "prev_lock": lock}),
+            json!({"manual": true, "reason": reason, "prev_lock": lock, "status": status.as_str()}),
             now,
         );
         Ok(())
