@@ -15,7 +15,9 @@ use clap::{Args, Parser, Subcommand};
     name = "kanban",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_help = "Start with `kanban demo`. Exit codes: 0 success, 1 failure or refusal, 2 usage; a worker also \
+                  exits 75 (transient provider wall), 78 (needs a human) or 130 (interrupted). See docs/cli.md."
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
