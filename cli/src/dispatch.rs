@@ -15,8 +15,8 @@ use anyhow::Context;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::{
     BoardAdmin, Booking, BookingKind, Claim, Clock, DEFAULT_FAILURE_LIMIT, DispatchBoard,
-    Environment, ExitReport, ExitWitness, RunningWorker, claim_ttl_seconds, exit_code_from_trailer,
-    vars,
+    Environment, ExitReport, ExitWitness, RECLAIM_DEFER_SECONDS, RunningWorker, StaleClaimAction,
+    claim_ttl_seconds, exit_code_from_trailer, stale_claim_action, vars,
 };
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill, killpg};
@@ -25,12 +25,8 @@ use nix::unistd::Pid;
 use crate::args::DispatchArgs;
 use crate::runtime::block_on;
 
-/// A heartbeat older than this means a live worker is wedged, not slow.
-const STALE_HEARTBEAT_SECONDS: i64 = 3600;
 /// How much of a card's log is read back for a trailer and an output tail.
 const LOG_WINDOW: u64 = 64 * 1024;
-/// How long a reclaim waits when the worker survived its termination.
-const RECLAIM_DEFER_SECONDS: i64 = 120;
 
 /// The line a dispatcher writes to a card's log before each spawn, so the
 /// log's trailer and tail are read for this run only.
@@ -363,16 +359,16 @@ impl Dispatcher {
         {
             let claim = &worker.claim;
             let fingerprint = worker.worker_started_at;
-            let Some(pid) = worker
+            // Only a worker of this host can be seen alive; any other is judged
+            // gone, and release_stale_claims below releases its card.
+            let live_pid = worker
                 .worker_pid
-                .filter(|pid| self.host_local(claim) && alive(*pid, fingerprint))
-            else {
+                .filter(|pid| self.host_local(claim) && alive(*pid, fingerprint));
+            let action = stale_claim_action(live_pid.is_some(), worker.last_heartbeat_at, now);
+            let Some(pid) = live_pid.filter(|_| action != StaleClaimAction::Release) else {
                 continue;
             };
-            let heartbeat_stale = worker
-                .last_heartbeat_at
-                .is_some_and(|hb| now - hb > STALE_HEARTBEAT_SECONDS);
-            if !heartbeat_stale {
+            if action == StaleClaimAction::Extend {
                 if let Ok(true) = block_on(self.board.extend_expired_lease(
                     claim,
                     now + self.plan.ttl,
@@ -434,9 +430,12 @@ impl Dispatcher {
             .open(&log)
             .with_context(|| format!("cannot open the log {}", log.display()))?;
         writeln!(file, "\n{}", run_marker(claim.run_id))?;
-        let goal_mode = block_on(self.board.show_task(&claim.task_id))
-            .map(|view| view.task.goal_mode)
-            .unwrap_or(false);
+        let goal_mode = self
+            .board
+            .task(&claim.task_id)
+            .ok()
+            .flatten()
+            .is_some_and(|task| task.goal_mode);
         let exe =
             std::env::current_exe().context("cannot find the kanban binary to run workers")?;
         let mut command = Command::new(exe);

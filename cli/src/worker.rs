@@ -10,8 +10,9 @@ use kanban_agent_port::{
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::{
     Board, BoardAdmin, BoardError, Claim, Environment, Frame, GoalSpec, Judge, ProofIdentity,
-    TurnInput, TurnKind, TurnOutcome, TurnRunner, WORKER_EXIT_TRAILER, WorkerPorts, WorkerSettings,
-    WorkerSetup, outcome_exit_code, run_worker_turns, vars,
+    TaskView, TurnInput, TurnKind, TurnOutcome, TurnRunner, WORKER_EXIT_TRAILER, WorkerPorts,
+    WorkerSettings, WorkerSetup, heartbeat_interval_seconds, outcome_exit_code, run_worker_turns,
+    vars,
 };
 
 use crate::args::WorkerArgs;
@@ -56,16 +57,12 @@ fn agent_env(claim: Option<&Claim>, env: &Environment) -> Vec<(String, String)> 
 }
 
 /// The claim's lease length: the `ttl` its `claimed` event recorded.
-fn claim_ttl(board: &SqliteBoard, claim: &Claim) -> i64 {
-    block_on(board.show_task(&claim.task_id))
-        .ok()
-        .and_then(|view| {
-            view.events
-                .iter()
-                .rev()
-                .find(|e| e.kind == "claimed" && e.run_id == Some(claim.run_id))
-                .and_then(|e| e.payload["ttl"].as_i64())
-        })
+fn claim_ttl(view: &TaskView, claim: &Claim) -> i64 {
+    view.events
+        .iter()
+        .rev()
+        .find(|e| e.kind == "claimed" && e.run_id == Some(claim.run_id))
+        .and_then(|e| e.payload["ttl"].as_i64())
         .unwrap_or(kanban_core::DEFAULT_CLAIM_TTL_SECONDS)
 }
 
@@ -142,8 +139,8 @@ fn run_worker(
         );
     };
     let board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
-    let task = match block_on(board.show_task(&claim.task_id)) {
-        Ok(view) => view.task,
+    let view = match block_on(board.show_task(&claim.task_id)) {
+        Ok(view) => view,
         Err(BoardError::TaskNotFound(id)) => {
             anyhow::bail!("task {id} is not on the board {}", claim.db)
         }
@@ -152,8 +149,8 @@ fn run_worker(
     let pid = std::process::id();
     block_on(board.bind_worker(&claim, pid))
         .map_err(|error| anyhow::anyhow!("cannot start work: {error}"))?;
-    let ttl = claim_ttl(&board, &claim);
-    let interval = Duration::from_secs(u64::try_from((ttl / 3).clamp(1, 60)).unwrap_or(60));
+    let interval = Duration::from_secs(heartbeat_interval_seconds(claim_ttl(&view, &claim)));
+    let task = view.task;
 
     let goal_mode = task.goal_mode || env.get_trimmed(vars::GOAL_MODE) == Some("1");
     let mut settings = WorkerSettings::from_env(env);

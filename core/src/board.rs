@@ -22,6 +22,12 @@ pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> i64 {
         .unwrap_or(DEFAULT_CLAIM_TTL_SECONDS)
 }
 
+/// How often a worker heartbeats while a turn runs: a third of the lease, so
+/// two heartbeats may be lost before it lapses, and at least once a minute.
+pub fn heartbeat_interval_seconds(ttl_seconds: i64) -> u64 {
+    u64::try_from((ttl_seconds / 3).clamp(1, 60)).unwrap_or(60)
+}
+
 /// The lanes a card moves through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TaskStatus {

@@ -40,6 +40,43 @@ pub struct ExitReport {
     pub retry_after_seconds: Option<u64>,
 }
 
+/// A heartbeat older than this means a live worker is wedged, not slow.
+pub const STALE_HEARTBEAT_SECONDS: i64 = 3600;
+/// How long a reclaim waits when the worker survived its termination.
+pub const RECLAIM_DEFER_SECONDS: i64 = 120;
+
+/// What a dispatcher does with a claim whose lease expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StaleClaimAction {
+    /// The worker is gone (or was never seen): release the card.
+    Release,
+    /// The worker is alive and heartbeated within the hour: it is slow, not
+    /// lost; extend the lease.
+    Extend,
+    /// The worker is alive but silent for over an hour: terminate it, then
+    /// release (or defer when it survives the termination).
+    Terminate,
+}
+
+/// The stale-claim rule: extend a live, recently heartbeating worker's
+/// lease; terminate a live, silent one; release the rest. A worker that
+/// never heartbeated is not silent yet: its lease alone says when it ran out.
+pub fn stale_claim_action(
+    worker_alive: bool,
+    last_heartbeat_at: Option<i64>,
+    now: i64,
+) -> StaleClaimAction {
+    if !worker_alive {
+        return StaleClaimAction::Release;
+    }
+    match last_heartbeat_at {
+        Some(heartbeat) if now.saturating_sub(heartbeat) > STALE_HEARTBEAT_SECONDS => {
+            StaleClaimAction::Terminate
+        }
+        _ => StaleClaimAction::Extend,
+    }
+}
+
 /// The dispatcher's side of a board.
 #[async_trait]
 pub trait DispatchBoard: Send + Sync {

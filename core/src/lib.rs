@@ -27,7 +27,7 @@ mod worker;
 
 pub use board::{
     BoardAdmin, ClaimGrant, DEFAULT_CLAIM_TTL_SECONDS, EventRecord, NewTask, RunRecord, TaskRecord,
-    TaskStatus, TaskView, claim_ttl_seconds,
+    TaskStatus, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,
@@ -37,7 +37,10 @@ pub use claim::{CarrierError, Claim, NotLive, ProofIdentity, ProofRequest};
 pub use classify::{
     Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
 };
-pub use dispatch::{DispatchBoard, ExitReport, RunningWorker};
+pub use dispatch::{
+    DispatchBoard, ExitReport, RECLAIM_DEFER_SECONDS, RunningWorker, STALE_HEARTBEAT_SECONDS,
+    StaleClaimAction, stale_claim_action,
+};
 pub use env::{Environment, vars};
 pub use exit::{
     CredentialFailure, ExitCode, TERMINAL_PROVIDER_REASONS, TRANSIENT_PROVIDER_REASONS,

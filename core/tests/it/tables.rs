@@ -163,3 +163,42 @@ fn classifier_rows_and_retry_after() {
     assert_eq!(parse_retry_after("Wed, 21 Oct 2015"), None);
     assert_eq!(parse_retry_after("-1"), None);
 }
+
+#[test]
+fn stale_claim_rows_and_heartbeat_interval() {
+    use kanban_core::{StaleClaimAction as A, heartbeat_interval_seconds, stale_claim_action};
+    let now = 100_000;
+    assert_eq!(
+        stale_claim_action(false, Some(now), now),
+        A::Release,
+        "a dead worker's card is released"
+    );
+    assert_eq!(
+        stale_claim_action(true, None, now),
+        A::Extend,
+        "never heartbeated is not silent yet"
+    );
+    assert_eq!(
+        stale_claim_action(true, Some(now - 3_600), now),
+        A::Extend,
+        "an hour is still recent"
+    );
+    assert_eq!(
+        stale_claim_action(true, Some(now - 3_601), now),
+        A::Terminate,
+        "silent for over an hour"
+    );
+    assert_eq!(stale_claim_action(true, Some(i64::MIN), now), A::Terminate);
+    assert_eq!(
+        heartbeat_interval_seconds(900),
+        60,
+        "at least once a minute"
+    );
+    assert_eq!(heartbeat_interval_seconds(90), 30, "a third of the lease");
+    assert_eq!(
+        heartbeat_interval_seconds(2),
+        1,
+        "never more often than every second"
+    );
+    assert_eq!(heartbeat_interval_seconds(-5), 1);
+}
