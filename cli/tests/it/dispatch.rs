@@ -93,12 +93,7 @@ fn a_clean_exit_without_a_terminal_call_is_a_protocol_violation_and_the_third_bl
             .count(),
         3
     );
-    let violation = card["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "protocol_violation")
-        .unwrap();
+    let violation = bench.event(&id, "protocol_violation");
     assert_eq!(violation["payload"]["exit_code"], 0);
     assert!(
         violation["payload"]["output"]
@@ -213,13 +208,7 @@ fn a_worker_killed_with_sigkill_is_booked_crashed_from_the_wait_status() {
         "{}",
         text(&output.stdout)
     );
-    let crashed = card["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "crashed")
-        .unwrap()
-        .clone();
+    let crashed = bench.event(&id, "crashed");
     assert_eq!(crashed["payload"]["signal"], 9);
     assert_eq!(crashed["payload"]["source"], "wait");
     // The agent's own process group outlives a SIGKILLed worker; clean it up.
@@ -260,14 +249,7 @@ fn a_restarted_dispatcher_books_workers_that_died_while_it_was_away() {
             .status
             .success()
     );
-    let card = bench.show(&id);
-    let booked = card["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "rate_limited")
-        .expect("booked as rate limited")
-        .clone();
+    let booked = bench.event(&id, "rate_limited");
     assert_eq!(booked["payload"]["source"], "worker_result");
     assert_eq!(booked["payload"]["exit_code"], 75);
 
@@ -308,14 +290,7 @@ fn a_restarted_dispatcher_books_workers_that_died_while_it_was_away() {
             .status
             .success()
     );
-    let card = bench.show(&id);
-    let booked = card["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "crashed")
-        .expect("booked as crashed")
-        .clone();
+    let booked = bench.event(&id, "crashed");
     assert_eq!(booked["payload"]["source"], "trailer");
     assert_eq!(booked["payload"]["exit_code"], 1);
 }

@@ -151,14 +151,7 @@ fn a_retry_after_is_kept_for_the_dispatcher() {
         &[],
     );
     assert_eq!(output.status.code(), Some(75));
-    let card = bench.show(&id);
-    let booked = card["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "worker_result")
-        .unwrap()
-        .clone();
+    let booked = bench.event(&id, "worker_result");
     assert_eq!(booked["payload"]["retry_after_seconds"], 30, "{booked}");
 }
 

@@ -102,6 +102,18 @@ impl Bench {
         ]
     }
 
+    /// The first event of `kind` on card `id`; fails the test when there is none.
+    pub(crate) fn event(&self, id: &str, kind: &str) -> Value {
+        let card = self.show(id);
+        card["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .unwrap_or_else(|| panic!("{id} has no {kind} event: {card}"))
+            .clone()
+    }
+
     pub(crate) fn show(&self, id: &str) -> Value {
         serde_json::from_str(&self.ok(&["show", id, "--json"])).unwrap()
     }
