@@ -10,10 +10,11 @@ use kanban_agent_port::{
     AgentExit, BoardTools, ExecAgent, ExecAgentConfig, McpServer, ResultLine, TaskBrief,
     parse_chat_completion, parse_chat_stream, parse_result_line, parse_verdict, settle_turn,
 };
+use kanban_board_sqlite::SqliteBoard;
 use kanban_core::{
     BoardAdmin, FailureReason, NewTask, TurnInput, TurnKind, TurnRunner, VerdictKind,
 };
-use kanban_testkit::{InMemoryBoard, VirtualClock, block_on, write_executable};
+use kanban_testkit::{VirtualClock, block_on, memory_board, write_executable};
 use proptest::prelude::*;
 
 #[test]
@@ -195,8 +196,8 @@ fn verdicts_and_chat_bodies_are_read_or_refused_readably() {
     );
 }
 
-fn mcp_fixture() -> (McpServer, InMemoryBoard, String) {
-    let board = InMemoryBoard::new(Arc::new(VirtualClock::at(1_000)));
+fn mcp_fixture() -> (McpServer, SqliteBoard, String) {
+    let board = memory_board(Arc::new(VirtualClock::at(1_000)));
     let task_id = block_on(board.create_task(&NewTask {
         title: "t".into(),
         ..NewTask::default()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{BoardAdmin, Clock, DispatchBoard};
+use kanban_core::{Clock, DispatchBoard};
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     pollster::block_on(future)
@@ -36,21 +36,19 @@ fn fill(path: &std::path::Path, cards: u64) {
     drop(conn);
     let board = SqliteBoard::open(path, Arc::new(SystemClock)).unwrap();
     for _ in 0..8 {
-        block_on(board.claim_next_ready(900, "bench:runner", 300))
+        block_on(board.claim_next_ready(900, "bench:runner"))
             .unwrap()
             .unwrap();
     }
 }
 
-/// The board work of one tick: look at running workers (twice: dead-worker
-/// booking, then stale claims), release stale claims, promote, count, claim one.
+/// The board work of one idle-ish tick of the dispatcher in core: read the
+/// running workers (every decision about them is core's, in memory), look
+/// for cards to promote, claim one.
 fn tick(board: &SqliteBoard) {
     block_on(board.running_workers()).unwrap();
-    block_on(board.running_workers()).unwrap();
-    block_on(board.release_stale_claims(2)).unwrap();
     block_on(board.promote_ready()).unwrap();
-    block_on(board.count_running()).unwrap();
-    block_on(board.claim_next_ready(900, "bench:tick", 300)).unwrap();
+    block_on(board.claim_next_ready(900, "bench:tick")).unwrap();
 }
 
 fn main() {

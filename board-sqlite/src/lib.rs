@@ -1,26 +1,38 @@
 //! The kanban board on a SQLite file: fenced claims and the read-only lease proof.
 //!
-//! [`SqliteBoard`] implements core's `Board` (a worker's view) and
-//! `BoardAdmin` (the dispatcher's and operator's view). Every worker write
-//! checks its fence (task running, same run open, same claim lock, unexpired
-//! lease) inside the same `BEGIN IMMEDIATE` transaction that writes.
+//! [`SqliteBoard`] implements core's `Board` (a worker's view), `BoardAdmin`
+//! (the operator's) and `DispatchBoard` (the dispatcher's). It keeps rows,
+//! indexes and transactions; every rule (which limit applies, whether a
+//! release counts, where a card lands) is core's, applied here inside the
+//! transaction that reads the rows it needs. Every worker write checks its
+//! fence (task running, same run open, same claim lock, unexpired lease)
+//! inside the same `BEGIN IMMEDIATE` transaction that writes.
 //! [`prove_lease`] is the worker's proof before a retry: read-only, fail closed.
 //!
-//! The ports are async for the hosts' sake, but rusqlite is synchronous: each
-//! call runs to completion on the caller's thread. A worker holds one board
-//! and makes one call at a time, so nothing waits behind it.
+//! rusqlite is synchronous: without an [`Offload`], each call runs on the
+//! caller's thread; an async host gives the board an offload so that a call
+//! waiting on a busy lock never blocks its executor.
 
-mod board;
+mod admin;
+mod dispatch;
+mod open;
 mod proof;
+mod rows;
 mod schema;
+mod worker;
 
-pub use board::SqliteBoard;
+pub use open::{MEMORY_BOARD, Offload, SqliteBoard};
 pub use proof::prove_lease;
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 
-/// The wall clock, in whole epoch seconds.
+/// The wall clock, in whole epoch seconds, and a monotonic clock beside it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
+
+fn process_start() -> std::time::Instant {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *START.get_or_init(std::time::Instant::now)
+}
 
 impl kanban_core::Clock for SystemClock {
     fn now(&self) -> i64 {
@@ -29,5 +41,9 @@ impl kanban_core::Clock for SystemClock {
             .map_or(0, |elapsed| {
                 i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
             })
+    }
+
+    fn monotonic_millis(&self) -> u64 {
+        u64::try_from(process_start().elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }

@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 2] = [
+pub const MIGRATIONS: [&str; 3] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -92,4 +92,12 @@ CREATE INDEX IF NOT EXISTS idx_runs_task         ON task_runs(task_id, started_a
 "#,
     // 2: a rate-limited run can hold its card for the provider's Retry-After.
     "ALTER TABLE task_runs ADD COLUMN hold_until INTEGER;",
+    // 3: a card is held until `not_before` (backoff, cooldown, Retry-After),
+    // decided by core when the run is booked; a run keeps its lease length.
+    r#"
+ALTER TABLE tasks ADD COLUMN not_before INTEGER;
+ALTER TABLE task_runs ADD COLUMN lease_ttl INTEGER;
+UPDATE tasks SET not_before = (SELECT MAX(r.hold_until) FROM task_runs r WHERE r.task_id = tasks.id)
+ WHERE status = 'ready';
+"#,
 ];

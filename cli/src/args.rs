@@ -238,6 +238,11 @@ pub(crate) struct DispatchArgs {
     /// Counted failures that block a card naming no --max-retries of its own (default 2).
     #[arg(long, value_name = "N")]
     pub(crate) failure_limit: Option<u32>,
+    /// Seconds a card waits after its first counted failure (a crash, a
+    /// timeout, a lost lease) before it is claimed again; the wait doubles per
+    /// failure in a row, up to an hour, plus up to a quarter of jitter. 0: none.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub(crate) retry_backoff: i64,
     /// Seconds workers get to stop after a shutdown signal.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     pub(crate) grace: u64,

@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{BoardAdmin, NewTask};
+use kanban_core::rules::FailurePolicy;
+use kanban_core::{BoardAdmin, DispatchSettings, NewTask, RunMode};
 
-use crate::dispatch::{DispatchPlan, Dispatcher};
+use crate::dispatch::DispatchPlan;
 use crate::output::table;
 use crate::runtime::block_on;
 
@@ -60,10 +61,15 @@ pub(crate) fn demo(
     let plan = DispatchPlan {
         db: path.clone(),
         board_slug: "demo".to_owned(),
-        once: false,
-        until_idle: true,
-        interval: Duration::from_secs(1),
-        max_in_progress: 3,
+        mode: RunMode::UntilIdle,
+        settings: DispatchSettings {
+            ttl_seconds: 120,
+            max_in_progress: 3,
+            failure_policy: FailurePolicy::default(),
+            interval: Duration::from_secs(1),
+            grace: Duration::from_secs(5),
+            max_runtime_seconds: None,
+        },
         worker_args: vec![
             "--agent".to_owned(),
             format!("'{}' sim-agent", exe.display()),
@@ -73,16 +79,10 @@ pub(crate) fn demo(
             "2".to_owned(),
         ],
         worker_env: vec![("HERMES_KANBAN_TURN_RECOVERY".to_owned(), "3".to_owned())],
-        ttl: 120,
-        rate_limit_cooldown: 300,
-        failure_limit: 2,
-        grace: Duration::from_secs(5),
     };
-    let Some(mut dispatcher) = Dispatcher::start(plan, interrupt)? else {
-        return Ok(1);
-    };
-    dispatcher.run()?;
-    let rows = summary_rows(dispatcher.board(), &ids)?;
+    let code = crate::dispatch::run(&plan, &interrupt)?;
+    let board = SqliteBoard::open(&path, Arc::new(SystemClock))?;
+    let rows = summary_rows(&board, &ids)?;
     println!(
         "\n{}",
         table(
@@ -107,7 +107,7 @@ pub(crate) fn demo(
         path.display(),
         ids[2]
     );
-    Ok(0)
+    Ok(code)
 }
 
 /// One row per card: status, runs, recoveries, and each run's exit code with its booking.

@@ -13,6 +13,7 @@ mod output;
 mod prove;
 mod runtime;
 mod sim_agent;
+mod supervisor;
 mod watch;
 mod worker;
 
@@ -91,10 +92,7 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
             let plan = dispatch::DispatchPlan::from_args(&args, db, slug, env);
-            match dispatch::Dispatcher::start(plan, interrupt.clone())? {
-                Some(mut dispatcher) => dispatcher.run().map(|()| 0),
-                None => Ok(0),
-            }
+            dispatch::run(&plan, interrupt)
         }
         Command::Demo { board_file } => {
             runtime::install_signal_handlers(interrupt)?;

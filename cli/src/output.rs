@@ -21,6 +21,10 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "goal_max_turns": task.goal_max_turns,
         "max_retries": task.max_retries,
         "consecutive_failures": task.consecutive_failures,
+        "last_failure_error": task.last_failure_error,
+        "not_before": task.not_before,
+        "last_heartbeat_at": task.last_heartbeat_at,
+        "max_runtime_seconds": task.max_runtime_seconds,
         "result": task.result,
     })
 }

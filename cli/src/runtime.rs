@@ -47,3 +47,16 @@ impl Sleeper for InterruptibleSleeper {
 pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     pollster::block_on(future)
 }
+
+/// Runs a board's blocking SQLite work on tokio's blocking threads, so a
+/// call waiting on a busy lock never stalls the dispatcher's other work.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokioOffload;
+
+#[async_trait]
+impl kanban_board_sqlite::Offload for TokioOffload {
+    async fn run(&self, job: Box<dyn FnOnce() + Send + 'static>) {
+        // A job that panicked leaves its answer empty; the board reports it.
+        let _ = tokio::task::spawn_blocking(job).await;
+    }
+}

@@ -83,6 +83,8 @@ pub struct NewTask {
     pub idempotency_key: Option<String>,
     /// Start `blocked` instead of `ready`/`todo`.
     pub start_blocked: bool,
+    /// The longest a run of this card may take, in seconds.
+    pub max_runtime_seconds: Option<i64>,
 }
 
 /// A claim just taken.
@@ -90,6 +92,8 @@ pub struct NewTask {
 pub struct ClaimGrant {
     pub claim: Claim,
     pub claim_expires: i64,
+    /// The card runs in goal mode.
+    pub goal_mode: bool,
 }
 
 /// A card as stored.
@@ -111,6 +115,11 @@ pub struct TaskRecord {
     pub max_retries: Option<u32>,
     pub consecutive_failures: u32,
     pub result: Option<String>,
+    /// The card is not claimed before this time (a backoff, a cooldown).
+    pub not_before: Option<i64>,
+    pub last_failure_error: Option<String>,
+    pub last_heartbeat_at: Option<i64>,
+    pub max_runtime_seconds: Option<i64>,
 }
 
 /// A run (one claim of a card) as stored.
@@ -124,9 +133,6 @@ pub struct RunRecord {
     pub worker_pid: Option<i64>,
     /// The worker process's start time, as the dispatcher recorded it.
     pub worker_started_at: Option<i64>,
-    /// A rate-limited run holds its card's next claim until then (the
-    /// provider's `Retry-After`).
-    pub hold_until: Option<i64>,
     pub started_at: i64,
     pub ended_at: Option<i64>,
     pub outcome: Option<String>,
@@ -166,25 +172,12 @@ pub trait BoardAdmin: Send + Sync {
         ttl_seconds: i64,
         claim_lock: &str,
     ) -> Result<Option<ClaimGrant>, BoardError>;
-    /// Claims the next `ready` card (priority first, then oldest).
-    async fn claim_next(
-        &self,
-        ttl_seconds: i64,
-        claim_lock: &str,
-    ) -> Result<Option<ClaimGrant>, BoardError>;
     /// Moves a blocked card back to `ready` (or `todo` while a parent is open).
     async fn unblock(&self, task_id: &str) -> Result<(), BoardError>;
     /// Takes a running card back from its worker: the run closes as
     /// `reclaimed`, the card is ready again (todo while a parent is open)
     /// and its failure count is reset.
     async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
-    /// Releases every claim whose lease expired; returns the released card
-    /// ids. Each release counts as a failure, so a card whose workers keep
-    /// wedging is blocked at `failure_limit` (or the card's `max_retries`)
-    /// instead of cycling forever.
-    async fn release_stale_claims(&self, failure_limit: u32) -> Result<Vec<String>, BoardError>;
-    /// Promotes `todo` cards whose parents are all done; returns how many.
-    async fn promote_ready(&self) -> Result<usize, BoardError>;
     /// A card with its runs and events.
     async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError>;
     /// Every card, optionally of one status, oldest first.

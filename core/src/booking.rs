@@ -16,14 +16,46 @@ pub enum ExitWitness {
     Unknown,
 }
 
+/// Why a dispatcher signalled a worker. Recorded on the board before the
+/// signal is sent, so whichever dispatcher books the exit knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SignalReason {
+    /// The dispatcher is shutting down: the card did nothing wrong.
+    Shutdown,
+    /// The worker overran: silent past the wedge limit, or past its run's
+    /// time limit. Counted as a timed-out run.
+    Overrun,
+    /// The run lost its claim (reclaimed, released, or a newer run exists):
+    /// its work must stop. The run is already closed.
+    Fenced,
+}
+
+impl SignalReason {
+    /// The name stored on the board.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Shutdown => "shutdown",
+            Self::Overrun => "overrun",
+            Self::Fenced => "fenced",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(raw: &str) -> Option<Self> {
+        [Self::Shutdown, Self::Overrun, Self::Fenced]
+            .into_iter()
+            .find(|reason| reason.as_str() == raw)
+    }
+}
+
 /// What the dispatcher knows when it books one worker exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BookingInput {
     pub witness: ExitWitness,
     /// The card is still `running` under the worker's run (no terminal call landed).
     pub still_running: bool,
-    /// The dispatcher itself signalled this worker (shutdown, reclaim).
-    pub signalled_by_dispatcher: bool,
+    /// Why a dispatcher signalled this worker, if one did.
+    pub signalled: Option<SignalReason>,
     /// Protocol violations booked in a row before this one.
     pub violation_streak: u32,
     /// Counted failures before this one.
@@ -46,13 +78,26 @@ pub enum BookingKind {
     RateLimited,
     /// Exit 78: needs a human; blocked at once.
     TerminalProvider,
-    /// Exit 130 from a worker the dispatcher signalled.
+    /// A worker the dispatcher stopped for its own shutdown.
     Interrupted,
+    /// A worker the dispatcher stopped because it overran its time.
+    TimedOut,
     /// Anything else.
     Crashed,
 }
 
 impl BookingKind {
+    /// Every kind, in table order.
+    pub const ALL: [BookingKind; 7] = [
+        Self::Settled,
+        Self::ProtocolViolation,
+        Self::RateLimited,
+        Self::TerminalProvider,
+        Self::Interrupted,
+        Self::TimedOut,
+        Self::Crashed,
+    ];
+
     /// The event kind and run outcome name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -61,6 +106,7 @@ impl BookingKind {
             Self::RateLimited => "rate_limited",
             Self::TerminalProvider => "terminal_provider",
             Self::Interrupted => "interrupted",
+            Self::TimedOut => "timed_out",
             Self::Crashed => "crashed",
         }
     }
@@ -91,22 +137,28 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
         blocks,
         cooldown,
     };
+    let counted = |kind| {
+        let blocks = input.consecutive_failures + 1 >= input.failure_limit.max(1);
+        booking(kind, true, blocks, false)
+    };
     if !input.still_running {
         return booking(BookingKind::Settled, false, false, false);
     }
-    match input.witness {
-        ExitWitness::Code(0) => {
+    match (input.signalled, input.witness) {
+        (Some(SignalReason::Overrun), _) => counted(BookingKind::TimedOut),
+        (_, ExitWitness::Code(0)) => {
             let blocks = input.violation_streak + 1 >= input.violation_limit.max(1);
             booking(BookingKind::ProtocolViolation, false, blocks, false)
         }
-        ExitWitness::Code(75) => booking(BookingKind::RateLimited, false, false, true),
-        ExitWitness::Code(78) => booking(BookingKind::TerminalProvider, true, true, false),
-        ExitWitness::Code(130) if input.signalled_by_dispatcher => {
+        (_, ExitWitness::Code(75)) => booking(BookingKind::RateLimited, false, false, true),
+        (_, ExitWitness::Code(78)) => booking(BookingKind::TerminalProvider, true, true, false),
+        // Whatever else a worker stopped for our own shutdown (or a fenced
+        // one whose run was not closed yet) ends with, we caused it.
+        (Some(SignalReason::Shutdown | SignalReason::Fenced), _) => {
             booking(BookingKind::Interrupted, false, false, false)
         }
-        ExitWitness::Code(_) | ExitWitness::Signal(_) | ExitWitness::Unknown => {
-            let blocks = input.consecutive_failures + 1 >= input.failure_limit.max(1);
-            booking(BookingKind::Crashed, true, blocks, false)
+        (None, ExitWitness::Code(_) | ExitWitness::Signal(_) | ExitWitness::Unknown) => {
+            counted(BookingKind::Crashed)
         }
     }
 }

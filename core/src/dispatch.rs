@@ -1,13 +1,16 @@
-//! What a dispatcher needs from a board: the workers it must watch, claims
-//! that respect the rate-limit cooldown, and booking an exit from core's one
-//! table ([`crate::book_worker_exit`]).
+//! The dispatcher's ports: its side of the board, the processes it
+//! supervises, and what wakes it up. The [`crate::Dispatcher`] decides;
+//! these only do.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::board::ClaimGrant;
-use crate::booking::{Booking, ExitWitness};
+use crate::booking::{Booking, ExitWitness, SignalReason};
 use crate::claim::Claim;
-use crate::ports::BoardError;
+use crate::ports::{Board, BoardError};
+use crate::rules::{FailurePolicy, Release};
 use crate::worker::WorkerResult;
 
 /// A running card as a dispatcher sees it.
@@ -21,6 +24,10 @@ pub struct RunningWorker {
     pub worker_started_at: Option<i64>,
     pub claim_expires: Option<i64>,
     pub last_heartbeat_at: Option<i64>,
+    /// When the run started.
+    pub run_started_at: i64,
+    /// The card's own limit on a run's duration.
+    pub max_runtime_seconds: Option<i64>,
 }
 
 /// Everything the dispatcher learnt about one worker's end.
@@ -29,12 +36,13 @@ pub struct ExitReport {
     pub witness: ExitWitness,
     /// Where the witness came from: `wait`, `worker_result`, `trailer` or `none`.
     pub source: &'static str,
-    /// The dispatcher itself signalled this worker (shutdown, reclaim).
-    pub signalled_by_dispatcher: bool,
+    /// Why this dispatcher signalled the worker, if it did (the board may
+    /// hold a recorded reason too; the stronger one wins).
+    pub signalled: Option<SignalReason>,
     /// The last lines of the worker's output.
     pub output_tail: String,
-    /// Counted failures that block a card naming no `max_retries` of its own.
-    pub default_failure_limit: u32,
+    /// The dispatcher's limits, cooldown and backoff.
+    pub policy: FailurePolicy,
     /// How long the provider asked to wait, from the worker's result: a rate
     /// limited card is held at least this long, beyond the cooldown.
     pub retry_after_seconds: Option<u64>,
@@ -60,37 +68,30 @@ pub enum StaleClaimAction {
 
 /// The stale-claim rule: extend a live, recently heartbeating worker's
 /// lease; terminate a live, silent one; release the rest. A worker that
-/// never heartbeated is not silent yet: its lease alone says when it ran out.
-pub fn stale_claim_action(
-    worker_alive: bool,
-    last_heartbeat_at: Option<i64>,
-    now: i64,
-) -> StaleClaimAction {
+/// never heartbeated is not silent yet: its lease alone says when it ran
+/// out. `silent_seconds` is how long the worker has been silent, as the
+/// dispatcher measured it (see [`crate::Dispatcher`] on clock jumps).
+pub fn stale_claim_action(worker_alive: bool, silent_seconds: Option<i64>) -> StaleClaimAction {
     if !worker_alive {
         return StaleClaimAction::Release;
     }
-    match last_heartbeat_at {
-        Some(heartbeat) if now.saturating_sub(heartbeat) > STALE_HEARTBEAT_SECONDS => {
-            StaleClaimAction::Terminate
-        }
+    match silent_seconds {
+        Some(silent) if silent > STALE_HEARTBEAT_SECONDS => StaleClaimAction::Terminate,
         _ => StaleClaimAction::Extend,
     }
 }
 
-/// The dispatcher's side of a board.
+/// The dispatcher's side of a board, beyond a worker's.
 #[async_trait]
-pub trait DispatchBoard: Send + Sync {
-    /// Every running card, oldest claim first.
+pub trait DispatchBoard: Board {
+    /// Every running card, oldest run first.
     async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError>;
-    /// How many cards are running.
-    async fn count_running(&self) -> Result<usize, BoardError>;
-    /// Claims the next ready card (priority first, then oldest) whose last
-    /// run did not hit a rate limit less than `rate_limit_cooldown` seconds ago.
+    /// Claims the next claimable ready card (priority first, then oldest):
+    /// unclaimed, every parent done, and not held (`not_before`) past now.
     async fn claim_next_ready(
         &self,
         ttl_seconds: i64,
         claim_lock: &str,
-        rate_limit_cooldown: i64,
     ) -> Result<Option<ClaimGrant>, BoardError>;
     /// Records the worker pid and its process start time on the card and its
     /// run (event `spawned`). Fenced by the run and the claim lock.
@@ -100,10 +101,14 @@ pub trait DispatchBoard: Send + Sync {
         pid: u32,
         started_at: Option<i64>,
     ) -> Result<(), BoardError>;
-    /// Records that the dispatcher signalled the run's worker (event
-    /// `worker_signalled`), so whichever dispatcher books its exit knows a
-    /// 130 was asked for.
-    async fn record_signal(&self, claim: &Claim, signal: i32) -> Result<(), BoardError>;
+    /// Records that the dispatcher signals the run's worker and why (event
+    /// `worker_signalled`), so whichever dispatcher books its exit knows.
+    async fn record_signal(
+        &self,
+        claim: &Claim,
+        signal: i32,
+        reason: SignalReason,
+    ) -> Result<(), BoardError>;
     /// Moves an expired lease to `expires` when it is still expired and
     /// still held by `claim`; records `kind` (`claim_extended` or
     /// `reclaim_deferred`) with `reason`. Returns false when nothing matched.
@@ -114,13 +119,133 @@ pub trait DispatchBoard: Send + Sync {
         kind: &str,
         reason: &str,
     ) -> Result<bool, BoardError>;
-    /// The newest `worker_result` booked for the card, if its claim lock is `claim`'s.
+    /// The newest `worker_result` booked for the claim's run, if its claim
+    /// lock is the claim's.
     async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError>;
-    /// Books one worker exit with [`crate::book_worker_exit`] and applies it,
-    /// in one transaction: the run closes with the booking's kind, the card
-    /// goes back to ready or to blocked, and an event records the exit code,
-    /// the kind and the worker's last output. Only a card still running under
-    /// `claim` changes; otherwise the exit is recorded as `settled`. A run
-    /// with a `worker_signalled` event counts as signalled by the dispatcher.
+    /// Books one worker exit with [`crate::rules::book_exit`] and applies
+    /// it, in one transaction.
     async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError>;
+    /// Releases a claim with [`crate::rules::release_claim`]; false when the
+    /// card no longer holds it (or its lease is live again).
+    async fn release_claim(
+        &self,
+        claim: &Claim,
+        release: &Release,
+        policy: &FailurePolicy,
+    ) -> Result<bool, BoardError>;
+    /// Promotes `todo` cards whose parents are all done; returns how many.
+    async fn promote_ready(&self) -> Result<usize, BoardError>;
+}
+
+/// A worker process as its supervisor started it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WorkerProcess {
+    pub pid: u32,
+    /// The process's start time, a fingerprint a reused pid does not match.
+    pub started_at: Option<i64>,
+}
+
+/// One exit of a worker this supervisor started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WorkerExit {
+    pub pid: u32,
+    pub witness: ExitWitness,
+}
+
+/// What a run's log says about its end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunLog {
+    /// The exit code of the worker's own sealed trailer, if it wrote one.
+    pub trailer_code: Option<i32>,
+    /// The last lines of the worker's output.
+    pub output_tail: String,
+}
+
+/// How hard a stop is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopSignal {
+    /// Asks the process group to finish (SIGTERM).
+    Terminate,
+    /// Ends the process group at once (SIGKILL).
+    Kill,
+}
+
+/// A failure of the environment, not of any card: a dispatcher stops
+/// claiming when it sees one, and no card is charged for it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnvironmentFault {
+    /// The dispatcher is set up wrong (a missing agent, an unwritable log
+    /// folder, a read-only board): a human must fix it.
+    #[error("{0}")]
+    Configuration(String),
+    /// A fault that may pass (a full disk, a busy board).
+    #[error("{0}")]
+    Transient(String),
+}
+
+impl EnvironmentFault {
+    /// The exit code a dispatcher that halts on this fault ends with: 78
+    /// (`EX_CONFIG`) for configuration, 75 (`EX_TEMPFAIL`) otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Configuration(_) => 78,
+            Self::Transient(_) => 75,
+        }
+    }
+
+    /// The fault a board error means, if it is the environment's: the board
+    /// cannot be opened, written or grown.
+    pub fn from_board(error: &BoardError) -> Option<Self> {
+        match error {
+            BoardError::Unusable { .. } | BoardError::NewerSchema { .. } => {
+                Some(Self::Configuration(error.to_string()))
+            }
+            BoardError::Storage(_) | BoardError::DiskFull { .. } => {
+                Some(Self::Transient(error.to_string()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The processes a dispatcher supervises, on its own host.
+#[async_trait]
+pub trait Supervisor: Send + Sync {
+    /// This host's name; every claim lock of this host starts with `HOST:`.
+    fn host(&self) -> &str;
+    /// A fresh, unguessable claim lock naming this host and dispatcher.
+    fn new_claim_lock(&self) -> String;
+    /// True when `claim_lock` names a dispatcher process of this host that
+    /// no longer runs (its claims can never be spawned).
+    fn claimer_gone(&self, claim_lock: &str) -> bool;
+    /// Starts a worker for `claim` in a process group of its own. An error
+    /// is the environment's, never the card's.
+    async fn spawn(
+        &self,
+        claim: &Claim,
+        goal_mode: bool,
+    ) -> Result<WorkerProcess, EnvironmentFault>;
+    /// The exits of workers this supervisor started, since the last call.
+    async fn reap(&self) -> Vec<WorkerExit>;
+    /// True when process `pid` of this host runs and, where `started_at` is
+    /// known, is the very process that was recorded.
+    fn alive(&self, pid: i64, started_at: Option<i64>) -> bool;
+    /// Sends `signal` to the process group of worker `pid`, if it is the
+    /// recorded process.
+    fn signal(&self, pid: i64, started_at: Option<i64>, signal: StopSignal);
+    /// Stops every process of this host still working `claim`'s run, the
+    /// worker's agents included, whoever started them.
+    async fn sweep(&self, claim: &Claim);
+    /// What the run's log says.
+    async fn run_log(&self, claim: &Claim) -> RunLog;
+}
+
+/// What wakes a dispatcher between ticks.
+#[async_trait]
+pub trait Wakeups: Send + Sync {
+    /// Waits up to `timeout`, returning sooner when a worker exits, the
+    /// board changes or a stop is requested.
+    async fn wait(&self, timeout: Duration);
+    /// True once a stop was requested (the first SIGINT or SIGTERM).
+    fn stop_requested(&self) -> bool;
 }

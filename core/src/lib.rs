@@ -14,12 +14,14 @@ mod booking;
 mod claim;
 mod classify;
 mod dispatch;
+mod dispatcher;
 mod env;
 mod exit;
 pub mod lease;
 mod policy;
 mod ports;
 mod recovery;
+pub mod rules;
 pub mod shapes;
 pub mod tables;
 mod turn;
@@ -31,15 +33,21 @@ pub use board::{
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,
-    PROTOCOL_VIOLATION_LIMIT, WORKER_EXIT_TRAILER, book_worker_exit, exit_code_from_trailer,
+    PROTOCOL_VIOLATION_LIMIT, SignalReason, WORKER_EXIT_TRAILER, book_worker_exit,
+    exit_code_from_trailer,
 };
 pub use claim::{CarrierError, Claim, NotLive, ProofIdentity, ProofRequest};
 pub use classify::{
     Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
 };
 pub use dispatch::{
-    DispatchBoard, ExitReport, RECLAIM_DEFER_SECONDS, RunningWorker, STALE_HEARTBEAT_SECONDS,
-    StaleClaimAction, stale_claim_action,
+    DispatchBoard, EnvironmentFault, ExitReport, RECLAIM_DEFER_SECONDS, RunLog, RunningWorker,
+    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit,
+    WorkerProcess, stale_claim_action,
+};
+pub use dispatcher::{
+    DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts, DispatchSettings, Dispatcher,
+    RunMode, TickReport,
 };
 pub use env::{Environment, vars};
 pub use exit::{

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::claim::{Claim, NotLive, ProofIdentity};
+use crate::rules::{FailurePolicy, Overrun};
 use crate::turn::{TurnInput, TurnOutcome};
 use crate::worker::WorkerResult;
 
@@ -13,11 +14,20 @@ use crate::worker::WorkerResult;
 pub trait Clock: Send + Sync {
     /// Seconds since the Unix epoch.
     fn now(&self) -> i64;
+    /// Milliseconds on a clock that never jumps, from an arbitrary start.
+    /// Liveness is measured on it where the host has one; the default
+    /// follows the wall clock, which suits clocks that only move forward.
+    fn monotonic_millis(&self) -> u64 {
+        u64::try_from(self.now()).unwrap_or(0).saturating_mul(1000)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> i64 {
         (**self).now()
+    }
+    fn monotonic_millis(&self) -> u64 {
+        (**self).monotonic_millis()
     }
 }
 
@@ -65,6 +75,8 @@ pub enum BoardError {
     },
     #[error("{path}: {message}")]
     Unusable { path: String, message: String },
+    #[error("{path}: cannot grow: the disk is full; free some space and retry")]
+    DiskFull { path: String },
     #[error("board storage error: {0}")]
     Storage(String),
 }
@@ -107,6 +119,15 @@ pub trait Board: Send + Sync {
     ) -> Result<(), BoardError>;
     /// Blocks the task and closes the run.
     async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError>;
+    /// Settles the run as timed out because the worker overran (its
+    /// iteration budget, a turn's deadline or the run's limit): a failure is
+    /// counted and the claim released, as [`crate::rules::settle_overrun`] says.
+    async fn settle_overrun(
+        &self,
+        claim: &Claim,
+        overrun: &Overrun,
+        policy: &FailurePolicy,
+    ) -> Result<(), BoardError>;
     /// Adds a comment to the task.
     async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError>;
     /// Appends a run-scoped event.
@@ -145,6 +166,14 @@ impl<B: Board + ?Sized> Board for Arc<B> {
     }
     async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
         (**self).block(claim, reason).await
+    }
+    async fn settle_overrun(
+        &self,
+        claim: &Claim,
+        overrun: &Overrun,
+        policy: &FailurePolicy,
+    ) -> Result<(), BoardError> {
+        (**self).settle_overrun(claim, overrun, policy).await
     }
     async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError> {
         (**self).comment(claim, author, text).await

@@ -1,20 +1,99 @@
-//! The board contract: what every board adapter must do, checked the same way
-//! for each. The in-memory board earns its place by passing it too.
+//! The board contract: what every board adapter must do, one named clause
+//! each, checked the same way for each engine.
+//!
+//! [`board_contract_tests!`](crate::board_contract_tests) expands the clauses
+//! into one `#[test]` per clause, so one failing clause does not hide the
+//! rest:
+//!
+//! ```ignore
+//! kanban_testkit::board_contract_tests!(|time| make_board(time));
+//! ```
 
+use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::{
     Board, BoardAdmin, BoardError, BookingKind, Claim, DispatchBoard, ExitReport, ExitWitness,
-    NewTask, NotLive, ProofIdentity, RunStatus, TaskStatus, WorkerResult,
+    NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus, WorkerResult,
 };
 
 use crate::{VirtualClock, block_on};
 
-const TTL: i64 = 600;
+/// The lease every clause claims with.
+pub const TTL: i64 = 600;
+/// When every clause's clock starts.
+pub const START: i64 = 1_000_000;
+
+/// Expands the board contract into one `#[test]` per clause, each on a
+/// fresh board made by `$make`: a closure from a [`VirtualClock`] to a value
+/// that dereferences to a board reading that time (a [`crate::TempBoard`],
+/// say, which keeps its folder as long as the test runs).
+#[macro_export]
+macro_rules! board_contract_tests {
+    ($make:expr) => {
+        $crate::board_contract_tests!(@each $make;
+            creating_cards,
+            claiming_in_order,
+            fenced_worker_writes,
+            expired_leases_refuse_writes,
+            expired_releases_count_and_block_at_the_limit,
+            releases_of_claims_never_started_are_not_counted,
+            operator_reclaim_fences_the_worker,
+            block_unblock_promote,
+            owner_seam,
+            spawn_records,
+            exit_75_holds_for_the_cooldown,
+            crashes_back_off_then_block_at_the_limit,
+            a_second_booking_changes_nothing,
+            violations_block_at_the_third,
+            exit_78_blocks_and_results_are_read_back,
+            retry_after_holds_past_the_cooldown,
+            max_retries_bounds_violations,
+            stops_are_booked_by_their_reason,
+            results_are_run_scoped,
+            expired_leases_extend_only_while_expired,
+            overrun_settlements_count,
+            run_status_follows_the_run
+        );
+    };
+    (@each $make:expr; $($clause:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $clause() {
+                let time = $crate::VirtualClock::at($crate::board_contract::START);
+                let make = $make;
+                let board = make(time.clone());
+                $crate::board_contract::$clause(&*board, &time);
+            }
+        )*
+    };
+}
 
 fn task(title: &str) -> NewTask {
     NewTask {
         title: title.to_owned(),
         ..NewTask::default()
     }
+}
+
+fn create<B: BoardAdmin>(board: &B, new: &NewTask) -> String {
+    block_on(board.create_task(new)).expect("create a card")
+}
+
+fn claim<B: BoardAdmin>(board: &B, id: &str, lock: &str) -> Claim {
+    block_on(board.claim_task(id, TTL, lock))
+        .expect("claim")
+        .expect("the card is ready")
+        .claim
+}
+
+fn status<B: BoardAdmin>(board: &B, id: &str) -> TaskStatus {
+    block_on(board.show_task(id)).unwrap().task.status
+}
+
+fn failures<B: BoardAdmin>(board: &B, id: &str) -> u32 {
+    block_on(board.show_task(id))
+        .unwrap()
+        .task
+        .consecutive_failures
 }
 
 fn stale_rejections<B: BoardAdmin>(board: &B, task_id: &str) -> usize {
@@ -32,712 +111,833 @@ fn assert_lease_lost(result: Result<impl std::fmt::Debug, BoardError>, what: &st
     }
 }
 
-/// Runs the whole contract against boards made by `make`, one fresh board per
-/// section, each reading time from the `VirtualClock` it is given.
-pub fn run_board_contract<B, F>(make: F)
-where
-    B: Board + BoardAdmin + DispatchBoard,
-    F: Fn(VirtualClock) -> B,
-{
-    let fresh = || {
-        let time = VirtualClock::at(1_000_000);
-        (make(time.clone()), time)
-    };
+fn report(witness: ExitWitness) -> ExitReport {
+    ExitReport {
+        witness,
+        source: "wait",
+        signalled: None,
+        output_tail: "last words".into(),
+        policy: FailurePolicy::default(),
+        retry_after_seconds: None,
+    }
+}
 
-    // Creating cards: initial status, parents, idempotency, bad input.
-    {
-        let (board, _) = fresh();
-        let parent = block_on(board.create_task(&task("parent"))).unwrap();
-        let child = block_on(board.create_task(&NewTask {
+fn result(claim: &Claim, exit_code: i32) -> WorkerResult {
+    WorkerResult {
+        pid: 1,
+        claim_lock: claim.claim_lock.clone(),
+        exit_code,
+        last_output: String::new(),
+        turns: 1,
+        recovery_attempts: 0,
+        retry_after_seconds: None,
+    }
+}
+
+fn next<B: DispatchBoard>(board: &B) -> Option<Claim> {
+    block_on(board.claim_next_ready(TTL, "host:d"))
+        .expect("claim_next_ready")
+        .map(|grant| grant.claim)
+}
+
+/// Creating cards: initial status, parents, idempotency, bad input.
+pub fn creating_cards<B: BoardAdmin>(board: &B, _: &VirtualClock) {
+    let parent = create(board, &task("parent"));
+    let child = create(
+        board,
+        &NewTask {
             parents: vec![parent.clone()],
             ..task("child")
-        }))
-        .unwrap();
-        let blocked = block_on(board.create_task(&NewTask {
+        },
+    );
+    let held = create(
+        board,
+        &NewTask {
             start_blocked: true,
             ..task("held")
-        }))
-        .unwrap();
-        let status = |id: &str| block_on(board.show_task(id)).unwrap().task.status;
-        assert_eq!(
-            status(&parent),
-            TaskStatus::Ready,
-            "create: no parents → ready"
-        );
-        assert_eq!(
-            status(&child),
-            TaskStatus::Todo,
-            "create: an open parent → todo"
-        );
-        assert_eq!(
-            status(&blocked),
-            TaskStatus::Blocked,
-            "create: start blocked"
-        );
-        let keyed = NewTask {
-            idempotency_key: Some("k1".into()),
-            ..task("once")
-        };
-        let first = block_on(board.create_task(&keyed)).unwrap();
-        assert_eq!(
-            block_on(board.create_task(&keyed)).unwrap(),
-            first,
-            "create: a repeated idempotency key returns the first id"
-        );
-        assert!(
-            matches!(
-                block_on(board.create_task(&task("  "))),
-                Err(BoardError::InvalidInput(_))
-            ),
-            "create: blank title"
-        );
-        let orphan = NewTask {
-            parents: vec!["t_missing".into()],
-            ..task("orphan")
-        };
-        assert!(
-            matches!(
-                block_on(board.create_task(&orphan)),
-                Err(BoardError::TaskNotFound(_))
-            ),
-            "create: unknown parent"
-        );
-        assert_eq!(
-            block_on(board.list_tasks(None)).unwrap().len(),
-            4,
-            "create: nothing lost, nothing extra"
-        );
-        assert_eq!(
-            block_on(board.list_tasks(Some(TaskStatus::Todo)))
-                .unwrap()
-                .len(),
-            1
-        );
-        assert!(matches!(
-            block_on(board.show_task("t_missing")),
+        },
+    );
+    assert_eq!(
+        status(board, &parent),
+        TaskStatus::Ready,
+        "no parents → ready"
+    );
+    assert_eq!(
+        status(board, &child),
+        TaskStatus::Todo,
+        "an open parent → todo"
+    );
+    assert_eq!(status(board, &held), TaskStatus::Blocked, "start blocked");
+    let keyed = NewTask {
+        idempotency_key: Some("k1".into()),
+        ..task("once")
+    };
+    let first = create(board, &keyed);
+    assert_eq!(
+        create(board, &keyed),
+        first,
+        "a repeated idempotency key returns the first id"
+    );
+    assert!(
+        matches!(
+            block_on(board.create_task(&task("  "))),
+            Err(BoardError::InvalidInput(_))
+        ),
+        "a blank title is refused"
+    );
+    let orphan = NewTask {
+        parents: vec!["t_missing".into()],
+        ..task("orphan")
+    };
+    assert!(
+        matches!(
+            block_on(board.create_task(&orphan)),
             Err(BoardError::TaskNotFound(_))
-        ));
-    }
+        ),
+        "an unknown parent is refused"
+    );
+    assert_eq!(
+        block_on(board.list_tasks(None)).unwrap().len(),
+        4,
+        "nothing lost, nothing extra"
+    );
+    assert_eq!(
+        block_on(board.list_tasks(Some(TaskStatus::Todo)))
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(matches!(
+        block_on(board.show_task("t_missing")),
+        Err(BoardError::TaskNotFound(_))
+    ));
+}
 
-    // Claiming: the compare-and-set, the run, the event, claim order.
-    {
-        let (board, time) = fresh();
-        let low = block_on(board.create_task(&task("low"))).unwrap();
-        time.advance(1);
-        let high = block_on(board.create_task(&NewTask {
+/// Claiming: the compare-and-set, the run, the event, claim order.
+pub fn claiming_in_order<B: Board + BoardAdmin + DispatchBoard>(board: &B, time: &VirtualClock) {
+    let low = create(board, &task("low"));
+    time.advance(1);
+    let high = create(
+        board,
+        &NewTask {
             priority: 5,
             ..task("high")
-        }))
+        },
+    );
+    time.advance(1);
+    let low_later = create(board, &task("low later"));
+    let grant = block_on(board.claim_next_ready(TTL, "host:1"))
+        .unwrap()
+        .expect("a ready card");
+    assert_eq!(grant.claim.task_id, high, "priority first");
+    assert_eq!(grant.claim_expires, START + 2 + TTL);
+    let second = block_on(board.claim_next_ready(TTL, "host:2"))
+        .unwrap()
         .unwrap();
-        time.advance(1);
-        let low_later = block_on(board.create_task(&task("low later"))).unwrap();
-        let grant = block_on(board.claim_next(TTL, "host:1"))
-            .unwrap()
-            .expect("claim_next finds a ready card");
-        assert_eq!(grant.claim.task_id, high, "claim_next: priority first");
-        assert_eq!(grant.claim_expires, 1_000_002 + TTL);
-        let second = block_on(board.claim_next(TTL, "host:2")).unwrap().unwrap();
-        assert_eq!(second.claim.task_id, low, "claim_next: then the oldest");
-        assert!(second.claim.run_id > grant.claim.run_id, "run ids grow");
-        assert_eq!(
-            block_on(board.claim_task(&high, TTL, "host:3")).unwrap(),
-            None,
-            "claim: a held card is not claimed twice"
-        );
-        let view = block_on(board.show_task(&high)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Running);
-        assert_eq!(view.task.current_run_id, Some(grant.claim.run_id));
-        assert_eq!(view.task.claim_lock.as_deref(), Some("host:1"));
-        assert_eq!(view.runs.len(), 1);
-        assert_eq!(view.runs[0].ended_at, None);
-        let claimed = view
-            .events
-            .iter()
-            .find(|e| e.kind == "claimed")
-            .expect("a claimed event");
-        assert_eq!(claimed.payload["lock"], "host:1");
-        assert_eq!(claimed.payload["run_id"], grant.claim.run_id);
-        assert_eq!(claimed.payload["expires"], grant.claim_expires);
-        assert!(
-            block_on(board.prove_claim(&grant.claim, ProofIdentity::AnyProcess)).is_ok(),
-            "a fresh claim is live"
-        );
-        let third = block_on(board.claim_next(TTL, "host:3")).unwrap().unwrap();
-        assert_eq!(third.claim.task_id, low_later);
-        assert_eq!(
-            block_on(board.claim_next(TTL, "host:4")).unwrap(),
-            None,
-            "claim_next: nothing left"
-        );
-        assert!(matches!(
-            block_on(board.claim_task("t_missing", TTL, "x")),
-            Err(BoardError::TaskNotFound(_))
-        ));
-    }
+    assert_eq!(second.claim.task_id, low, "then the oldest");
+    assert!(second.claim.run_id > grant.claim.run_id, "run ids grow");
+    assert_eq!(
+        block_on(board.claim_task(&high, TTL, "host:3")).unwrap(),
+        None,
+        "a held card is not claimed twice"
+    );
+    let view = block_on(board.show_task(&high)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Running);
+    assert_eq!(view.task.current_run_id, Some(grant.claim.run_id));
+    assert_eq!(view.task.claim_lock.as_deref(), Some("host:1"));
+    assert_eq!(view.runs.len(), 1);
+    assert_eq!(view.runs[0].ended_at, None);
+    let claimed = view
+        .events
+        .iter()
+        .find(|e| e.kind == "claimed")
+        .expect("a claimed event");
+    assert_eq!(claimed.payload["lock"], "host:1");
+    assert_eq!(claimed.payload["run_id"], grant.claim.run_id);
+    assert_eq!(claimed.payload["expires"], grant.claim_expires);
+    assert!(
+        block_on(board.prove_claim(&grant.claim, ProofIdentity::AnyProcess)).is_ok(),
+        "a fresh claim is live"
+    );
+    let third = block_on(board.claim_next_ready(TTL, "host:3"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(third.claim.task_id, low_later);
+    assert_eq!(
+        block_on(board.claim_next_ready(TTL, "host:4")).unwrap(),
+        None,
+        "nothing left"
+    );
+    assert!(matches!(
+        block_on(board.claim_task("t_missing", TTL, "x")),
+        Err(BoardError::TaskNotFound(_))
+    ));
+}
 
-    // Fenced worker writes: heartbeat, comment, complete; stale writers change nothing.
-    {
-        let (board, time) = fresh();
-        let id = block_on(board.create_task(&task("work"))).unwrap();
-        let grant = block_on(board.claim_task(&id, TTL, "host:1"))
-            .unwrap()
-            .unwrap();
-        let claim = grant.claim.clone();
-        time.advance(100);
-        let expires = block_on(board.heartbeat(&claim, Some("still here".into()))).unwrap();
-        assert_eq!(
-            expires,
-            1_000_100 + TTL,
-            "heartbeat extends by the claim's ttl"
-        );
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(view.task.claim_expires, Some(expires));
-        assert_eq!(
-            view.runs[0].claim_expires,
-            Some(expires),
-            "heartbeat mirrors onto the run"
-        );
-        block_on(board.comment(&claim, "worker", "progress")).unwrap();
+/// Fenced worker writes: heartbeat, comment, complete; stale writers change nothing.
+pub fn fenced_worker_writes<B: Board + BoardAdmin>(board: &B, time: &VirtualClock) {
+    let id = create(board, &task("work"));
+    let claim = claim(board, &id, "host:1");
+    time.advance(100);
+    let expires = block_on(board.heartbeat(&claim, Some("still here".into()))).unwrap();
+    assert_eq!(
+        expires,
+        START + 100 + TTL,
+        "heartbeat extends by the claim's ttl"
+    );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.claim_expires, Some(expires));
+    assert_eq!(view.task.last_heartbeat_at, Some(START + 100));
+    assert_eq!(
+        view.runs[0].claim_expires,
+        Some(expires),
+        "heartbeat mirrors onto the run"
+    );
+    block_on(board.comment(&claim, "worker", "progress")).unwrap();
+    let wrong_lock = Claim {
+        claim_lock: "someone-else".into(),
+        ..claim.clone()
+    };
+    assert_lease_lost(
+        block_on(board.complete(&wrong_lock, "x", None)),
+        "complete with another lock",
+    );
+    let wrong_run = Claim {
+        run_id: claim.run_id + 100,
+        ..claim.clone()
+    };
+    assert_lease_lost(
+        block_on(board.heartbeat(&wrong_run, None)),
+        "heartbeat with another run",
+    );
+    assert_eq!(
+        stale_rejections(board, &id),
+        2,
+        "each refused write leaves a stale_write_rejected event"
+    );
+    assert_eq!(
+        status(board, &id),
+        TaskStatus::Running,
+        "refused writes change nothing"
+    );
+    block_on(board.complete(&claim, "finished", Some("the result".into()))).unwrap();
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Done);
+    assert_eq!(
+        view.task.current_run_id, None,
+        "no open run, no run pointer"
+    );
+    assert_eq!(view.task.claim_lock, None);
+    assert_eq!(view.task.result.as_deref(), Some("the result"));
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("completed"));
+    assert!(view.runs[0].ended_at.is_some());
+    assert_eq!(block_on(board.run_status(&claim)).unwrap(), RunStatus::Done);
+    assert_lease_lost(
+        block_on(board.complete(&claim, "again", None)),
+        "a second complete",
+    );
+    assert_lease_lost(
+        block_on(board.block(&claim, "late")),
+        "block after complete",
+    );
+    assert!(
+        block_on(board.prove_claim(&claim, ProofIdentity::AnyProcess)).is_err(),
+        "a settled claim is not live"
+    );
+}
 
-        let wrong_lock = Claim {
-            claim_lock: "someone-else".into(),
-            ..claim.clone()
-        };
-        assert_lease_lost(
-            block_on(board.complete(&wrong_lock, "x", None)),
-            "complete with another lock",
-        );
-        let wrong_run = Claim {
-            run_id: claim.run_id + 100,
-            ..claim.clone()
-        };
-        assert_lease_lost(
-            block_on(board.heartbeat(&wrong_run, None)),
-            "heartbeat with another run",
-        );
-        assert_eq!(
-            stale_rejections(&board, &id),
-            2,
-            "each refused write leaves a stale_write_rejected event"
-        );
-        assert_eq!(
-            block_on(board.show_task(&id)).unwrap().task.status,
-            TaskStatus::Running,
-            "refused writes change nothing"
-        );
-
-        block_on(board.complete(&claim, "finished", Some("the result".into()))).unwrap();
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Done);
-        assert_eq!(
-            view.task.current_run_id, None,
-            "no open run, no run pointer"
-        );
-        assert_eq!(view.task.claim_lock, None);
-        assert_eq!(view.task.result.as_deref(), Some("the result"));
-        assert_eq!(view.runs[0].outcome.as_deref(), Some("completed"));
-        assert!(view.runs[0].ended_at.is_some());
-        assert_eq!(block_on(board.run_status(&claim)).unwrap(), RunStatus::Done);
-        assert_lease_lost(
-            block_on(board.complete(&claim, "again", None)),
-            "a second complete",
-        );
-        assert_lease_lost(
-            block_on(board.block(&claim, "late")),
-            "block after complete",
-        );
-        assert!(
-            block_on(board.prove_claim(&claim, ProofIdentity::AnyProcess)).is_err(),
-            "a settled claim is not live"
-        );
-    }
-
-    // Expiry: an expired lease refuses writes before and after the reclaim.
-    {
-        let (board, time) = fresh();
-        let id = block_on(board.create_task(&task("slow"))).unwrap();
-        let other = block_on(board.create_task(&task("fresh"))).unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:1"))
+/// Expiry: an expired lease refuses writes before and after its release.
+pub fn expired_leases_refuse_writes<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("slow"));
+    let other = create(board, &task("fresh"));
+    let stale = claim(board, &id, "host:1");
+    time.advance(TTL);
+    assert!(
+        block_on(board.prove_claim(&stale, ProofIdentity::AnyProcess)).is_ok(),
+        "a lease that expires exactly now is still live"
+    );
+    time.advance(1);
+    let fresh_claim = claim(board, &other, "host:2");
+    assert!(matches!(
+        block_on(board.prove_claim(&stale, ProofIdentity::AnyProcess)),
+        Err(NotLive::TaskLeaseExpired { .. })
+    ));
+    assert_lease_lost(
+        block_on(board.heartbeat(&stale, None)),
+        "heartbeat after expiry",
+    );
+    assert!(
+        !block_on(board.release_claim(&fresh_claim, &Release::Expired, &FailurePolicy::default()))
+            .unwrap(),
+        "a live lease is not released as expired"
+    );
+    assert!(
+        block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
             .unwrap()
-            .unwrap()
-            .claim;
+    );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.current_run_id, None);
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("reclaimed"));
+    assert!(view.events.iter().any(|e| e.kind == "reclaimed"));
+    assert_lease_lost(
+        block_on(board.complete(&stale, "zombie", None)),
+        "complete after the release",
+    );
+    assert_eq!(
+        status(board, &id),
+        TaskStatus::Ready,
+        "the zombie changed nothing"
+    );
+    assert_eq!(
+        block_on(board.run_status(&stale)).unwrap(),
+        RunStatus::Superseded
+    );
+    assert!(
+        !block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
+            .unwrap(),
+        "a release is applied once"
+    );
+    time.advance(3600);
+    let again = claim(board, &id, "host:3");
+    assert!(again.run_id > fresh_claim.run_id, "run ids only grow");
+    assert_lease_lost(
+        block_on(board.comment(&stale, "w", "old run")),
+        "the old run's token after a new claim",
+    );
+}
+
+/// Expired releases count: a card whose workers keep wedging is blocked at the limit.
+pub fn expired_releases_count_and_block_at_the_limit<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("wedged"));
+    for round in 1..=2 {
+        let stale = claim(board, &id, "host:1");
         time.advance(TTL + 1);
-        let fresh_claim = block_on(board.claim_task(&other, TTL, "host:2"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        assert!(matches!(
-            block_on(board.prove_claim(&claim, ProofIdentity::AnyProcess)),
-            Err(NotLive::TaskLeaseExpired { .. })
-        ));
-        assert_lease_lost(
-            block_on(board.heartbeat(&claim, None)),
-            "heartbeat after expiry",
-        );
-        assert_eq!(
-            block_on(board.release_stale_claims(2)).unwrap(),
-            vec![id.clone()],
-            "only the expired claim is released"
-        );
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Ready);
-        assert_eq!(view.task.current_run_id, None);
-        assert_eq!(view.runs[0].outcome.as_deref(), Some("reclaimed"));
-        assert!(view.events.iter().any(|e| e.kind == "reclaimed"));
-        assert_lease_lost(
-            block_on(board.complete(&claim, "zombie", None)),
-            "complete after the reclaim",
-        );
-        assert_eq!(
-            block_on(board.show_task(&id)).unwrap().task.status,
-            TaskStatus::Ready,
-            "the zombie changed nothing"
-        );
-        assert_eq!(
-            block_on(board.run_status(&claim)).unwrap(),
-            RunStatus::Superseded
-        );
-        let again = block_on(board.claim_task(&id, TTL, "host:3"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        assert!(again.run_id > fresh_claim.run_id, "run ids only grow");
-        assert_lease_lost(
-            block_on(board.comment(&claim, "w", "old run")),
-            "the old run's token after a new claim",
-        );
         assert!(
-            block_on(board.prove_claim(&fresh_claim, ProofIdentity::AnyProcess)).is_ok(),
-            "the fresh claim is untouched"
-        );
-    }
-
-    // Stale releases count: a card whose workers keep wedging is blocked at the limit.
-    {
-        let (board, time) = fresh();
-        let id = block_on(board.create_task(&task("wedged"))).unwrap();
-        for round in 1..=2 {
-            block_on(board.claim_task(&id, TTL, "host:1"))
+            block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
                 .unwrap()
-                .unwrap();
-            time.advance(TTL + 1);
-            assert_eq!(
-                block_on(board.release_stale_claims(2)).unwrap(),
-                vec![id.clone()]
-            );
-            let view = block_on(board.show_task(&id)).unwrap();
-            assert_eq!(view.task.consecutive_failures, round);
-            let expected = if round == 2 {
-                TaskStatus::Blocked
-            } else {
-                TaskStatus::Ready
-            };
-            assert_eq!(view.task.status, expected, "round {round}");
-        }
-        assert!(
-            block_on(board.show_task(&id))
-                .unwrap()
-                .events
-                .iter()
-                .any(|e| e.kind == "gave_up")
         );
+        assert_eq!(failures(board, &id), round);
+        let expected = if round == 2 {
+            TaskStatus::Blocked
+        } else {
+            TaskStatus::Ready
+        };
+        assert_eq!(status(board, &id), expected, "round {round}");
+        time.advance(3600);
     }
+    let view = block_on(board.show_task(&id)).unwrap();
+    let gave_up = view
+        .events
+        .iter()
+        .find(|e| e.kind == "gave_up")
+        .expect("a gave_up event");
+    assert_eq!(gave_up.payload["effective_limit"], 2);
+}
 
-    // Operator reclaim: the run closes, the card is ready, the worker is fenced out.
-    {
-        let (board, _) = fresh();
-        let id = block_on(board.create_task(&task("taken back"))).unwrap();
-        assert!(
-            matches!(
-                block_on(board.reclaim(&id, "no")),
-                Err(BoardError::InvalidTransition { .. })
-            ),
-            "reclaim: only running cards"
-        );
-        let claim = block_on(board.claim_task(&id, TTL, "host:1"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        block_on(board.reclaim(&id, "operator")).unwrap();
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Ready);
-        assert_eq!(view.runs[0].outcome.as_deref(), Some("reclaimed"));
-        assert!(
-            view.events
-                .iter()
-                .any(|e| e.kind == "reclaimed" && e.payload["manual"] == true)
-        );
-        assert_lease_lost(
-            block_on(board.complete(&claim, "late", None)),
-            "complete after an operator reclaim",
-        );
-    }
+/// A claim whose worker never ran goes back without a failure counted.
+pub fn releases_of_claims_never_started_are_not_counted<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let id = create(board, &task("unlucky"));
+    let held = claim(board, &id, "host:1");
+    let release = Release::NotStarted {
+        reason: "the agent is missing".into(),
+    };
+    assert!(block_on(board.release_claim(&held, &release, &FailurePolicy::default())).unwrap());
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.consecutive_failures, 0, "not counted");
+    assert_eq!(view.task.not_before, None, "not held back either");
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("released"));
+    assert!(
+        view.events
+            .iter()
+            .any(|e| e.kind == "released" && e.payload["counted"] == false)
+    );
+    assert_eq!(
+        next(board).map(|c| c.task_id),
+        Some(id),
+        "claimable again at once"
+    );
+}
 
-    // Block, unblock, promote.
-    {
-        let (board, _) = fresh();
-        let parent = block_on(board.create_task(&task("parent"))).unwrap();
-        let child = block_on(board.create_task(&NewTask {
+/// Operator reclaim: the run closes, the card is ready, the worker is fenced out.
+pub fn operator_reclaim_fences_the_worker<B: Board + BoardAdmin>(board: &B, _: &VirtualClock) {
+    let id = create(board, &task("taken back"));
+    assert!(
+        matches!(
+            block_on(board.reclaim(&id, "no")),
+            Err(BoardError::InvalidTransition { .. })
+        ),
+        "only running cards"
+    );
+    let held = claim(board, &id, "host:1");
+    block_on(board.reclaim(&id, "operator")).unwrap();
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("reclaimed"));
+    assert!(
+        view.events
+            .iter()
+            .any(|e| e.kind == "reclaimed" && e.payload["manual"] == true)
+    );
+    assert_lease_lost(
+        block_on(board.complete(&held, "late", None)),
+        "complete after an operator reclaim",
+    );
+}
+
+/// Block, unblock, promote.
+pub fn block_unblock_promote<B: Board + BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {
+    let parent = create(board, &task("parent"));
+    let child = create(
+        board,
+        &NewTask {
             parents: vec![parent.clone()],
             ..task("child")
-        }))
-        .unwrap();
+        },
+    );
+    assert_eq!(
+        block_on(board.promote_ready()).unwrap(),
+        0,
+        "the parent is not done"
+    );
+    let held = claim(board, &parent, "host:1");
+    block_on(board.block(&held, "need input")).unwrap();
+    let view = block_on(board.show_task(&parent)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Blocked);
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("blocked"));
+    assert_eq!(
+        block_on(board.run_status(&held)).unwrap(),
+        RunStatus::Blocked
+    );
+    assert!(
+        matches!(
+            block_on(board.unblock(&child)),
+            Err(BoardError::InvalidTransition { .. })
+        ),
+        "only blocked cards"
+    );
+    block_on(board.unblock(&parent)).unwrap();
+    assert_eq!(status(board, &parent), TaskStatus::Ready);
+    let held = claim(board, &parent, "host:1");
+    block_on(board.complete(&held, "done", None)).unwrap();
+    assert_eq!(block_on(board.promote_ready()).unwrap(), 1);
+    assert_eq!(
+        status(board, &child),
+        TaskStatus::Ready,
+        "parents done → ready"
+    );
+}
+
+/// The owner seam: bind, the owner-side proof, booking a result.
+pub fn owner_seam<B: Board + BoardAdmin>(board: &B, time: &VirtualClock) {
+    let id = create(board, &task("owned"));
+    let held = claim(board, &id, "host:1");
+    assert_eq!(
+        block_on(board.prove_claim(&held, ProofIdentity::BoundOwner(42))),
+        Err(NotLive::NotBound),
+        "nobody bound yet"
+    );
+    block_on(board.bind_worker(&held, 42)).unwrap();
+    assert!(block_on(board.prove_claim(&held, ProofIdentity::BoundOwner(42))).is_ok());
+    assert_eq!(
+        block_on(board.prove_claim(&held, ProofIdentity::BoundOwner(43))),
+        Err(NotLive::NotBound)
+    );
+    block_on(board.bind_worker(&held, 43)).unwrap();
+    assert_eq!(
+        block_on(board.prove_claim(&held, ProofIdentity::BoundOwner(42))),
+        Err(NotLive::NotBound),
+        "the NEWEST worker_bound decides"
+    );
+    assert_eq!(
+        block_on(board.booked_exit_code(&held)).unwrap(),
+        1,
+        "nothing booked → 1"
+    );
+    time.advance(TTL + 5);
+    let booked = WorkerResult {
+        pid: 43,
+        exit_code: 75,
+        last_output: "wall".into(),
+        ..result(&held, 75)
+    };
+    block_on(board.book_result(&held, &booked)).unwrap();
+    assert_eq!(
+        block_on(board.booked_exit_code(&held)).unwrap(),
+        75,
+        "a result is booked even after the lease lapsed"
+    );
+    let foreign = Claim {
+        claim_lock: "other".into(),
+        ..held.clone()
+    };
+    assert_eq!(
+        block_on(board.booked_exit_code(&foreign)).unwrap(),
+        1,
+        "another lock reads 1"
+    );
+    assert_lease_lost(
+        block_on(board.book_result(&foreign, &booked)),
+        "booking for a run we never held",
+    );
+    assert_lease_lost(
+        block_on(board.bind_worker(&held, 44)),
+        "bind on an expired lease",
+    );
+}
+
+/// Spawn records: the pid and its fingerprint land on the card and its run.
+pub fn spawn_records<B: BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {
+    let id = create(board, &task("dispatched"));
+    let held = next(board).expect("a ready card");
+    assert_eq!(held.task_id, id);
+    block_on(board.record_spawn(&held, 4242, Some(777))).unwrap();
+    let workers = block_on(board.running_workers()).unwrap();
+    assert_eq!(workers.len(), 1);
+    assert_eq!(workers[0].claim, held);
+    assert_eq!(workers[0].worker_pid, Some(4242));
+    assert_eq!(
+        workers[0].worker_started_at,
+        Some(777),
+        "the process fingerprint is kept"
+    );
+    assert_eq!(workers[0].run_started_at, START);
+    let moved = Claim {
+        run_id: held.run_id + 1,
+        ..held.clone()
+    };
+    assert_lease_lost(
+        block_on(board.record_spawn(&moved, 1, None)),
+        "a spawn record for another run",
+    );
+}
+
+/// Exit 75: back to ready, not counted, held for the cooldown.
+pub fn exit_75_holds_for_the_cooldown<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("walled"));
+    let held = next(board).unwrap();
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(75)))).unwrap();
+    assert_eq!(booking.kind, BookingKind::RateLimited);
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.consecutive_failures, 0);
+    assert_eq!(view.task.not_before, Some(START + 300));
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("rate_limited"));
+    assert!(
+        view.events
+            .iter()
+            .any(|e| e.kind == "rate_limited" && e.payload["exit_code"] == 75)
+    );
+    time.advance(299);
+    assert_eq!(next(board), None, "held during the cooldown");
+    time.advance(1);
+    assert_eq!(
+        next(board).map(|c| c.task_id),
+        Some(id),
+        "claimable when the cooldown ends"
+    );
+}
+
+/// Crashes are counted, back off, and block at the default limit of 2.
+pub fn crashes_back_off_then_block_at_the_limit<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("crashy"));
+    let held = next(board).unwrap();
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Signal(9)))).unwrap();
+    assert_eq!(
+        (booking.kind, booking.blocks),
+        (BookingKind::Crashed, false)
+    );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.consecutive_failures, 1);
+    let retry_at = view.task.not_before.expect("a crashed card backs off");
+    assert!(
+        (START + 30..=START + 38).contains(&retry_at),
+        "the first backoff is 30 s plus up to a quarter: {retry_at}"
+    );
+    assert_eq!(next(board), None, "held during the backoff");
+    time.set(retry_at);
+    let held = next(board).expect("claimable once the backoff ends");
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Unknown))).unwrap();
+    assert_eq!((booking.kind, booking.blocks), (BookingKind::Crashed, true));
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Blocked);
+    assert_eq!(
+        view.task.not_before, None,
+        "a blocked card waits for a human"
+    );
+    assert!(view.events.iter().any(|e| e.kind == "gave_up"));
+}
+
+/// A second booking of the same exit records it and changes nothing.
+pub fn a_second_booking_changes_nothing<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let id = create(board, &task("twice"));
+    let held = next(board).unwrap();
+    block_on(board.book_exit(&held, &report(ExitWitness::Code(1)))).unwrap();
+    let before = block_on(board.show_task(&id)).unwrap().task;
+    let again = block_on(board.book_exit(&held, &report(ExitWitness::Code(1)))).unwrap();
+    assert_eq!(again.kind, BookingKind::Settled);
+    assert_eq!(block_on(board.show_task(&id)).unwrap().task, before);
+}
+
+/// Exit 0 without a terminal call: not counted until the third in a row.
+pub fn violations_block_at_the_third<B: BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {
+    let id = create(board, &task("chatty"));
+    for round in 1..=3 {
+        let held = claim(board, &id, "host:d");
+        let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(0)))).unwrap();
         assert_eq!(
-            block_on(board.promote_ready()).unwrap(),
-            0,
-            "promote: the parent is not done"
+            booking.kind,
+            BookingKind::ProtocolViolation,
+            "round {round}"
         );
-        let claim = block_on(board.claim_task(&parent, TTL, "host:1"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        block_on(board.block(&claim, "need input")).unwrap();
-        let view = block_on(board.show_task(&parent)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Blocked);
-        assert_eq!(view.runs[0].outcome.as_deref(), Some("blocked"));
-        assert_eq!(
-            block_on(board.run_status(&claim)).unwrap(),
-            RunStatus::Blocked
-        );
-        assert!(
-            matches!(
-                block_on(board.unblock(&child)),
-                Err(BoardError::InvalidTransition { .. })
-            ),
-            "unblock: only blocked cards"
-        );
-        block_on(board.unblock(&parent)).unwrap();
-        assert_eq!(
-            block_on(board.show_task(&parent)).unwrap().task.status,
-            TaskStatus::Ready
-        );
-        let claim = block_on(board.claim_task(&parent, TTL, "host:1"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        block_on(board.complete(&claim, "done", None)).unwrap();
-        assert_eq!(block_on(board.promote_ready()).unwrap(), 1);
-        assert_eq!(
-            block_on(board.show_task(&child)).unwrap().task.status,
-            TaskStatus::Ready,
-            "promote: parents done → ready"
-        );
+        assert_eq!(booking.blocks, round == 3, "round {round}");
     }
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(
+        (view.task.status, view.task.consecutive_failures),
+        (TaskStatus::Blocked, 0)
+    );
+}
 
-    // The owner seam: bind, the owner-side proof, booking.
-    {
-        let (board, time) = fresh();
-        let id = block_on(board.create_task(&task("owned"))).unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:1"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        assert_eq!(
-            block_on(board.prove_claim(&claim, ProofIdentity::BoundOwner(42))),
-            Err(NotLive::NotBound),
-            "owner proof: nobody bound yet"
-        );
-        block_on(board.bind_worker(&claim, 42)).unwrap();
-        assert!(block_on(board.prove_claim(&claim, ProofIdentity::BoundOwner(42))).is_ok());
-        assert_eq!(
-            block_on(board.prove_claim(&claim, ProofIdentity::BoundOwner(43))),
-            Err(NotLive::NotBound)
-        );
-        block_on(board.bind_worker(&claim, 43)).unwrap();
-        assert_eq!(
-            block_on(board.prove_claim(&claim, ProofIdentity::BoundOwner(42))),
-            Err(NotLive::NotBound),
-            "owner proof: the NEWEST worker_bound decides"
-        );
-        assert_eq!(
-            block_on(board.booked_exit_code(&claim)).unwrap(),
-            1,
-            "nothing booked → 1"
-        );
-        time.advance(TTL + 5);
-        let booked = WorkerResult {
-            pid: 43,
-            claim_lock: claim.claim_lock.clone(),
-            exit_code: 75,
-            last_output: "wall".into(),
-            turns: 1,
-            recovery_attempts: 0,
-            retry_after_seconds: None,
-        };
-        block_on(board.book_result(&claim, &booked)).unwrap();
-        assert_eq!(
-            block_on(board.booked_exit_code(&claim)).unwrap(),
-            75,
-            "a result is booked even after the lease lapsed"
-        );
-        let foreign = Claim {
-            claim_lock: "other".into(),
-            ..claim.clone()
-        };
-        assert_eq!(
-            block_on(board.booked_exit_code(&foreign)).unwrap(),
-            1,
-            "another lock reads 1"
-        );
-        assert_lease_lost(
-            block_on(board.book_result(&foreign, &booked)),
-            "booking for a run we never held",
-        );
-        assert_lease_lost(
-            block_on(board.bind_worker(&claim, 44)),
-            "bind on an expired lease",
-        );
-    }
+/// Exit 78 blocks at once; a booked result is read back by its lock.
+pub fn exit_78_blocks_and_results_are_read_back<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let id = create(board, &task("terminal"));
+    let held = claim(board, &id, "host:d");
+    assert_eq!(block_on(board.booked_result(&held)).unwrap(), None);
+    let booked = result(&held, 78);
+    block_on(board.book_result(&held, &booked)).unwrap();
+    assert_eq!(block_on(board.booked_result(&held)).unwrap(), Some(booked));
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(78)))).unwrap();
+    assert_eq!(
+        (booking.kind, booking.blocks),
+        (BookingKind::TerminalProvider, true)
+    );
+    assert_eq!(status(board, &id), TaskStatus::Blocked);
+    assert_eq!(failures(board, &id), 1);
+}
 
-    // The dispatcher's side: spawn records, bookings from core's table, cooldowns.
-    {
-        let (board, time) = fresh();
-        let report = |witness| ExitReport {
-            witness,
-            source: "wait",
-            signalled_by_dispatcher: false,
-            output_tail: "last words".into(),
-            default_failure_limit: 2,
-            retry_after_seconds: None,
-        };
-        let id = block_on(board.create_task(&task("dispatched"))).unwrap();
-        let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
-            .unwrap()
-            .expect("a ready card");
-        block_on(board.record_spawn(&claim.claim, 4242, Some(777))).unwrap();
-        assert_eq!(block_on(board.count_running()).unwrap(), 1);
-        let workers = block_on(board.running_workers()).unwrap();
-        assert_eq!(workers.len(), 1);
-        assert_eq!(workers[0].worker_pid, Some(4242));
-        assert_eq!(
-            workers[0].worker_started_at,
-            Some(777),
-            "the process fingerprint is kept"
-        );
-        assert_eq!(workers[0].claim, claim.claim);
+/// A provider's Retry-After holds the card beyond the cooldown.
+pub fn retry_after_holds_past_the_cooldown<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("retry after"));
+    let held = claim(board, &id, "host:d");
+    let wall = ExitReport {
+        retry_after_seconds: Some(1_000),
+        ..report(ExitWitness::Code(75))
+    };
+    block_on(board.book_exit(&held, &wall)).unwrap();
+    assert_eq!(
+        block_on(board.show_task(&id)).unwrap().task.not_before,
+        Some(START + 1_000)
+    );
+    time.advance(301);
+    assert_eq!(next(board), None, "held past the cooldown by Retry-After");
+    time.advance(700);
+    assert_eq!(
+        next(board).map(|c| c.task_id),
+        Some(id),
+        "claimable once the hold ends"
+    );
+}
 
-        // Exit 75: back to ready, not counted, held for the cooldown.
-        let booking =
-            block_on(board.book_exit(&claim.claim, &report(ExitWitness::Code(75)))).unwrap();
-        assert_eq!(booking.kind, BookingKind::RateLimited);
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Ready);
-        assert_eq!(view.task.consecutive_failures, 0);
-        assert_eq!(view.runs[0].outcome.as_deref(), Some("rate_limited"));
-        assert!(
-            view.events
-                .iter()
-                .any(|e| e.kind == "rate_limited" && e.payload["exit_code"] == 75)
-        );
-        assert_eq!(
-            block_on(board.claim_next_ready(TTL, "host:d", 300)).unwrap(),
-            None,
-            "held during the cooldown"
-        );
-        time.advance(301);
-        let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
-            .unwrap()
-            .expect("claimable after the cooldown");
-
-        // Two crashes block at the default limit of 2.
-        let booking =
-            block_on(board.book_exit(&claim.claim, &report(ExitWitness::Signal(9)))).unwrap();
-        assert_eq!(
-            (booking.kind, booking.blocks),
-            (BookingKind::Crashed, false)
-        );
-        assert_eq!(
-            block_on(board.show_task(&id))
-                .unwrap()
-                .task
-                .consecutive_failures,
-            1
-        );
-        let claim = block_on(board.claim_next_ready(TTL, "host:d", 300))
-            .unwrap()
-            .unwrap();
-        let booking =
-            block_on(board.book_exit(&claim.claim, &report(ExitWitness::Unknown))).unwrap();
-        assert_eq!((booking.kind, booking.blocks), (BookingKind::Crashed, true));
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(view.task.status, TaskStatus::Blocked);
-        assert!(view.events.iter().any(|e| e.kind == "gave_up"));
-
-        // A second booking of the same exit changes nothing.
-        let again = block_on(board.book_exit(&claim.claim, &report(ExitWitness::Unknown))).unwrap();
-        assert_eq!(again.kind, BookingKind::Settled);
-        assert_eq!(
-            block_on(board.show_task(&id))
-                .unwrap()
-                .task
-                .consecutive_failures,
-            2
-        );
-
-        // Exit 0 without a terminal call: not counted until the third in a row.
-        let id = block_on(board.create_task(&task("chatty"))).unwrap();
-        for round in 1..=3 {
-            let claim = block_on(board.claim_task(&id, TTL, "host:d"))
-                .unwrap()
-                .unwrap();
-            let booking =
-                block_on(board.book_exit(&claim.claim, &report(ExitWitness::Code(0)))).unwrap();
-            assert_eq!(
-                booking.kind,
-                BookingKind::ProtocolViolation,
-                "round {round}"
-            );
-            assert_eq!(booking.blocks, round == 3, "round {round}");
-        }
-        let view = block_on(board.show_task(&id)).unwrap();
-        assert_eq!(
-            (view.task.status, view.task.consecutive_failures),
-            (TaskStatus::Blocked, 0)
-        );
-
-        // Exit 78 blocks at once; a booked result is read back by its lock.
-        let id = block_on(board.create_task(&task("terminal"))).unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        assert_eq!(block_on(board.booked_result(&claim)).unwrap(), None);
-        let result = WorkerResult {
-            pid: 1,
-            claim_lock: claim.claim_lock.clone(),
-            exit_code: 78,
-            last_output: "auth".into(),
-            turns: 1,
-            recovery_attempts: 0,
-            retry_after_seconds: None,
-        };
-        block_on(board.book_result(&claim, &result)).unwrap();
-        assert_eq!(block_on(board.booked_result(&claim)).unwrap(), Some(result));
-        let booking = block_on(board.book_exit(&claim, &report(ExitWitness::Code(78)))).unwrap();
-        assert_eq!(
-            (booking.kind, booking.blocks),
-            (BookingKind::TerminalProvider, true)
-        );
-
-        // A provider's Retry-After holds the card beyond the cooldown.
-        let id = block_on(board.create_task(&NewTask {
-            priority: 100,
-            ..task("retry after")
-        }))
-        .unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        let wall = ExitReport {
-            retry_after_seconds: Some(1_000),
-            ..report(ExitWitness::Code(75))
-        };
-        block_on(board.book_exit(&claim, &wall)).unwrap();
-        assert!(
-            block_on(board.show_task(&id)).unwrap().runs[0]
-                .hold_until
-                .is_some()
-        );
-        time.advance(301);
-        let next = block_on(board.claim_next_ready(TTL, "host:d", 300)).unwrap();
-        assert!(
-            next.as_ref().is_none_or(|g| g.claim.task_id != id),
-            "held past the cooldown by Retry-After"
-        );
-        if let Some(grant) = next {
-            block_on(board.book_exit(&grant.claim, &report(ExitWitness::Code(0)))).unwrap();
-        }
-        time.advance(700);
-        let next = block_on(board.claim_next_ready(TTL, "host:d", 300))
-            .unwrap()
-            .expect("claimable once the hold ends");
-        assert_eq!(next.claim.task_id, id);
-        block_on(board.book_exit(&next.claim, &report(ExitWitness::Code(0)))).unwrap();
-
-        // A card's max_retries bounds protocol violations too.
-        let id = block_on(board.create_task(&NewTask {
+/// A card's max_retries bounds protocol violations too.
+pub fn max_retries_bounds_violations<B: BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {
+    let id = create(
+        board,
+        &NewTask {
             max_retries: Some(1),
             ..task("strict")
-        }))
-        .unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        let booking = block_on(board.book_exit(&claim, &report(ExitWitness::Code(0)))).unwrap();
-        assert_eq!(
-            (booking.kind, booking.blocks),
-            (BookingKind::ProtocolViolation, true)
-        );
+        },
+    );
+    let held = claim(board, &id, "host:d");
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(0)))).unwrap();
+    assert_eq!(
+        (booking.kind, booking.blocks),
+        (BookingKind::ProtocolViolation, true)
+    );
+}
 
-        // A 130 after a recorded signal is an interruption, whoever books it.
-        let id = block_on(board.create_task(&task("signalled"))).unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        block_on(board.record_signal(&claim, 15)).unwrap();
-        let booking = block_on(board.book_exit(&claim, &report(ExitWitness::Code(130)))).unwrap();
-        assert_eq!(
-            (booking.kind, booking.counts_failure),
-            (BookingKind::Interrupted, false)
-        );
+/// A stop's recorded reason decides its booking, whoever books it: a
+/// shutdown is not the card's fault, an overrun is.
+pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let id = create(board, &task("shut down"));
+    let held = claim(board, &id, "host:d");
+    block_on(board.record_signal(&held, 15, SignalReason::Shutdown)).unwrap();
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
+    assert_eq!(
+        (booking.kind, booking.counts_failure),
+        (BookingKind::Interrupted, false)
+    );
+    assert_eq!(failures(board, &id), 0);
+    let id = create(board, &task("killed at shutdown"));
+    let held = claim(board, &id, "host:d");
+    block_on(board.record_signal(&held, 15, SignalReason::Shutdown)).unwrap();
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Signal(9)))).unwrap();
+    assert_eq!(booking.kind, BookingKind::Interrupted, "a SIGKILL we sent");
+    let id = create(board, &task("wedged"));
+    let held = claim(board, &id, "host:d");
+    block_on(board.record_signal(&held, 15, SignalReason::Overrun)).unwrap();
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
+    assert_eq!(
+        (booking.kind, booking.counts_failure),
+        (BookingKind::TimedOut, true)
+    );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("timed_out"));
+    assert_eq!(view.task.consecutive_failures, 1);
+    let id = create(board, &task("unasked"));
+    let held = claim(board, &id, "host:d");
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
+    assert_eq!(
+        (booking.kind, booking.counts_failure),
+        (BookingKind::Crashed, true),
+        "a 130 nobody asked for is a crash"
+    );
+}
 
-        // A result booked by an earlier run under the same lock is not this run's.
-        let id = block_on(board.create_task(&task("same lock"))).unwrap();
-        let first = block_on(board.claim_task(&id, TTL, "host:d"))
-            .unwrap()
-            .unwrap()
-            .claim;
-        let early = WorkerResult {
-            pid: 1,
-            claim_lock: "host:d".into(),
-            exit_code: 75,
-            last_output: String::new(),
-            turns: 1,
-            recovery_attempts: 0,
-            retry_after_seconds: None,
-        };
-        block_on(board.book_result(&first, &early)).unwrap();
-        block_on(board.book_exit(&first, &report(ExitWitness::Code(75)))).unwrap();
-        time.advance(301);
-        let second = block_on(board.claim_task(&id, TTL, "host:d"))
-            .unwrap()
-            .expect("the same card again")
-            .claim;
-        assert_eq!(
-            block_on(board.booked_result(&second)).unwrap(),
-            None,
-            "run-scoped"
-        );
-        assert_eq!(block_on(board.booked_exit_code(&second)).unwrap(), 1);
+/// A result booked by an earlier run under the same lock is not this run's.
+pub fn results_are_run_scoped<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("same lock"));
+    let first = claim(board, &id, "host:d");
+    block_on(board.book_result(&first, &result(&first, 75))).unwrap();
+    block_on(board.book_exit(&first, &report(ExitWitness::Code(75)))).unwrap();
+    time.advance(301);
+    let second = claim(board, &id, "host:d");
+    assert_eq!(
+        block_on(board.booked_result(&second)).unwrap(),
+        None,
+        "run-scoped"
+    );
+    assert_eq!(block_on(board.booked_exit_code(&second)).unwrap(), 1);
+}
 
-        // An expired lease is extended only while it is still expired and ours.
-        let id = block_on(board.create_task(&task("slow"))).unwrap();
-        let claim = block_on(board.claim_task(&id, TTL, "host:d"))
+/// An expired lease is extended only while it is still expired and ours.
+pub fn expired_leases_extend_only_while_expired<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("slow"));
+    let held = claim(board, &id, "host:d");
+    assert!(
+        !block_on(board.extend_expired_lease(&held, 9_999_999, "claim_extended", "pid_alive"))
+            .unwrap(),
+        "not expired yet"
+    );
+    time.advance(TTL + 1);
+    let other = Claim {
+        claim_lock: "host:other".into(),
+        ..held.clone()
+    };
+    assert!(
+        !block_on(board.extend_expired_lease(&other, 9_999_999, "claim_extended", "pid_alive"))
+            .unwrap(),
+        "not ours"
+    );
+    assert!(
+        block_on(board.extend_expired_lease(&held, 9_999_999, "claim_extended", "pid_alive"))
             .unwrap()
+    );
+    assert!(
+        block_on(board.prove_claim(&held, ProofIdentity::AnyProcess)).is_ok(),
+        "the extended lease is live"
+    );
+    assert!(
+        block_on(board.recent_events(3))
             .unwrap()
-            .claim;
-        assert!(
-            !block_on(board.extend_expired_lease(&claim, 9_999_999, "claim_extended", "pid_alive"))
-                .unwrap(),
-            "not expired yet"
-        );
-        time.advance(TTL + 1);
-        assert!(
-            block_on(board.extend_expired_lease(&claim, 9_999_999, "claim_extended", "pid_alive"))
-                .unwrap()
-        );
-        assert!(
-            block_on(board.prove_claim(&claim, ProofIdentity::AnyProcess)).is_ok(),
-            "the extended lease is live"
-        );
-        assert!(
-            block_on(board.recent_events(3))
-                .unwrap()
-                .last()
-                .is_some_and(|e| e.kind == "claim_extended")
-        );
-    }
+            .last()
+            .is_some_and(|e| e.kind == "claim_extended")
+    );
+}
+
+/// A worker that overran settles its own run as timed out: counted, released.
+pub fn overrun_settlements_count<B: Board + BoardAdmin>(board: &B, time: &VirtualClock) {
+    let id = create(board, &task("looping"));
+    let held = claim(board, &id, "host:d");
+    let overrun = Overrun::IterationLimit("60/60".into());
+    block_on(board.settle_overrun(&held, &overrun, &FailurePolicy::default())).unwrap();
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.consecutive_failures, 1);
+    assert_eq!(view.task.claim_lock, None, "the claim is released");
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("timed_out"));
+    assert!(view.task.not_before.is_some_and(|at| at > START));
+    assert_lease_lost(
+        block_on(board.settle_overrun(&held, &overrun, &FailurePolicy::default())),
+        "a second settlement",
+    );
+    time.advance(3600);
+    let held = claim(board, &id, "host:d");
+    block_on(board.settle_overrun(
+        &held,
+        &Overrun::RunLimit { seconds: 60 },
+        &FailurePolicy::default(),
+    ))
+    .unwrap();
+    assert_eq!(
+        status(board, &id),
+        TaskStatus::Blocked,
+        "blocked at the limit"
+    );
+}
+
+/// A worker's view of its run follows the board.
+pub fn run_status_follows_the_run<B: Board + BoardAdmin>(board: &B, _: &VirtualClock) {
+    let id = create(board, &task("watched"));
+    let held = claim(board, &id, "host:d");
+    assert_eq!(
+        block_on(board.run_status(&held)).unwrap(),
+        RunStatus::Running
+    );
+    let other_lock = Claim {
+        claim_lock: "host:x".into(),
+        ..held.clone()
+    };
+    assert_eq!(
+        block_on(board.run_status(&other_lock)).unwrap(),
+        RunStatus::Superseded,
+        "another lock does not hold the run"
+    );
+    block_on(board.reclaim(&id, "x")).unwrap();
+    assert_eq!(
+        block_on(board.run_status(&held)).unwrap(),
+        RunStatus::Superseded
+    );
+    let missing = Claim {
+        task_id: "t_missing".into(),
+        ..held
+    };
+    assert!(matches!(
+        block_on(board.run_status(&missing)),
+        Err(BoardError::TaskNotFound(_))
+    ));
 }

@@ -1,12 +1,12 @@
 //! Test support for the kanban workspace: virtual time, scripted agents and
-//! judges, an in-memory board, and the board contract suite every board
-//! adapter must pass. A dev-dependency only.
+//! judges, boards in memory (SQLite's, so the same code and rules as a board
+//! file), the board contract suite every board adapter must pass, and the
+//! deterministic simulation of the whole protocol. A dev-dependency only.
 
 mod agents;
-mod board_contract;
+pub mod board_contract;
 mod http_server;
 mod invariants;
-mod memory_board;
 mod owner_seam;
 mod scripted;
 mod seed_cases;
@@ -14,10 +14,56 @@ mod synthetic;
 mod time;
 
 pub use agents::{AgentScript, AgentTurn, WrittenAgent, write_executable, write_judge};
-pub use board_contract::run_board_contract;
 pub use http_server::{Reply, ScriptedHttpServer};
 pub use invariants::{BoardFigures, check_board_invariants};
-pub use memory_board::{InMemoryBoard, MEMORY_DB};
+
+/// A fresh board in memory, reading time from `clock`: SQLite's in-memory
+/// database behind the real board, so every rule is the one a file gets.
+pub fn memory_board(
+    clock: std::sync::Arc<dyn kanban_core::Clock>,
+) -> kanban_board_sqlite::SqliteBoard {
+    kanban_board_sqlite::SqliteBoard::open_in_memory(clock).expect("an in-memory board opens")
+}
+
+/// A board for one test: in memory, or in a file in a temporary folder that
+/// lives as long as the value.
+#[derive(Debug)]
+pub struct TempBoard {
+    board: kanban_board_sqlite::SqliteBoard,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TempBoard {
+    /// A board in memory.
+    pub fn memory(clock: VirtualClock) -> Self {
+        Self {
+            board: memory_board(std::sync::Arc::new(clock)),
+            _dir: None,
+        }
+    }
+
+    /// A board file in a fresh temporary folder.
+    pub fn file(clock: VirtualClock) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let board = kanban_board_sqlite::SqliteBoard::create(
+            dir.path().join("kanban.db"),
+            std::sync::Arc::new(clock),
+        )
+        .expect("a board file");
+        Self {
+            board,
+            _dir: Some(dir),
+        }
+    }
+}
+
+impl std::ops::Deref for TempBoard {
+    type Target = kanban_board_sqlite::SqliteBoard;
+
+    fn deref(&self) -> &Self::Target {
+        &self.board
+    }
+}
 pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
 pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
 pub use seed_cases::{SeedCase, seed_owner_case, seed_owner_cases};

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Barrier};
 
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{Board, BoardAdmin, NewTask, TaskStatus};
+use kanban_core::{Board, BoardAdmin, DispatchBoard, NewTask, TaskStatus};
 use kanban_testkit::block_on;
 
 #[test]
@@ -42,22 +42,17 @@ fn threads_racing_for_one_task_exactly_one_wins() {
 }
 
 /// The child half of the multi-process test: claims and completes cards
-/// until none is left. Does nothing unless the parent test started it.
-#[test]
-fn child_claim_complete_loop() {
-    let Ok(path) = std::env::var("KANBAN_TEST_CHILD_BOARD") else {
-        return;
-    };
-    let worker = std::env::var("KANBAN_TEST_CHILD_NAME").unwrap();
-    let board = SqliteBoard::open(&path, Arc::new(SystemClock)).expect("child opens the board");
+/// until none is left, and reports how many.
+fn child_claim_complete_loop(path: &str, worker: &str) {
+    let board = SqliteBoard::open(path, Arc::new(SystemClock)).expect("child opens the board");
     // Start together, so that the processes really race.
-    let go = std::path::Path::new(&path).with_extension("go");
+    let go = std::path::Path::new(path).with_extension("go");
     while !go.exists() {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     let mut done = 0;
     while let Some(grant) =
-        block_on(board.claim_next(900, &worker)).expect("claim_next never errors")
+        block_on(board.claim_next_ready(900, worker)).expect("a claim never errors")
     {
         // An agent works between the claim and the terminal call.
         std::thread::sleep(std::time::Duration::from_millis(3));
@@ -69,8 +64,21 @@ fn child_claim_complete_loop() {
     println!("KANBAN_CHILD_DONE={done}");
 }
 
+/// Four processes race to claim and complete 300 cards. The test runs its
+/// own binary again, once per racer: a racer is this very test with the
+/// board named in its environment.
 #[test]
 fn processes_running_claim_complete_cycles_never_double_claim() {
+    match (
+        std::env::var("KANBAN_TEST_CHILD_BOARD"),
+        std::env::var("KANBAN_TEST_CHILD_NAME"),
+    ) {
+        (Ok(path), Ok(worker)) => child_claim_complete_loop(&path, &worker),
+        _ => race_processes(),
+    }
+}
+
+fn race_processes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kanban.db");
     let board = SqliteBoard::create(&path, Arc::new(SystemClock)).unwrap();
@@ -89,7 +97,7 @@ fn processes_running_claim_complete_cycles_never_double_claim() {
             std::process::Command::new(&exe)
                 .args([
                     "--exact",
-                    "concurrency::child_claim_complete_loop",
+                    "concurrency::processes_running_claim_complete_cycles_never_double_claim",
                     "--nocapture",
                     "--test-threads=1",
                 ])

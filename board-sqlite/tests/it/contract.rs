@@ -1,12 +1,9 @@
-use kanban_testkit::run_board_contract;
+//! The board contract, one test per clause, on a board file and in memory.
 
-#[test]
-fn sqlite_board_passes_the_board_contract() {
-    let dirs = std::sync::Mutex::new(Vec::new());
-    run_board_contract(|time| {
-        let dir = tempfile::tempdir().unwrap();
-        let board = crate::board_in(dir.path(), &time);
-        dirs.lock().unwrap().push(dir); // keep every file alive until the end
-        board
-    });
+mod on_a_file {
+    kanban_testkit::board_contract_tests!(kanban_testkit::TempBoard::file);
+}
+
+mod in_memory {
+    kanban_testkit::board_contract_tests!(kanban_testkit::TempBoard::memory);
 }

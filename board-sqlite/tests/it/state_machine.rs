@@ -1,14 +1,13 @@
 //! The board as a state machine: random sequences of create, claim,
 //! heartbeat, complete, block, unblock, advance time, release stale claims
 //! and stale writers, checked against a model after every step. The same
-//! machine runs on the SQLite board and on the in-memory one.
+//! machine runs on a board file and on a board in memory.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 
-use kanban_board_sqlite::SqliteBoard;
-use kanban_core::{Board, BoardAdmin, BoardError, Claim, NewTask, TaskStatus};
-use kanban_testkit::{InMemoryBoard, VirtualClock, block_on};
+use kanban_core::rules::{FailurePolicy, Release};
+use kanban_core::{Board, BoardAdmin, BoardError, Claim, DispatchBoard, NewTask, TaskStatus};
+use kanban_testkit::{TempBoard, VirtualClock, block_on};
 use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
@@ -160,30 +159,32 @@ impl ReferenceStateMachine for Reference {
     }
 }
 
-/// A board the machine can run on.
-trait FreshBoard: Board + BoardAdmin + Sized {
-    fn fresh(time: &VirtualClock) -> (Self, Option<tempfile::TempDir>);
+/// Where the machine's board lives.
+trait FreshBoard {
+    fn fresh(time: &VirtualClock) -> TempBoard;
 }
 
-impl FreshBoard for SqliteBoard {
-    fn fresh(time: &VirtualClock) -> (Self, Option<tempfile::TempDir>) {
-        let dir = tempfile::tempdir().unwrap();
-        (crate::board_in(dir.path(), time), Some(dir))
+struct OnFile;
+struct InMemory;
+
+impl FreshBoard for OnFile {
+    fn fresh(time: &VirtualClock) -> TempBoard {
+        TempBoard::file(time.clone())
     }
 }
 
-impl FreshBoard for InMemoryBoard {
-    fn fresh(time: &VirtualClock) -> (Self, Option<tempfile::TempDir>) {
-        (InMemoryBoard::new(Arc::new(time.clone())), None)
+impl FreshBoard for InMemory {
+    fn fresh(time: &VirtualClock) -> TempBoard {
+        TempBoard::memory(time.clone())
     }
 }
 
 struct Sut<B> {
-    board: B,
+    board: TempBoard,
     time: VirtualClock,
     ids: Vec<String>,
     claims: Vec<Claim>,
-    _dir: Option<tempfile::TempDir>,
+    _kind: PhantomData<B>,
 }
 
 struct BoardMachine<B>(PhantomData<B>);
@@ -194,13 +195,12 @@ impl<B: FreshBoard> StateMachineTest for BoardMachine<B> {
 
     fn init_test(model: &Model) -> Sut<B> {
         let time = VirtualClock::at(model.now);
-        let (board, dir) = B::fresh(&time);
         Sut {
-            board,
+            board: B::fresh(&time),
             time,
             ids: Vec::new(),
             claims: Vec::new(),
-            _dir: dir,
+            _kind: PhantomData,
         }
     }
 
@@ -270,7 +270,13 @@ impl<B: FreshBoard> StateMachineTest for BoardMachine<B> {
             }
             Step::Advance(seconds) => sut.time.advance(seconds),
             Step::ReleaseStale => {
-                block_on(sut.board.release_stale_claims(FAILURE_LIMIT)).unwrap();
+                let policy = FailurePolicy {
+                    failure_limit: FAILURE_LIMIT,
+                    ..FailurePolicy::default()
+                };
+                for claim in &sut.claims {
+                    block_on(sut.board.release_claim(claim, &Release::Expired, &policy)).unwrap();
+                }
             }
         }
         sut
@@ -336,8 +342,8 @@ prop_state_machine! {
     #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 2048, ..ProptestConfig::default() })]
 
     #[test]
-    fn sqlite_board_matches_the_model(sequential 1..48 => BoardMachine<SqliteBoard>);
+    fn a_board_file_matches_the_model(sequential 1..48 => BoardMachine<OnFile>);
 
     #[test]
-    fn in_memory_board_matches_the_model(sequential 1..48 => BoardMachine<InMemoryBoard>);
+    fn a_board_in_memory_matches_the_model(sequential 1..48 => BoardMachine<InMemory>);
 }

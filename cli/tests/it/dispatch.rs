@@ -120,16 +120,36 @@ fn exit_75_requeues_without_counting_and_holds_the_respawn() {
     assert_eq!(card["task"]["consecutive_failures"], 0);
     assert_eq!(runs(&card).len(), 1, "not respawned during the cooldown");
     assert_eq!(runs(&card)[0]["outcome"], "rate_limited");
-    // A second dispatcher inside the cooldown still does not respawn it.
-    bench.dispatch_until_idle(&agent.path, &["--rate-limit-cooldown", "300"]);
+    let held_until = card["task"]["not_before"].as_i64().expect("held");
+    let booked_at = runs(&card)[0]["ended_at"].as_i64().unwrap();
+    assert_eq!(held_until - booked_at, 300, "held for the cooldown");
+    // The hold is the card's: another dispatcher, whatever its own cooldown,
+    // does not respawn it inside the hold.
+    bench.dispatch_until_idle(&agent.path, &["--rate-limit-cooldown", "0"]);
     assert_eq!(runs(&bench.show(&id)).len(), 1);
-    // With no cooldown it is claimed again.
+    // A wall booked with no cooldown is claimed again at once.
+    let quick = bench.add("walled briefly", &["--priority", "9"]);
     let once = bench
         .dispatch_command(&agent.path, &["--rate-limit-cooldown", "0", "--once"])
         .output()
         .unwrap();
     assert!(once.status.success());
-    assert_eq!(runs(&bench.show(&id)).len(), 2);
+    let pid = bench.show(&quick)["task"]["worker_pid"]
+        .as_i64()
+        .expect("the quick wall got a worker") as i32;
+    wait_for("the quick wall's worker to exit", || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+    });
+    let once = bench
+        .dispatch_command(&agent.path, &["--rate-limit-cooldown", "0", "--once"])
+        .output()
+        .unwrap();
+    assert!(once.status.success());
+    assert!(
+        runs(&bench.show(&quick)).len() >= 2,
+        "booked and claimed again in one tick: {}",
+        bench.show(&quick)
+    );
 }
 
 #[test]
@@ -156,6 +176,19 @@ fn a_crash_twice_blocks_at_the_failure_limit() {
     let agent = agent(&bench, vec![AgentTurn::exit(3)]);
     bench.dispatch_until_idle(&agent.path, &[]);
     let card = bench.show(&id);
+    assert_eq!(
+        (card["task"]["status"].as_str(), runs(&card).len()),
+        (Some("ready"), 1),
+        "a crashed card backs off before its next run"
+    );
+    let retry_at = card["task"]["not_before"].as_i64().expect("retry at");
+    let crashed_at = runs(&card)[0]["ended_at"].as_i64().unwrap();
+    assert!((30..=38).contains(&(retry_at - crashed_at)), "{card}");
+    bench.dispatch_until_idle(&agent.path, &["--retry-backoff", "0"]);
+    assert_eq!(runs(&bench.show(&id)).len(), 1, "the backoff is the card's");
+    let id = bench.add("crasher without backoff", &[]);
+    bench.dispatch_until_idle(&agent.path, &["--retry-backoff", "0"]);
+    let card = bench.show(&id);
     assert_eq!(card["task"]["status"], "blocked");
     assert_eq!(card["task"]["consecutive_failures"], 2);
     let outcomes: Vec<_> = runs(&card)
@@ -165,7 +198,7 @@ fn a_crash_twice_blocks_at_the_failure_limit() {
     assert_eq!(outcomes, ["crashed", "crashed"]);
     // A card's own --max-retries wins over the default.
     let id = bench.add("patient crasher", &["--max-retries", "3"]);
-    bench.dispatch_until_idle(&agent.path, &[]);
+    bench.dispatch_until_idle(&agent.path, &["--retry-backoff", "0"]);
     assert_eq!(runs(&bench.show(&id)).len(), 3);
 }
 
@@ -394,7 +427,12 @@ fn shutdown_forwards_the_signal_and_books_the_interrupted_worker() {
     std::thread::sleep(Duration::from_millis(300));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", text(&output.stdout));
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "a stopped dispatcher exits 130, never 0: {}",
+        text(&output.stdout)
+    );
     let card = bench.show(&id);
     assert_eq!(card["task"]["status"], "ready", "{}", text(&output.stdout));
     assert_eq!(card["task"]["consecutive_failures"], 0, "not counted");

@@ -1,17 +1,18 @@
-//! The seed's owner-side call-site cases, on the in-memory board.
+//! The seed's owner-side call-site cases, on a board in memory.
 //! `kanban-board-sqlite` runs the same cases on a real SQLite file.
 
 use std::sync::Arc;
 
+use kanban_board_sqlite::SqliteBoard;
 use kanban_core::shapes::{self, failed_timeout, success};
 use kanban_core::{Frame, TurnKind, VerdictKind, WorkerPorts, run_worker_turns};
 use kanban_testkit::{
-    InMemoryBoard, OwnerSeam, ScriptedJudge, ScriptedRunner, SeamOptions, VirtualClock, block_on,
+    OwnerSeam, ScriptedJudge, ScriptedRunner, SeamOptions, VirtualClock, block_on, memory_board,
 };
 
-fn seam(goal_mode: bool) -> OwnerSeam<InMemoryBoard> {
+fn seam(goal_mode: bool) -> OwnerSeam<SqliteBoard> {
     let time = VirtualClock::at(1_000_000);
-    let board = Arc::new(InMemoryBoard::new(Arc::new(time.clone())));
+    let board = Arc::new(memory_board(Arc::new(time.clone())));
     OwnerSeam::install(board, time, goal_mode)
 }
 
@@ -22,7 +23,7 @@ macro_rules! seed_cases {
         $(
             #[test]
             fn $name() {
-                kanban_testkit::seed_owner_case($id).check(|time| InMemoryBoard::new(Arc::new(time)), InMemoryBoard::set_lease_expiry);
+                kanban_testkit::seed_owner_case($id).check(|time| memory_board(Arc::new(time)), |board, task, expires| board.set_lease_expiry(task, expires).unwrap());
             }
         )*
     };
@@ -63,7 +64,7 @@ mod test_goal_mode_does_not_continue {
 #[test]
 fn test_non_worker_frame_is_never_recovered() {
     let time = VirtualClock::at(0);
-    let board = InMemoryBoard::new(Arc::new(time.clone()));
+    let board = memory_board(Arc::new(time.clone()));
     let mut runner = ScriptedRunner::always(failed_timeout());
     let entered = runner.entered();
     let mut emit = |_: &str| {};

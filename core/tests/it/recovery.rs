@@ -182,13 +182,12 @@ fn test_recovery_loop_order_is_check_sleep_check_turn() {
 }
 
 #[test]
-fn lease_expired_during_the_backoff_blocks_model_reentry_on_the_fake_board() {
+fn lease_expired_during_the_backoff_blocks_model_reentry_on_a_board_in_memory() {
     use kanban_core::{Board, BoardAdmin, BoardProof, NewTask, ProofIdentity};
-    use kanban_testkit::InMemoryBoard;
     use std::sync::Arc;
 
     let time = VirtualClock::at(0);
-    let board = InMemoryBoard::new(Arc::new(time.clone()));
+    let board = kanban_testkit::memory_board(Arc::new(time.clone()));
     let claim = block_on(async {
         let id = board
             .create_task(&NewTask {
@@ -204,7 +203,7 @@ fn lease_expired_during_the_backoff_blocks_model_reentry_on_the_fake_board() {
             .unwrap()
             .claim
     });
-    board.set_lease_expiry(&claim.task_id, 1_600);
+    board.set_lease_expiry(&claim.task_id, 1_600).unwrap();
     time.set(1_000);
     let env = worker_env(&claim.task_id);
     let mut policy = RecoveryPolicy::from_env(&env, None);

@@ -37,11 +37,11 @@ fn docs_policy_carries_the_same_tables() {
 
 #[test]
 fn booking_table_rows() {
-    use kanban_core::{BookingInput, BookingKind, ExitWitness, book_worker_exit};
+    use kanban_core::{BookingInput, BookingKind, ExitWitness, SignalReason, book_worker_exit};
     let input = |witness, still_running| BookingInput {
         witness,
         still_running,
-        signalled_by_dispatcher: false,
+        signalled: None,
         violation_streak: 0,
         consecutive_failures: 0,
         failure_limit: 2,
@@ -72,14 +72,47 @@ fn booking_table_rows() {
         (BookingKind::Crashed, true),
         "130 from elsewhere is a crash"
     );
+    for witness in [
+        ExitWitness::Code(130),
+        ExitWitness::Code(1),
+        ExitWitness::Signal(9),
+        ExitWitness::Unknown,
+    ] {
+        let b = book_worker_exit(BookingInput {
+            signalled: Some(SignalReason::Shutdown),
+            ..input(witness, true)
+        });
+        assert_eq!(
+            (b.kind, b.counts_failure, b.blocks),
+            (BookingKind::Interrupted, false, false),
+            "a worker we stopped for our shutdown is not charged: {witness:?}"
+        );
+        let b = book_worker_exit(BookingInput {
+            signalled: Some(SignalReason::Overrun),
+            ..input(witness, true)
+        });
+        assert_eq!(
+            (b.kind, b.counts_failure, b.blocks),
+            (BookingKind::TimedOut, true, false),
+            "a worker we stopped for overrunning is: {witness:?}"
+        );
+    }
+    for signalled in [
+        None,
+        Some(SignalReason::Shutdown),
+        Some(SignalReason::Overrun),
+    ] {
+        let b = book_worker_exit(BookingInput {
+            signalled,
+            ..input(ExitWitness::Code(0), false)
+        });
+        assert_eq!(b.kind, BookingKind::Settled, "a settled run stays settled");
+    }
     let b = book_worker_exit(BookingInput {
-        signalled_by_dispatcher: true,
-        ..input(ExitWitness::Code(130), true)
+        signalled: Some(SignalReason::Shutdown),
+        ..input(ExitWitness::Code(75), true)
     });
-    assert_eq!(
-        (b.kind, b.counts_failure, b.blocks),
-        (BookingKind::Interrupted, false, false)
-    );
+    assert_eq!(b.kind, BookingKind::RateLimited, "75 keeps its meaning");
     for witness in [
         ExitWitness::Code(1),
         ExitWitness::Signal(9),
@@ -167,28 +200,32 @@ fn classifier_rows_and_retry_after() {
 #[test]
 fn stale_claim_rows_and_heartbeat_interval() {
     use kanban_core::{StaleClaimAction as A, heartbeat_interval_seconds, stale_claim_action};
-    let now = 100_000;
     assert_eq!(
-        stale_claim_action(false, Some(now), now),
+        stale_claim_action(false, Some(0)),
         A::Release,
         "a dead worker's card is released"
     );
     assert_eq!(
-        stale_claim_action(true, None, now),
-        A::Extend,
-        "never heartbeated is not silent yet"
+        stale_claim_action(false, Some(10_000)),
+        A::Release,
+        "however silent"
     );
     assert_eq!(
-        stale_claim_action(true, Some(now - 3_600), now),
+        stale_claim_action(true, None),
+        A::Extend,
+        "a silence nobody measured is not one"
+    );
+    assert_eq!(
+        stale_claim_action(true, Some(3_600)),
         A::Extend,
         "an hour is still recent"
     );
     assert_eq!(
-        stale_claim_action(true, Some(now - 3_601), now),
+        stale_claim_action(true, Some(3_601)),
         A::Terminate,
         "silent for over an hour"
     );
-    assert_eq!(stale_claim_action(true, Some(i64::MIN), now), A::Terminate);
+    assert_eq!(stale_claim_action(true, Some(i64::MAX)), A::Terminate);
     assert_eq!(
         heartbeat_interval_seconds(900),
         60,

@@ -7,19 +7,20 @@ use std::sync::Arc;
 
 use kanban_agent_port::{BoardTools, McpServer};
 use kanban_core::{BoardAdmin, NewTask};
-use kanban_testkit::{InMemoryBoard, VirtualClock, block_on};
+use kanban_board_sqlite::SqliteBoard;
+use kanban_testkit::{VirtualClock, block_on, memory_board};
 use libfuzzer_sys::fuzz_target;
 
 struct Fixture {
     server: McpServer,
-    board: InMemoryBoard,
+    board: SqliteBoard,
     task_id: String,
 }
 
 /// A fresh board with one claimed card for every input: accepted writes
 /// must not pile up across inputs.
 fn fixture() -> Fixture {
-    let board = InMemoryBoard::new(Arc::new(VirtualClock::at(1_000)));
+    let board = memory_board(Arc::new(VirtualClock::at(1_000)));
     let task_id = block_on(board.create_task(&NewTask { title: "fuzzed".into(), ..NewTask::default() })).unwrap();
     let claim = block_on(board.claim_task(&task_id, 900, "fuzz")).unwrap().unwrap().claim;
     let server = McpServer::new(BoardTools::new(Arc::new(board.clone()), claim, "fuzz"));

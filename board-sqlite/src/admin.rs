@@ -1,0 +1,220 @@
+//! The operator's side of the board: cards, claims by hand, unblock,
+//! reclaim, and reading it all back.
+
+use async_trait::async_trait;
+use kanban_core::rules;
+use kanban_core::{
+    BoardAdmin, BoardError, Claim, ClaimGrant, DispatchBoard, EventRecord, NewTask, TaskRecord,
+    TaskStatus, TaskView,
+};
+use rusqlite::{OptionalExtension, params};
+
+use crate::dispatch::claim_in;
+use crate::open::SqliteBoard;
+use crate::rows::{
+    EVENT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, append_event, apply, event_from_row, existing_card,
+    read_task, run_from_row, task_from_row,
+};
+
+#[async_trait]
+impl BoardAdmin for SqliteBoard {
+    async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
+        if new.title.trim().is_empty() {
+            return Err(BoardError::InvalidInput(
+                "a task needs a non-blank title".to_owned(),
+            ));
+        }
+        let new = new.clone();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                if let Some(key) = &new.idempotency_key {
+                    let existing: Option<String> = tx
+                        .query_row(
+                            "SELECT id FROM tasks WHERE idempotency_key = ?1 AND status != 'archived' ORDER BY created_at DESC LIMIT 1",
+                            params![key],
+                            |row| row.get(0),
+                        )
+                        .optional()?;
+                    if let Some(id) = existing {
+                        return Ok(id);
+                    }
+                }
+                let mut open_parents = false;
+                for parent in &new.parents {
+                    let status: Option<String> = tx
+                        .query_row("SELECT status FROM tasks WHERE id = ?1", params![parent], |row| row.get(0))
+                        .optional()?;
+                    match status.as_deref().map(TaskStatus::parse) {
+                        None => return Err(BoardError::TaskNotFound(parent.clone()).into()),
+                        Some(status) => {
+                            open_parents |= !matches!(status, Some(TaskStatus::Done | TaskStatus::Archived));
+                        }
+                    }
+                }
+                let status = rules::initial_status(new.start_blocked, open_parents);
+                let id = loop {
+                    let candidate: String = tx.query_row("SELECT 't_' || lower(hex(randomblob(4)))", [], |row| row.get(0))?;
+                    let taken: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)", params![candidate], |row| row.get(0))?;
+                    if !taken {
+                        break candidate;
+                    }
+                };
+                tx.execute(
+                    "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
+                                        max_retries, goal_mode, goal_max_turns, max_runtime_seconds)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    params![
+                        id,
+                        new.title,
+                        new.body,
+                        new.assignee,
+                        status.as_str(),
+                        new.priority,
+                        now,
+                        new.idempotency_key,
+                        new.max_retries,
+                        i64::from(new.goal_mode),
+                        new.goal_max_turns,
+                        new.max_runtime_seconds,
+                    ],
+                )?;
+                for parent in &new.parents {
+                    tx.execute("INSERT OR IGNORE INTO task_links (parent_id, child_id) VALUES (?1, ?2)", params![parent, id])?;
+                }
+                for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
+                    append_event(tx, &id, &event, now)?;
+                }
+                Ok(id)
+            })
+        })
+        .await
+    }
+
+    async fn claim_task(
+        &self,
+        task_id: &str,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let task_id = task_id.to_owned();
+        let claim_lock = claim_lock.to_owned();
+        self.call(move |store| {
+            let db = store.db();
+            store.write(|tx, now| claim_in(tx, &db, &task_id, ttl_seconds, &claim_lock, now))
+        })
+        .await
+    }
+
+    async fn unblock(&self, task_id: &str) -> Result<(), BoardError> {
+        let task_id = task_id.to_owned();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let card = existing_card(tx, &task_id)?;
+                let transition = rules::unblock(&card)?;
+                apply(tx, &task_id, &transition, now)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let task_id = task_id.to_owned();
+        let reason = reason.to_owned();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let card = existing_card(tx, &task_id)?;
+                let transition = rules::reclaim(&card, &reason, now)?;
+                apply(tx, &task_id, &transition, now)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError> {
+        let task_id = task_id.to_owned();
+        self.call(move |store| {
+            let view = store.read(|conn| {
+                let Some(task) = read_task(conn, &task_id)? else {
+                    return Ok(None);
+                };
+                let runs = conn
+                    .prepare_cached(&format!(
+                        "SELECT {RUN_COLUMNS} FROM task_runs WHERE task_id = ?1 ORDER BY id"
+                    ))?
+                    .query_map(params![task_id], run_from_row)?
+                    .collect::<rusqlite::Result<_>>()?;
+                let events = conn
+                    .prepare_cached(&format!(
+                        "SELECT {EVENT_COLUMNS} FROM task_events WHERE task_id = ?1 ORDER BY id"
+                    ))?
+                    .query_map(params![task_id], event_from_row)?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(Some(TaskView { task, runs, events }))
+            })?;
+            view.ok_or_else(|| BoardError::TaskNotFound(task_id.clone()))
+        })
+        .await
+    }
+
+    async fn list_tasks(&self, status: Option<TaskStatus>) -> Result<Vec<TaskRecord>, BoardError> {
+        self.call(move |store| {
+            store.read(|conn| {
+                let mut statement = conn.prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at, rowid"
+                ))?;
+                statement
+                    .query_map(params![status.map(TaskStatus::as_str)], task_from_row)?
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut events: Vec<EventRecord> = self
+            .call(move |store| {
+                store.read(|conn| {
+                    conn.prepare_cached(&format!(
+                        "SELECT {EVENT_COLUMNS} FROM task_events ORDER BY id DESC LIMIT ?1"
+                    ))?
+                    .query_map(params![limit], event_from_row)?
+                    .collect()
+                })
+            })
+            .await?;
+        events.reverse();
+        Ok(events)
+    }
+
+    async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
+        Ok(self
+            .booked_result(claim)
+            .await?
+            .map_or(1, |result| result.exit_code))
+    }
+}
+
+impl SqliteBoard {
+    /// Test and operator hook: sets both lease expiries of a task's current run.
+    pub fn set_lease_expiry(&self, task_id: &str, expires: i64) -> Result<(), BoardError> {
+        self.store.write(|tx, _| {
+            tx.execute(
+                "UPDATE tasks SET claim_expires = ?2 WHERE id = ?1",
+                params![task_id, expires],
+            )?;
+            tx.execute(
+                "UPDATE task_runs SET claim_expires = ?2 WHERE id = (SELECT current_run_id FROM tasks WHERE id = ?1)",
+                params![task_id, expires],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Reads one task row, if it exists.
+    pub fn task(&self, task_id: &str) -> Result<Option<TaskRecord>, BoardError> {
+        self.store.read(|conn| read_task(conn, task_id))
+    }
+}

@@ -1,0 +1,376 @@
+//! The dispatcher's side of the board: claims, spawn and signal records,
+//! lease extensions, bookings and releases. Every decision is core's.
+
+use async_trait::async_trait;
+use kanban_core::rules::{self, ExitHistory, FailurePolicy, NewEvent, Release, STREAK_SCAN_LIMIT};
+use kanban_core::{
+    BoardError, Booking, Claim, ClaimGrant, DispatchBoard, ExitReport, NotLive, RunningWorker,
+    SignalReason, WorkerResult,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::json;
+
+use crate::open::{SqliteBoard, TxError};
+use crate::rows::{OPEN_PARENT, append_event, apply, existing_card};
+
+/// Claims one card inside the caller's transaction: the compare-and-set
+/// opens a run only for a ready, unclaimed card whose parents are all done.
+pub(crate) fn claim_in(
+    tx: &Connection,
+    db: &str,
+    task_id: &str,
+    ttl_seconds: i64,
+    claim_lock: &str,
+    now: i64,
+) -> Result<Option<ClaimGrant>, TxError> {
+    let ttl = ttl_seconds.max(1);
+    let expires = now.saturating_add(ttl);
+    // The happy path in one statement; why a claim failed is asked only
+    // when it did.
+    let opened = tx
+        .prepare_cached(&format!(
+            "INSERT INTO task_runs (task_id, profile, status, claim_lock, claim_expires, started_at, lease_ttl)
+             SELECT t.id, t.assignee, 'running', ?2, ?3, ?4, ?5 FROM tasks t
+              WHERE t.id = ?1 AND t.status = 'ready' AND t.claim_lock IS NULL
+                AND NOT EXISTS ({OPEN_PARENT})"
+        ))?
+        .execute(params![task_id, claim_lock, expires, now, ttl])?;
+    if opened == 0 {
+        let card = existing_card(tx, task_id)?;
+        if card.status == kanban_core::TaskStatus::Ready
+            && card.claim_lock.is_none()
+            && card.open_parents
+        {
+            apply(tx, task_id, &rules::reject_claim_for_parents(), now)?;
+        }
+        return Ok(None);
+    }
+    let run_id = tx.last_insert_rowid();
+    // The compare-and-set: only a ready, unclaimed card becomes ours. The
+    // IMMEDIATE transaction already excludes other writers; the guard keeps
+    // the statement honest on its own.
+    let goal_mode: Option<bool> = tx
+        .prepare_cached(
+            "UPDATE tasks SET status = 'running', claim_lock = ?2, claim_expires = ?3, current_run_id = ?5,
+                              started_at = COALESCE(started_at, ?4), last_heartbeat_at = NULL
+              WHERE id = ?1 AND status = 'ready' AND claim_lock IS NULL
+              RETURNING goal_mode != 0",
+        )?
+        .query_row(params![task_id, claim_lock, expires, now, run_id], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    let Some(goal_mode) = goal_mode else {
+        return Err(BoardError::Storage(format!(
+            "claim of {task_id} lost its compare-and-set inside its own transaction"
+        ))
+        .into());
+    };
+    let claim = Claim {
+        task_id: task_id.to_owned(),
+        db: db.to_owned(),
+        run_id,
+        claim_lock: claim_lock.to_owned(),
+        board: None,
+    };
+    append_event(
+        tx,
+        task_id,
+        &rules::claimed_event(&claim, expires, ttl),
+        now,
+    )?;
+    Ok(Some(ClaimGrant {
+        claim,
+        claim_expires: expires,
+        goal_mode,
+    }))
+}
+
+/// What a board knows about the run when its exit is booked.
+fn exit_history(tx: &Connection, claim: &Claim) -> rusqlite::Result<ExitHistory> {
+    let recent_outcomes = tx
+        .prepare_cached(
+            "SELECT outcome FROM task_runs WHERE task_id = ?1 AND ended_at IS NOT NULL
+              ORDER BY id DESC LIMIT ?2",
+        )?
+        .query_map(params![claim.task_id, STREAK_SCAN_LIMIT as i64], |row| {
+            Ok(row.get::<_, Option<String>>(0)?.unwrap_or_default())
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let recorded_signal = tx
+        .prepare_cached(
+            "SELECT payload FROM task_events
+              WHERE task_id = ?1 AND kind = 'worker_signalled' AND run_id = ?2
+              ORDER BY id DESC LIMIT 1",
+        )?
+        .query_row(params![claim.task_id, claim.run_id], |row| {
+            row.get::<_, Option<String>>(0)
+        })
+        .optional()?
+        .flatten()
+        .and_then(|payload| serde_json::from_str::<serde_json::Value>(&payload).ok())
+        // A record without a reason predates reasons: it was a shutdown.
+        .map(|payload| {
+            payload["reason"]
+                .as_str()
+                .and_then(SignalReason::parse)
+                .unwrap_or(SignalReason::Shutdown)
+        });
+    Ok(ExitHistory {
+        recent_outcomes,
+        recorded_signal,
+    })
+}
+
+#[async_trait]
+impl DispatchBoard for SqliteBoard {
+    async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError> {
+        self.call(move |store| {
+            let db = store.db();
+            store.read(|conn| {
+                let mut statement = conn.prepare_cached(
+                    "SELECT t.id, t.current_run_id, t.claim_lock, t.worker_pid, t.claim_expires,
+                            t.last_heartbeat_at, t.worker_started_at, r.started_at, t.max_runtime_seconds
+                       FROM tasks t JOIN task_runs r ON r.id = t.current_run_id
+                      WHERE t.status = 'running' AND t.claim_lock IS NOT NULL
+                      ORDER BY t.current_run_id",
+                )?;
+                let rows = statement.query_map([], |row| {
+                    Ok(RunningWorker {
+                        claim: Claim {
+                            task_id: row.get(0)?,
+                            db: db.clone(),
+                            run_id: row.get(1)?,
+                            claim_lock: row.get(2)?,
+                            board: None,
+                        },
+                        worker_pid: row.get(3)?,
+                        claim_expires: row.get(4)?,
+                        last_heartbeat_at: row.get(5)?,
+                        worker_started_at: row.get(6)?,
+                        run_started_at: row.get(7)?,
+                        max_runtime_seconds: row.get(8)?,
+                    })
+                })?;
+                rows.collect()
+            })
+        })
+        .await
+    }
+
+    async fn claim_next_ready(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let claim_lock = claim_lock.to_owned();
+        self.call(move |store| {
+            let db = store.db();
+            store.write(|tx, now| {
+                // Walk the ready lane in order; a held card (backoff,
+                // cooldown) is skipped by the index, not the rules.
+                let candidates: Vec<String> = {
+                    let mut statement = tx.prepare_cached(
+                        "SELECT id FROM tasks
+                          WHERE status = 'ready' AND claim_lock IS NULL
+                            AND (not_before IS NULL OR not_before <= ?1)
+                          ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 32",
+                    )?;
+                    statement
+                        .query_map(params![now], |row| row.get(0))?
+                        .collect::<rusqlite::Result<_>>()?
+                };
+                for id in candidates {
+                    if let Some(grant) = claim_in(tx, &db, &id, ttl_seconds, &claim_lock, now)? {
+                        return Ok(Some(grant));
+                    }
+                }
+                Ok(None)
+            })
+        })
+        .await
+    }
+
+    async fn record_spawn(
+        &self,
+        claim: &Claim,
+        pid: u32,
+        started_at: Option<i64>,
+    ) -> Result<(), BoardError> {
+        let claim = claim.clone();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let changed = tx
+                    .prepare_cached(
+                        "UPDATE tasks SET worker_pid = ?4, worker_started_at = ?5
+                          WHERE id = ?1 AND status = 'running' AND current_run_id = ?2 AND claim_lock = ?3",
+                    )?
+                    .execute(params![claim.task_id, claim.run_id, claim.claim_lock, pid, started_at])?;
+                if changed != 1 {
+                    return Err(BoardError::LeaseLost {
+                        task_id: claim.task_id.clone(),
+                        reason: NotLive::RunMoved { current: 0 },
+                    }
+                    .into());
+                }
+                tx.prepare_cached(
+                    "UPDATE task_runs SET worker_pid = ?2, worker_started_at = ?3 WHERE id = ?1",
+                )?
+                .execute(params![claim.run_id, pid, started_at])?;
+                let event = NewEvent::new(
+                    "spawned",
+                    Some(claim.run_id),
+                    json!({"pid": pid, "started_at": started_at}),
+                );
+                append_event(tx, &claim.task_id, &event, now)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn record_signal(
+        &self,
+        claim: &Claim,
+        signal: i32,
+        reason: SignalReason,
+    ) -> Result<(), BoardError> {
+        let claim = claim.clone();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let event = NewEvent::new(
+                    "worker_signalled",
+                    Some(claim.run_id),
+                    json!({"signal": signal, "reason": reason.as_str()}),
+                );
+                append_event(tx, &claim.task_id, &event, now)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn extend_expired_lease(
+        &self,
+        claim: &Claim,
+        expires: i64,
+        kind: &str,
+        reason: &str,
+    ) -> Result<bool, BoardError> {
+        let claim = claim.clone();
+        let event = NewEvent::new(
+            kind,
+            Some(claim.run_id),
+            json!({"reason": reason, "claim_expires": expires}),
+        );
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let card = existing_card(tx, &claim.task_id)?;
+                if !rules::holds_claim(&card, &claim)
+                    || !rules::lease_expired(card.claim_expires, now)
+                {
+                    return Ok(false);
+                }
+                tx.prepare_cached("UPDATE tasks SET claim_expires = ?2 WHERE id = ?1")?
+                    .execute(params![claim.task_id, expires])?;
+                tx.prepare_cached("UPDATE task_runs SET claim_expires = ?2 WHERE id = ?1")?
+                    .execute(params![claim.run_id, expires])?;
+                append_event(tx, &claim.task_id, &event, now)?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError> {
+        let claim = claim.clone();
+        self.call(move |store| {
+            let payload: Option<String> = store.read(|conn| {
+                conn.prepare_cached(
+                    "SELECT payload FROM task_events
+                      WHERE task_id = ?1 AND kind = 'worker_result' AND run_id = ?2
+                      ORDER BY id DESC LIMIT 1",
+                )?
+                .query_row(params![claim.task_id, claim.run_id], |row| row.get(0))
+                .optional()
+                .map(Option::flatten)
+            })?;
+            // Run-scoped and lock-checked.
+            Ok(payload
+                .and_then(|payload| serde_json::from_str::<WorkerResult>(&payload).ok())
+                .filter(|result| result.claim_lock == claim.claim_lock))
+        })
+        .await
+    }
+
+    async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError> {
+        let claim = claim.clone();
+        let report = report.clone();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let card = existing_card(tx, &claim.task_id)?;
+                let history = exit_history(tx, &claim)?;
+                let (booking, transition) = rules::book_exit(&card, &claim, &history, &report, now);
+                apply(tx, &claim.task_id, &transition, now)?;
+                Ok(booking)
+            })
+        })
+        .await
+    }
+
+    async fn release_claim(
+        &self,
+        claim: &Claim,
+        release: &Release,
+        policy: &FailurePolicy,
+    ) -> Result<bool, BoardError> {
+        let policy = *policy;
+        let claim = claim.clone();
+        let release = release.clone();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let card = existing_card(tx, &claim.task_id)?;
+                let Some(transition) = rules::release_claim(&card, &claim, &release, &policy, now)
+                else {
+                    return Ok(false);
+                };
+                apply(tx, &claim.task_id, &transition, now)?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    async fn promote_ready(&self) -> Result<usize, BoardError> {
+        self.call(move |store| {
+            // Most ticks have nothing to promote: look before taking the write lock.
+            let waiting: bool = store.read(|conn| {
+                conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'todo')")?
+                    .query_row([], |row| row.get(0))
+            })?;
+            if !waiting {
+                return Ok(0);
+            }
+            store.write(|tx, now| {
+                let todo: Vec<String> = {
+                    let mut statement = tx.prepare_cached(&format!(
+                        "SELECT t.id FROM tasks t WHERE t.status = 'todo' AND NOT EXISTS ({OPEN_PARENT})"
+                    ))?;
+                    statement
+                        .query_map([], |row| row.get(0))?
+                        .collect::<rusqlite::Result<_>>()?
+                };
+                let mut promoted = 0;
+                for id in &todo {
+                    let card = existing_card(tx, id)?;
+                    if let Some(transition) = rules::promote(&card) {
+                        apply(tx, id, &transition, now)?;
+                        promoted += 1;
+                    }
+                }
+                Ok(promoted)
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,239 @@
+//! Rows: reading them into core's types, and applying core's transitions.
+
+use kanban_core::lease::evaluate_lease;
+use kanban_core::rules::{CardState, NewEvent, Transition};
+use kanban_core::{
+    BoardError, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
+};
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+use serde_json::{Value, json};
+
+use crate::open::TxError;
+use crate::proof::lease_view;
+
+pub(crate) const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
+    claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
+    consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds";
+pub(crate) const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
+    started_at, ended_at, outcome, summary, error, worker_started_at";
+pub(crate) const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
+
+/// A parent that is neither done nor archived keeps its children waiting.
+pub(crate) const OPEN_PARENT: &str = "SELECT 1 FROM task_links l JOIN tasks p ON p.id = l.parent_id \
+    WHERE l.child_id = t.id AND p.status NOT IN ('done', 'archived')";
+
+fn status_of(raw: &str) -> rusqlite::Result<TaskStatus> {
+    TaskStatus::parse(raw).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            4,
+            rusqlite::types::Type::Text,
+            format!("unknown task status {raw:?}").into(),
+        )
+    })
+}
+
+pub(crate) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
+    Ok(TaskRecord {
+        id: row.get(0)?,
+        title: row.get(1)?,
+        body: row.get(2)?,
+        assignee: row.get(3)?,
+        status: status_of(&row.get::<_, String>(4)?)?,
+        priority: row.get::<_, Option<i64>>(5)?.unwrap_or(0),
+        created_at: row.get(6)?,
+        claim_lock: row.get(7)?,
+        claim_expires: row.get(8)?,
+        current_run_id: row.get(9)?,
+        worker_pid: row.get(10)?,
+        goal_mode: row.get::<_, i64>(11)? != 0,
+        goal_max_turns: row.get(12)?,
+        max_retries: row.get(13)?,
+        consecutive_failures: row.get(14)?,
+        result: row.get(15)?,
+        not_before: row.get(16)?,
+        last_failure_error: row.get(17)?,
+        last_heartbeat_at: row.get(18)?,
+        max_runtime_seconds: row.get(19)?,
+    })
+}
+
+pub(crate) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
+    Ok(RunRecord {
+        id: row.get(0)?,
+        task_id: row.get(1)?,
+        status: row.get(2)?,
+        claim_lock: row.get(3)?,
+        claim_expires: row.get(4)?,
+        worker_pid: row.get(5)?,
+        started_at: row.get(6)?,
+        ended_at: row.get(7)?,
+        outcome: row.get(8)?,
+        summary: row.get(9)?,
+        error: row.get(10)?,
+        worker_started_at: row.get(11)?,
+    })
+}
+
+pub(crate) fn event_from_row(row: &Row<'_>) -> rusqlite::Result<EventRecord> {
+    let payload: Option<String> = row.get(4)?;
+    Ok(EventRecord {
+        id: row.get(0)?,
+        task_id: row.get(1)?,
+        run_id: row.get(2)?,
+        kind: row.get(3)?,
+        payload: payload
+            .and_then(|p| serde_json::from_str(&p).ok())
+            .unwrap_or(Value::Null),
+        created_at: row.get(5)?,
+    })
+}
+
+pub(crate) fn read_task(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<TaskRecord>> {
+    conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))?
+        .query_row(params![task_id], task_from_row)
+        .optional()
+}
+
+/// The rows of one card that core's rules read.
+pub(crate) fn card_state(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<CardState>> {
+    conn.prepare_cached(&format!(
+        "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
+                t.consecutive_failures, t.max_retries, EXISTS ({OPEN_PARENT})
+           FROM tasks t WHERE t.id = ?1"
+    ))?
+    .query_row(params![task_id], |row| {
+        Ok(CardState {
+            task_id: task_id.to_owned(),
+            status: status_of(&row.get::<_, String>(0)?)?,
+            current_run_id: row.get(1)?,
+            claim_lock: row.get(2)?,
+            claim_expires: row.get(3)?,
+            worker_pid: row.get(4)?,
+            consecutive_failures: row.get(5)?,
+            max_retries: row.get(6)?,
+            open_parents: row.get(7)?,
+        })
+    })
+    .optional()
+}
+
+/// The card's state, or "not on this board".
+pub(crate) fn existing_card(conn: &Connection, task_id: &str) -> Result<CardState, TxError> {
+    card_state(conn, task_id)?.ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()).into())
+}
+
+/// Appends an event; a null payload is stored as NULL.
+pub(crate) fn append_event(
+    conn: &Connection,
+    task_id: &str,
+    event: &NewEvent,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let payload = (!event.payload.is_null()).then(|| event.payload.to_string());
+    conn.prepare_cached(
+        "INSERT INTO task_events (task_id, run_id, kind, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![task_id, event.run_id, event.kind, payload, now])?;
+    Ok(())
+}
+
+/// Applies one of core's transitions to a card, inside the caller's
+/// transaction: close the open run, release the claim, set the columns,
+/// append the events.
+pub(crate) fn apply(
+    conn: &Connection,
+    task_id: &str,
+    transition: &Transition,
+    now: i64,
+) -> rusqlite::Result<()> {
+    if let Some(close) = &transition.close_run {
+        conn.prepare_cached(
+            "UPDATE task_runs SET ended_at = ?2, status = ?3, outcome = ?4, summary = ?5, error = ?6
+              WHERE id = (SELECT current_run_id FROM tasks WHERE id = ?1) AND ended_at IS NULL",
+        )?
+        .execute(params![
+            task_id,
+            now,
+            close.status,
+            close.outcome,
+            close.summary,
+            close.error
+        ])?;
+    }
+    if transition.release_claim {
+        conn.prepare_cached(
+            "UPDATE tasks SET current_run_id = NULL, claim_lock = NULL, claim_expires = NULL,
+                              worker_pid = NULL, worker_started_at = NULL
+              WHERE id = ?1",
+        )?
+        .execute(params![task_id])?;
+    }
+    let mut columns: Vec<&str> = Vec::new();
+    let mut values: Vec<Box<dyn ToSql>> = vec![Box::new(task_id.to_owned())];
+    let mut set = |column: &'static str, value: Box<dyn ToSql>| {
+        columns.push(column);
+        values.push(value);
+    };
+    if let Some(status) = transition.status {
+        set("status", Box::new(status.as_str()));
+    }
+    if let Some(failures) = transition.consecutive_failures {
+        set("consecutive_failures", Box::new(failures));
+    }
+    if let Some(error) = &transition.last_failure_error {
+        set("last_failure_error", Box::new(error.clone()));
+    }
+    if let Some(not_before) = transition.not_before {
+        set("not_before", Box::new(not_before));
+    }
+    if let Some(completion) = &transition.completion {
+        set("result", Box::new(completion.result.clone()));
+        set("completed_at", Box::new(completion.completed_at));
+    }
+    if !columns.is_empty() {
+        let assignments: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(index, column)| format!("{column} = ?{}", index + 2))
+            .collect();
+        let sql = format!("UPDATE tasks SET {} WHERE id = ?1", assignments.join(", "));
+        conn.prepare_cached(&sql)?
+            .execute(rusqlite::params_from_iter(values.iter()))?;
+    }
+    for event in &transition.events {
+        append_event(conn, task_id, event, now)?;
+    }
+    Ok(())
+}
+
+/// The fence of every worker write, checked inside the write's transaction.
+/// On failure the only change is a `stale_write_rejected` event.
+pub(crate) fn fence(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    action: &str,
+    now: i64,
+) -> Result<(), TxError> {
+    let view = lease_view(tx, &claim.task_id, ProofIdentity::AnyProcess)?;
+    let verdict = evaluate_lease(
+        &view,
+        &claim.run_id.to_string(),
+        &claim.claim_lock,
+        ProofIdentity::AnyProcess,
+        now,
+    );
+    let Err(reason) = verdict else { return Ok(()) };
+    if view.task.is_some() {
+        let event = NewEvent::new(
+            "stale_write_rejected",
+            Some(claim.run_id),
+            json!({"action": action, "run_id": claim.run_id, "claim_lock": claim.claim_lock, "reason": reason.code()}),
+        );
+        append_event(tx, &claim.task_id, &event, now)?;
+    }
+    Err(TxError::CommitThen(BoardError::LeaseLost {
+        task_id: claim.task_id.clone(),
+        reason,
+    }))
+}

@@ -1,0 +1,429 @@
+//! The real supervisor: worker processes in their own process groups, their
+//! logs, their exits, and the signals that stop them. Core's dispatcher
+//! decides; this only does.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kanban_core::{
+    Claim, EnvironmentFault, ExitWitness, RunLog, StopSignal, Supervisor, Wakeups, WorkerExit,
+    WorkerProcess, exit_code_from_trailer, vars,
+};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+/// How much of a card's log is read back for a trailer and an output tail.
+const LOG_WINDOW: u64 = 64 * 1024;
+
+/// The line a dispatcher writes to a card's log before each spawn, so the
+/// log's trailer and tail are read for this run only.
+pub(crate) fn run_marker(run_id: i64) -> String {
+    format!("[kanban-dispatch] run {run_id} spawned")
+}
+
+/// This machine's name, as claim locks carry it.
+pub(crate) fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat`,
+/// field 22): with the pid, a fingerprint that a reused pid does not match.
+pub(crate) fn process_start(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: count from the last ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// True when `pid` runs and, where a fingerprint was recorded, is the same
+/// process that was spawned.
+pub(crate) fn alive(pid: i64, started_at: Option<i64>) -> bool {
+    let running =
+        i32::try_from(pid).is_ok_and(|pid| pid > 0 && kill(Pid::from_raw(pid), None).is_ok());
+    running && started_at.is_none_or(|recorded| process_start(pid) == Some(recorded))
+}
+
+/// Sixteen random hex digits from the kernel.
+pub(crate) fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    let read = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        // No urandom: the time and pid still make the lock unique here.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (nanos as u64 ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The part of a card's log written since the run's marker.
+fn log_since_marker(log: &Path, run_id: i64) -> String {
+    let Ok(mut file) = File::open(log) else {
+        return String::new();
+    };
+    let length = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(length.saturating_sub(LOG_WINDOW)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let marker = run_marker(run_id);
+    match text.rfind(&marker) {
+        Some(at) => text[at + marker.len()..].to_owned(),
+        // The marker is further back than the window: the whole window was
+        // written by this run, the latest to append.
+        None if length > LOG_WINDOW => text.into_owned(),
+        None => String::new(),
+    }
+}
+
+/// The last lines of a worker's output, without the dispatcher's own chrome.
+fn output_tail(since_marker: &str) -> String {
+    let lines: Vec<&str> = since_marker
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| !line.is_empty() && !line.starts_with(kanban_core::WORKER_EXIT_TRAILER))
+        .collect();
+    let start = lines.len().saturating_sub(6);
+    let tail = lines[start..].join("\n");
+    let count = tail.chars().count();
+    tail.chars().skip(count.saturating_sub(400)).collect()
+}
+
+/// Every process of this machine whose environment carries `claim`'s run:
+/// the worker, its agents, and whatever they left running.
+fn processes_of_run(claim: &Claim) -> Vec<i32> {
+    let wanted = [
+        format!("{}={}", vars::TASK, claim.task_id),
+        format!("{}={}", vars::RUN_ID, claim.run_id),
+        format!("{}={}", vars::DB, claim.db),
+    ];
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            // Another user's process, or one already gone, cannot be read.
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
+            let entries: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+            wanted
+                .iter()
+                .all(|want| entries.contains(&want.as_bytes()))
+        })
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .collect()
+}
+
+/// Where a worker's log is read from for live `[kanban]` lines.
+struct Cursor {
+    task_id: String,
+    run_id: i64,
+    log: PathBuf,
+    read_to: Option<u64>,
+}
+
+/// Workers as child processes of this dispatcher.
+pub(crate) struct ProcessSupervisor {
+    host: String,
+    exe: PathBuf,
+    logs: PathBuf,
+    worker_args: Vec<String>,
+    worker_env: Vec<(String, String)>,
+    board_slug: String,
+    exits: Arc<Mutex<Vec<WorkerExit>>>,
+    wake: Arc<tokio::sync::Notify>,
+    interrupt: Arc<AtomicUsize>,
+    stop_seen: AtomicBool,
+    cursors: Mutex<BTreeMap<u32, Cursor>>,
+    echo: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl std::fmt::Debug for ProcessSupervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessSupervisor")
+            .field("host", &self.host)
+            .field("logs", &self.logs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the supervisor starts workers.
+pub(crate) struct WorkerCommand {
+    pub(crate) exe: PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) board_slug: String,
+    pub(crate) logs: PathBuf,
+}
+
+impl ProcessSupervisor {
+    pub(crate) fn new(
+        command: WorkerCommand,
+        interrupt: Arc<AtomicUsize>,
+        echo: Box<dyn Fn(&str) + Send + Sync>,
+    ) -> Self {
+        Self {
+            host: hostname(),
+            exe: command.exe,
+            logs: command.logs,
+            worker_args: command.args,
+            worker_env: command.env,
+            board_slug: command.board_slug,
+            exits: Arc::new(Mutex::new(Vec::new())),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            interrupt,
+            stop_seen: AtomicBool::new(false),
+            cursors: Mutex::new(BTreeMap::new()),
+            echo,
+        }
+    }
+
+    fn log_path(&self, task_id: &str) -> PathBuf {
+        self.logs.join(format!("{task_id}.log"))
+    }
+
+    /// Copies the `[kanban]` lines workers wrote since the last look.
+    fn echo_worker_lines(&self) {
+        let mut cursors = self
+            .cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for cursor in cursors.values_mut() {
+            let Ok(mut file) = File::open(&cursor.log) else {
+                continue;
+            };
+            let length = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let read_to = *cursor.read_to.get_or_insert_with(|| {
+                // Start at this run's marker, not at the top of an old log.
+                let text = log_since_marker(&cursor.log, cursor.run_id);
+                length.saturating_sub(text.len() as u64)
+            });
+            if length <= read_to || file.seek(SeekFrom::Start(read_to)).is_err() {
+                continue;
+            }
+            let mut bytes = Vec::new();
+            let _ = Read::by_ref(&mut file)
+                .take(LOG_WINDOW)
+                .read_to_end(&mut bytes);
+            let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
+                continue;
+            };
+            cursor.read_to = Some(read_to + end as u64 + 1);
+            for line in String::from_utf8_lossy(&bytes[..=end]).lines() {
+                if line.starts_with("[kanban]") {
+                    (self.echo)(&format!("{} │ {line}", cursor.task_id));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Supervisor for ProcessSupervisor {
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn new_claim_lock(&self) -> String {
+        format!("{}:{}:{}", self.host, std::process::id(), random_hex())
+    }
+
+    fn claimer_gone(&self, claim_lock: &str) -> bool {
+        let mut parts = claim_lock.splitn(3, ':');
+        let (Some(host), Some(pid)) = (parts.next(), parts.next()) else {
+            return false;
+        };
+        let Ok(pid) = pid.parse::<i64>() else {
+            return false;
+        };
+        host == self.host && pid != i64::from(std::process::id()) && !alive(pid, None)
+    }
+
+    async fn spawn(
+        &self,
+        claim: &Claim,
+        goal_mode: bool,
+    ) -> Result<WorkerProcess, EnvironmentFault> {
+        let log = self.log_path(&claim.task_id);
+        let unwritable = |error: std::io::Error| {
+            EnvironmentFault::Configuration(format!(
+                "cannot write the worker log {}: {error}; make the log folder writable",
+                log.display()
+            ))
+        };
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log)
+            .map_err(unwritable)?;
+        writeln!(file, "\n{}", run_marker(claim.run_id)).map_err(unwritable)?;
+        let stdout = file.try_clone().map_err(unwritable)?;
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
+            .arg("worker")
+            .args(&self.worker_args)
+            .envs(claim.to_env_pairs())
+            .env(vars::BOARD, &self.board_slug)
+            .envs(self.worker_env.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(file);
+        if goal_mode {
+            command.env(vars::GOAL_MODE, "1");
+        }
+        let mut child = command.spawn().map_err(|error| {
+            EnvironmentFault::Configuration(format!(
+                "cannot start a worker ({}): {error}",
+                self.exe.display()
+            ))
+        })?;
+        let Some(pid) = child.id() else {
+            return Err(EnvironmentFault::Transient(
+                "a worker exited before its pid could be read".to_owned(),
+            ));
+        };
+        let started_at = process_start(i64::from(pid));
+        self.cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                pid,
+                Cursor {
+                    task_id: claim.task_id.clone(),
+                    run_id: claim.run_id,
+                    log,
+                    read_to: None,
+                },
+            );
+        let exits = self.exits.clone();
+        let wake = self.wake.clone();
+        tokio::spawn(async move {
+            let witness = match child.wait().await {
+                Ok(status) => match (status.code(), status.signal()) {
+                    (Some(code), _) => ExitWitness::Code(code),
+                    (None, Some(signal)) => ExitWitness::Signal(signal),
+                    (None, None) => ExitWitness::Unknown,
+                },
+                Err(_) => ExitWitness::Unknown,
+            };
+            exits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(WorkerExit { pid, witness });
+            wake.notify_one();
+        });
+        Ok(WorkerProcess { pid, started_at })
+    }
+
+    async fn reap(&self) -> Vec<WorkerExit> {
+        self.echo_worker_lines();
+        let exits = std::mem::take(
+            &mut *self
+                .exits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let mut cursors = self
+            .cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for exit in &exits {
+            cursors.remove(&exit.pid);
+        }
+        exits
+    }
+
+    fn alive(&self, pid: i64, started_at: Option<i64>) -> bool {
+        alive(pid, started_at)
+    }
+
+    fn signal(&self, pid: i64, started_at: Option<i64>, signal: StopSignal) {
+        if !alive(pid, started_at) {
+            return;
+        }
+        let Ok(raw) = i32::try_from(pid) else { return };
+        let signal = match signal {
+            StopSignal::Terminate => Signal::SIGTERM,
+            StopSignal::Kill => Signal::SIGKILL,
+        };
+        // Workers lead their own process groups: the group is the worker
+        // and whatever it started there.
+        let _ = killpg(Pid::from_raw(raw), signal);
+    }
+
+    async fn sweep(&self, claim: &Claim) {
+        let own_group = nix::unistd::getpgrp();
+        for pid in processes_of_run(claim) {
+            let pid = Pid::from_raw(pid);
+            match nix::unistd::getpgid(Some(pid)) {
+                Ok(group) if group != own_group => {
+                    let _ = killpg(group, Signal::SIGKILL);
+                }
+                _ => {
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+            }
+        }
+    }
+
+    async fn run_log(&self, claim: &Claim) -> RunLog {
+        let since = log_since_marker(&self.log_path(&claim.task_id), claim.run_id);
+        RunLog {
+            trailer_code: exit_code_from_trailer(&since),
+            output_tail: output_tail(&since),
+        }
+    }
+}
+
+#[async_trait]
+impl Wakeups for ProcessSupervisor {
+    async fn wait(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.interrupt.load(Ordering::SeqCst) != 0
+                && !self.stop_seen.swap(true, Ordering::SeqCst)
+            {
+                return; // the stop request itself wakes the dispatcher, once
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let slice = left.min(Duration::from_millis(100));
+            tokio::select! {
+                () = self.wake.notified() => return,
+                () = tokio::time::sleep(slice) => {}
+            }
+            self.echo_worker_lines();
+        }
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.interrupt.load(Ordering::SeqCst) != 0
+    }
+}

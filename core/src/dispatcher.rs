@@ -1,0 +1,1022 @@
+//! The dispatcher: one tick at a time, it books the workers that ended,
+//! stops work that lost its claim, extends, stops or releases expired
+//! claims, promotes, and claims ready cards for new workers.
+//!
+//! It only decides. The board, the processes and the waiting are ports, so
+//! the same dispatcher runs the real binary and the deterministic simulation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::booking::{Booking, BookingKind, ExitWitness, SignalReason};
+use crate::claim::Claim;
+use crate::dispatch::{
+    DispatchBoard, EnvironmentFault, ExitReport, RECLAIM_DEFER_SECONDS, RunningWorker,
+    StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess,
+    stale_claim_action,
+};
+use crate::ports::{BoardError, Clock, RunStatus};
+use crate::rules::{FailurePolicy, Release, lease_expired};
+
+/// How long a killed worker may take to disappear before its reclaim is deferred.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// The SIGTERM number, recorded with a stop.
+const SIGTERM: i32 = 15;
+/// Exits kept for a later attempt when the board could not book them.
+const UNBOOKED_LIMIT: usize = 4096;
+
+/// How a dispatcher runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispatchSettings {
+    /// The lease of each claim, in seconds.
+    pub ttl_seconds: i64,
+    /// Workers of this host running at once, at most.
+    pub max_in_progress: usize,
+    /// Limits, cooldown and backoff for failed runs.
+    pub failure_policy: FailurePolicy,
+    /// The longest wait between ticks.
+    pub interval: Duration,
+    /// How long a stopped worker gets before its process group is killed.
+    pub grace: Duration,
+    /// A run's time limit for cards naming none (`max_runtime_seconds`).
+    pub max_runtime_seconds: Option<i64>,
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        Self {
+            ttl_seconds: crate::DEFAULT_CLAIM_TTL_SECONDS,
+            max_in_progress: 2,
+            failure_policy: FailurePolicy::default(),
+            interval: Duration::from_secs(60),
+            grace: Duration::from_secs(10),
+            max_runtime_seconds: None,
+        }
+    }
+}
+
+/// Something a dispatcher did or saw, for its log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DispatchEvent {
+    Spawned {
+        task_id: String,
+        run_id: i64,
+        pid: u32,
+    },
+    Booked {
+        task_id: String,
+        witness: ExitWitness,
+        source: &'static str,
+        booking: Booking,
+    },
+    LeaseExtended {
+        task_id: String,
+        pid: i64,
+    },
+    Stopping {
+        task_id: String,
+        pid: i64,
+        reason: SignalReason,
+    },
+    Killed {
+        task_id: String,
+        pid: i64,
+    },
+    ReclaimDeferred {
+        task_id: String,
+        pid: i64,
+    },
+    Released {
+        task_id: String,
+        counted: bool,
+        why: String,
+    },
+    Promoted {
+        count: usize,
+    },
+    Halted {
+        fault: EnvironmentFault,
+    },
+    BoardTrouble {
+        message: String,
+    },
+    LeftRunning {
+        task_id: String,
+        pid: u32,
+    },
+}
+
+impl fmt::Display for DispatchEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Spawned {
+                task_id,
+                run_id,
+                pid,
+            } => write!(f, "{task_id} spawned worker {pid} (run {run_id})"),
+            Self::Booked {
+                task_id,
+                witness,
+                source,
+                booking,
+            } => {
+                let how = match witness {
+                    ExitWitness::Code(code) => format!("exited {code}"),
+                    ExitWitness::Signal(signal) => format!("killed by signal {signal}"),
+                    ExitWitness::Unknown => "ended (no exit code found)".to_owned(),
+                };
+                let source = if *source == "wait" {
+                    String::new()
+                } else {
+                    format!(" (from {source})")
+                };
+                write!(
+                    f,
+                    "{task_id} worker {how}{source}: {}",
+                    describe_booking(booking)
+                )
+            }
+            Self::LeaseExtended { task_id, pid } => write!(
+                f,
+                "{task_id} lease expired while worker {pid} is alive and heartbeating: extended"
+            ),
+            Self::Stopping {
+                task_id,
+                pid,
+                reason,
+            } => {
+                let why = match reason {
+                    SignalReason::Shutdown => "the dispatcher is shutting down",
+                    SignalReason::Overrun => {
+                        "it overran its time (silent too long or past its run limit)"
+                    }
+                    SignalReason::Fenced => "its run lost its claim",
+                };
+                write!(f, "{task_id} stopping worker {pid}: {why}")
+            }
+            Self::Killed { task_id, pid } => write!(
+                f,
+                "{task_id} worker {pid} outlived its grace period: its process group was killed"
+            ),
+            Self::ReclaimDeferred { task_id, pid } => write!(
+                f,
+                "{task_id} worker {pid} survived termination: reclaim deferred"
+            ),
+            Self::Released {
+                task_id,
+                counted,
+                why,
+            } => {
+                let counted = if *counted { "counted" } else { "not counted" };
+                write!(f, "{task_id} released back to its lane ({counted}): {why}")
+            }
+            Self::Promoted { count } => write!(f, "{count} card(s) promoted to ready"),
+            Self::Halted { fault } => {
+                write!(f, "stopped claiming: {fault}; no card is charged for this")
+            }
+            Self::BoardTrouble { message } => write!(f, "board call failed: {message}"),
+            Self::LeftRunning { task_id, pid } => {
+                write!(f, "{task_id} worker {pid} did not stop: left to its lease")
+            }
+        }
+    }
+}
+
+fn describe_booking(booking: &Booking) -> &'static str {
+    match (booking.kind, booking.blocks) {
+        (BookingKind::Settled, _) => "settled by its terminal board call",
+        (BookingKind::ProtocolViolation, true) => {
+            "protocol violation, the limit in a row: blocked for a human"
+        }
+        (BookingKind::ProtocolViolation, false) => {
+            "protocol violation (no terminal board call): back to ready, not counted"
+        }
+        (BookingKind::RateLimited, _) => {
+            "rate limited: back to ready, not counted, held for the cooldown"
+        }
+        (BookingKind::TerminalProvider, _) => "needs a human (provider/config): blocked",
+        (BookingKind::Interrupted, _) => "stopped by the dispatcher: back to ready, not counted",
+        (BookingKind::TimedOut, true) => "timed out, at the failure limit: blocked",
+        (BookingKind::TimedOut, false) => "timed out: back to ready after a backoff, counted",
+        (BookingKind::Crashed, true) => "crashed, at the failure limit: blocked",
+        (BookingKind::Crashed, false) => "crashed: back to ready after a backoff, counted",
+    }
+}
+
+/// Receives what a dispatcher did.
+pub trait DispatchNotes: Send + Sync {
+    fn note(&self, event: &DispatchEvent);
+}
+
+impl<F: Fn(&DispatchEvent) + Send + Sync> DispatchNotes for F {
+    fn note(&self, event: &DispatchEvent) {
+        self(event);
+    }
+}
+
+/// The adapters a dispatcher uses.
+#[derive(Clone)]
+pub struct DispatchPorts {
+    pub board: Arc<dyn DispatchBoard>,
+    pub supervisor: Arc<dyn Supervisor>,
+    pub clock: Arc<dyn Clock>,
+    pub wakeups: Arc<dyn Wakeups>,
+    pub notes: Arc<dyn DispatchNotes>,
+}
+
+impl fmt::Debug for DispatchPorts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DispatchPorts")
+            .field("host", &self.supervisor.host())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a dispatcher's run loop goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunMode {
+    /// Until a stop is requested or the environment fails.
+    Forever,
+    /// One tick.
+    Once,
+    /// Until nothing runs and nothing can be claimed.
+    UntilIdle,
+}
+
+/// How a dispatcher's run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DispatchEnd {
+    /// `--once` or `--until-idle` reached its end.
+    Finished,
+    /// A stop was requested; every worker was stopped and booked.
+    Interrupted,
+    /// The environment failed; claiming stopped and the workers settled.
+    Halted(EnvironmentFault),
+}
+
+impl DispatchEnd {
+    /// The dispatcher's exit code: 0, 130 for a stop, 78 or 75 for a halt.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Finished => 0,
+            Self::Interrupted => 130,
+            Self::Halted(fault) => fault.exit_code(),
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TickReport {
+    pub spawned: usize,
+    pub booked: usize,
+    /// Nothing runs, nothing is being stopped and nothing was claimed.
+    pub idle: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Child {
+    claim: Claim,
+    process: WorkerProcess,
+    /// When the board first showed this child's run closed by its own
+    /// terminal call (it is expected to exit by itself soon).
+    settled_since_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct Stopping {
+    claim: Claim,
+    started_at: Option<i64>,
+    reason: SignalReason,
+    since_ms: u64,
+    killed: bool,
+    deferred: bool,
+}
+
+/// What this dispatcher saw of a run, on its own monotonic clock: wall-clock
+/// jumps must not make a healthy worker look silent or a live lease expired.
+#[derive(Clone, Debug)]
+struct Watch {
+    first_seen_wall: i64,
+    first_seen_ms: u64,
+    heartbeat: Option<i64>,
+    heartbeat_seen_wall: i64,
+    heartbeat_seen_ms: u64,
+    expires: Option<i64>,
+    expires_seen_wall: i64,
+    expires_seen_ms: u64,
+}
+
+/// The dispatcher.
+pub struct Dispatcher {
+    ports: DispatchPorts,
+    settings: DispatchSettings,
+    children: BTreeMap<u32, Child>,
+    stopping: BTreeMap<i64, Stopping>,
+    watches: BTreeMap<i64, Watch>,
+    unbooked: Vec<(Claim, ExitReport)>,
+    halt: Option<EnvironmentFault>,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("settings", &self.settings)
+            .field("children", &self.children.len())
+            .field("halt", &self.halt)
+            .finish_non_exhaustive()
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Dispatcher {
+    /// A dispatcher with no workers yet.
+    pub fn new(ports: DispatchPorts, settings: DispatchSettings) -> Self {
+        Self {
+            ports,
+            settings,
+            children: BTreeMap::new(),
+            stopping: BTreeMap::new(),
+            watches: BTreeMap::new(),
+            unbooked: Vec::new(),
+            halt: None,
+        }
+    }
+
+    /// The workers this dispatcher started that have not been booked yet.
+    pub fn children(&self) -> impl Iterator<Item = (&Claim, WorkerProcess)> {
+        self.children
+            .values()
+            .map(|child| (&child.claim, child.process))
+    }
+
+    /// The fault that stopped claiming, if one did.
+    pub fn halted(&self) -> Option<&EnvironmentFault> {
+        self.halt.as_ref()
+    }
+
+    /// Stops claiming because of `fault` (for instance an agent that failed
+    /// validation before the first claim).
+    pub fn halt(&mut self, fault: EnvironmentFault) {
+        if self.halt.is_none() {
+            self.note(DispatchEvent::Halted {
+                fault: fault.clone(),
+            });
+            self.halt = Some(fault);
+        }
+    }
+
+    fn note(&self, event: DispatchEvent) {
+        self.ports.notes.note(&event);
+    }
+
+    fn mono(&self) -> u64 {
+        self.ports.clock.monotonic_millis()
+    }
+
+    fn host_local(&self, claim: &Claim) -> bool {
+        claim
+            .claim_lock
+            .strip_prefix(self.ports.supervisor.host())
+            .is_some_and(|rest| rest.starts_with(':'))
+    }
+
+    fn board_trouble(&mut self, error: &BoardError) {
+        self.note(DispatchEvent::BoardTrouble {
+            message: error.to_string(),
+        });
+        if let Some(fault) = EnvironmentFault::from_board(error) {
+            self.halt(fault);
+        }
+    }
+
+    /// The loop: tick, then wait for the interval, a worker's exit, a board
+    /// change or a stop.
+    pub async fn run(&mut self, mode: RunMode) -> DispatchEnd {
+        loop {
+            if self.ports.wakeups.stop_requested() {
+                self.shut_down().await;
+                return DispatchEnd::Interrupted;
+            }
+            let report = self.tick(true).await;
+            if let Some(fault) = &self.halt
+                && self.children.is_empty()
+                && self.stopping.is_empty()
+            {
+                return DispatchEnd::Halted(fault.clone());
+            }
+            match mode {
+                RunMode::Once => return DispatchEnd::Finished,
+                RunMode::UntilIdle if report.idle => return DispatchEnd::Finished,
+                _ => {}
+            }
+            let wait = self.next_wait();
+            self.ports.wakeups.wait(wait).await;
+        }
+    }
+
+    /// The wait before the next tick: the interval, or sooner when a stop
+    /// escalates.
+    pub fn next_wait(&self) -> Duration {
+        let mono = self.mono();
+        let grace = millis(self.settings.grace);
+        self.stopping
+            .values()
+            .map(|stop| {
+                let due = if stop.killed {
+                    stop.since_ms + grace + millis(KILL_WAIT)
+                } else {
+                    stop.since_ms + grace
+                };
+                Duration::from_millis(due.saturating_sub(mono).max(50))
+            })
+            .chain(std::iter::once(self.settings.interval))
+            .min()
+            .unwrap_or(self.settings.interval)
+    }
+
+    /// Stops every worker of ours (SIGTERM, then SIGKILL after the grace
+    /// period) and books each exit.
+    pub async fn shut_down(&mut self) {
+        let children: Vec<Child> = self.children.values().cloned().collect();
+        for child in &children {
+            self.stop(
+                &child.claim,
+                i64::from(child.process.pid),
+                child.process.started_at,
+                SignalReason::Shutdown,
+            )
+            .await;
+        }
+        let since = self.mono();
+        let limit = millis(self.settings.grace) + millis(KILL_WAIT);
+        while !self.children.is_empty() {
+            self.tick(false).await;
+            if self.children.is_empty() || self.mono().saturating_sub(since) > limit {
+                break;
+            }
+            self.ports
+                .wakeups
+                .wait(Duration::from_millis(100).min(self.next_wait()))
+                .await;
+        }
+        for child in self.children.values() {
+            self.note(DispatchEvent::LeftRunning {
+                task_id: child.claim.task_id.clone(),
+                pid: child.process.pid,
+            });
+        }
+    }
+
+    /// One tick, in order: book the exits, stop work that lost its claim,
+    /// escalate stops, watch every running card, promote, claim and spawn.
+    pub async fn tick(&mut self, claiming: bool) -> TickReport {
+        let mut report = TickReport::default();
+        self.retry_unbooked().await;
+        for exit in self.ports.supervisor.reap().await {
+            if self.book_child(exit).await {
+                report.booked += 1;
+            }
+        }
+        let running = match self.ports.board.running_workers().await {
+            Ok(running) => running,
+            Err(error) => {
+                self.board_trouble(&error);
+                return report;
+            }
+        };
+        let now = self.ports.clock.now();
+        let mono = self.mono();
+        self.observe(&running, now, mono);
+        self.fence_children(&running, mono).await;
+        report.booked += self.escalate(mono).await;
+        for worker in &running {
+            report.booked += self.watch_worker(worker, now, mono).await;
+        }
+        if claiming && self.halt.is_none() {
+            match self.ports.board.promote_ready().await {
+                Ok(0) => {}
+                Ok(count) => self.note(DispatchEvent::Promoted { count }),
+                Err(error) => self.board_trouble(&error),
+            }
+            report.spawned = self.claim_and_spawn(&running).await;
+        }
+        report.idle = report.spawned == 0
+            && running.is_empty()
+            && self.children.is_empty()
+            && self.stopping.is_empty();
+        report
+    }
+
+    fn observe(&mut self, running: &[RunningWorker], now: i64, mono: u64) {
+        let live: std::collections::BTreeSet<i64> =
+            running.iter().map(|worker| worker.claim.run_id).collect();
+        self.watches.retain(|run_id, _| live.contains(run_id));
+        for worker in running {
+            let watch = self
+                .watches
+                .entry(worker.claim.run_id)
+                .or_insert_with(|| Watch {
+                    first_seen_wall: now,
+                    first_seen_ms: mono,
+                    heartbeat: worker.last_heartbeat_at,
+                    heartbeat_seen_wall: now,
+                    heartbeat_seen_ms: mono,
+                    expires: worker.claim_expires,
+                    expires_seen_wall: now,
+                    expires_seen_ms: mono,
+                });
+            if watch.heartbeat != worker.last_heartbeat_at {
+                watch.heartbeat = worker.last_heartbeat_at;
+                watch.heartbeat_seen_wall = now;
+                watch.heartbeat_seen_ms = mono;
+            }
+            if watch.expires != worker.claim_expires {
+                watch.expires = worker.claim_expires;
+                watch.expires_seen_wall = now;
+                watch.expires_seen_ms = mono;
+            }
+        }
+    }
+
+    /// True when the lease ran out by the wall clock and, as far as this
+    /// dispatcher watched it, for as long as it had left on its own clock.
+    fn lease_ran_out(&self, worker: &RunningWorker, now: i64, mono: u64) -> bool {
+        if !lease_expired(worker.claim_expires, now) {
+            return false;
+        }
+        let (Some(watch), Some(expires)) =
+            (self.watches.get(&worker.claim.run_id), worker.claim_expires)
+        else {
+            return true;
+        };
+        let left_ms = u64::try_from(expires.saturating_sub(watch.expires_seen_wall))
+            .unwrap_or(0)
+            .saturating_mul(1000);
+        mono.saturating_sub(watch.expires_seen_ms) >= left_ms
+    }
+
+    /// Seconds since `then` (a wall-clock time on the board), trusting the
+    /// wall clock up to the moment this dispatcher first saw the value and
+    /// its own monotonic clock after that: a wall-clock jump while it watches
+    /// cannot make time pass that did not.
+    fn seconds_since(then: i64, seen_wall: i64, seen_ms: u64, now: i64, mono: u64) -> i64 {
+        let by_wall = now.saturating_sub(then);
+        let watched = i64::try_from(mono.saturating_sub(seen_ms) / 1000).unwrap_or(i64::MAX);
+        by_wall.min(
+            seen_wall
+                .saturating_sub(then)
+                .max(0)
+                .saturating_add(watched),
+        )
+    }
+
+    /// Seconds the worker has been silent: since its last heartbeat, or its
+    /// run's start when it never sent one.
+    fn silent_seconds(&self, worker: &RunningWorker, now: i64, mono: u64) -> i64 {
+        let last = worker.last_heartbeat_at.unwrap_or(worker.run_started_at);
+        match self.watches.get(&worker.claim.run_id) {
+            Some(watch) => Self::seconds_since(
+                last,
+                watch.heartbeat_seen_wall,
+                watch.heartbeat_seen_ms,
+                now,
+                mono,
+            ),
+            None => now.saturating_sub(last),
+        }
+    }
+
+    /// Seconds the run has run, measured the same careful way.
+    fn run_seconds(&self, worker: &RunningWorker, now: i64, mono: u64) -> i64 {
+        match self.watches.get(&worker.claim.run_id) {
+            Some(watch) => Self::seconds_since(
+                worker.run_started_at,
+                watch.first_seen_wall,
+                watch.first_seen_ms,
+                now,
+                mono,
+            ),
+            None => now.saturating_sub(worker.run_started_at),
+        }
+    }
+
+    async fn fence_children(&mut self, running: &[RunningWorker], mono: u64) {
+        let pids: Vec<u32> = self.children.keys().copied().collect();
+        for pid in pids {
+            let Some(child) = self.children.get(&pid).cloned() else {
+                continue;
+            };
+            if running.iter().any(|worker| worker.claim == child.claim)
+                || self.stopping.contains_key(&i64::from(pid))
+            {
+                continue;
+            }
+            let status = self.ports.board.run_status(&child.claim).await;
+            let settle_window = millis(self.settings.grace);
+            match status {
+                Ok(RunStatus::Running) => {}
+                Ok(RunStatus::Done | RunStatus::Blocked) => {
+                    // The worker's own terminal call closed the run: it exits
+                    // by itself. Only one that lingers is stopped.
+                    let since = *self
+                        .children
+                        .get_mut(&pid)
+                        .map(|child| child.settled_since_ms.get_or_insert(mono))
+                        .unwrap_or(&mut 0);
+                    if mono.saturating_sub(since) >= settle_window {
+                        self.stop(
+                            &child.claim,
+                            i64::from(pid),
+                            child.process.started_at,
+                            SignalReason::Fenced,
+                        )
+                        .await;
+                    }
+                }
+                Ok(RunStatus::Superseded) | Err(BoardError::TaskNotFound(_)) => {
+                    self.stop(
+                        &child.claim,
+                        i64::from(pid),
+                        child.process.started_at,
+                        SignalReason::Fenced,
+                    )
+                    .await;
+                }
+                Err(error) => self.board_trouble(&error),
+            }
+        }
+    }
+
+    /// Sends SIGTERM to a worker's group, recording why first.
+    async fn stop(
+        &mut self,
+        claim: &Claim,
+        pid: i64,
+        started_at: Option<i64>,
+        reason: SignalReason,
+    ) {
+        if self.stopping.contains_key(&pid) {
+            return;
+        }
+        // Recorded before the signal: a dispatcher that books the exit later,
+        // after this one is gone, must still know why it ended.
+        if reason != SignalReason::Fenced
+            && let Err(error) = self.ports.board.record_signal(claim, SIGTERM, reason).await
+        {
+            self.board_trouble(&error);
+        }
+        self.ports
+            .supervisor
+            .signal(pid, started_at, StopSignal::Terminate);
+        self.note(DispatchEvent::Stopping {
+            task_id: claim.task_id.clone(),
+            pid,
+            reason,
+        });
+        let since_ms = self.mono();
+        self.stopping.insert(
+            pid,
+            Stopping {
+                claim: claim.clone(),
+                started_at,
+                reason,
+                since_ms,
+                killed: false,
+                deferred: false,
+            },
+        );
+    }
+
+    /// Moves every stop along: SIGKILL after the grace period; a worker that
+    /// survives even that has its reclaim deferred. Returns bookings made.
+    async fn escalate(&mut self, mono: u64) -> usize {
+        let mut booked = 0;
+        let grace = millis(self.settings.grace);
+        let pids: Vec<i64> = self.stopping.keys().copied().collect();
+        for pid in pids {
+            let Some(stop) = self.stopping.get(&pid).cloned() else {
+                continue;
+            };
+            let ours = u32::try_from(pid)
+                .ok()
+                .is_some_and(|pid| self.children.contains_key(&pid));
+            let alive = ours || self.ports.supervisor.alive(pid, stop.started_at);
+            if !alive {
+                // Not ours, so nobody reaps it: book it from the board.
+                self.stopping.remove(&pid);
+                booked += usize::from(self.book_dead(&stop.claim, Some(stop.reason)).await);
+                continue;
+            }
+            let elapsed = mono.saturating_sub(stop.since_ms);
+            if !stop.killed && elapsed >= grace {
+                self.ports
+                    .supervisor
+                    .signal(pid, stop.started_at, StopSignal::Kill);
+                self.ports.supervisor.sweep(&stop.claim).await;
+                self.note(DispatchEvent::Killed {
+                    task_id: stop.claim.task_id.clone(),
+                    pid,
+                });
+                if let Some(entry) = self.stopping.get_mut(&pid) {
+                    entry.killed = true;
+                }
+            } else if stop.killed
+                && !stop.deferred
+                && elapsed >= grace + millis(KILL_WAIT)
+                && stop.reason == SignalReason::Overrun
+            {
+                let expires = self.ports.clock.now() + RECLAIM_DEFER_SECONDS;
+                match self
+                    .ports
+                    .board
+                    .extend_expired_lease(
+                        &stop.claim,
+                        expires,
+                        "reclaim_deferred",
+                        "worker_survived_termination",
+                    )
+                    .await
+                {
+                    Ok(_) => self.note(DispatchEvent::ReclaimDeferred {
+                        task_id: stop.claim.task_id.clone(),
+                        pid,
+                    }),
+                    Err(error) => self.board_trouble(&error),
+                }
+                if let Some(entry) = self.stopping.get_mut(&pid) {
+                    entry.deferred = true;
+                }
+            }
+        }
+        booked
+    }
+
+    /// Watches one running card; returns bookings made.
+    async fn watch_worker(&mut self, worker: &RunningWorker, now: i64, mono: u64) -> usize {
+        let claim = &worker.claim;
+        if let Some(pid) = worker.worker_pid
+            && self.stopping.contains_key(&pid)
+        {
+            return 0;
+        }
+        if !self.host_local(claim) {
+            // Another host's worker: its own dispatcher watches it. Once its
+            // lease has lapsed here too, its host is gone or cut off.
+            if self.lease_ran_out(worker, now, mono) {
+                self.release(claim, Release::Expired).await;
+            }
+            return 0;
+        }
+        let Some(pid) = worker.worker_pid else {
+            // Claimed, never spawned: its dispatcher died in between, or is
+            // about to record the spawn.
+            if self.ports.supervisor.claimer_gone(&claim.claim_lock)
+                || self.lease_ran_out(worker, now, mono)
+            {
+                let reason = "its dispatcher stopped before starting a worker".to_owned();
+                self.release(claim, Release::NotStarted { reason }).await;
+            }
+            return 0;
+        };
+        let ours = u32::try_from(pid)
+            .ok()
+            .and_then(|pid| self.children.get(&pid))
+            .is_some_and(|child| child.claim == *claim);
+        if !ours && u32::try_from(pid).is_ok_and(|pid| self.children.contains_key(&pid)) {
+            // Our child of another run carries this pid: the recorded worker
+            // is long gone.
+            return usize::from(self.book_dead(claim, None).await);
+        }
+        let alive = ours || self.ports.supervisor.alive(pid, worker.worker_started_at);
+        if !alive {
+            return usize::from(self.book_dead(claim, None).await);
+        }
+        let limit = worker
+            .max_runtime_seconds
+            .or(self.settings.max_runtime_seconds)
+            .filter(|limit| *limit > 0);
+        let grace = i64::try_from(self.settings.grace.as_secs()).unwrap_or(i64::MAX);
+        if let Some(limit) = limit
+            && self.run_seconds(worker, now, mono) > limit.saturating_add(grace)
+        {
+            self.stop(claim, pid, worker.worker_started_at, SignalReason::Overrun)
+                .await;
+            return 0;
+        }
+        if !self.lease_ran_out(worker, now, mono) {
+            return 0;
+        }
+        match stale_claim_action(true, Some(self.silent_seconds(worker, now, mono))) {
+            StaleClaimAction::Extend => {
+                let expires = now.saturating_add(self.settings.ttl_seconds);
+                match self
+                    .ports
+                    .board
+                    .extend_expired_lease(claim, expires, "claim_extended", "worker_alive")
+                    .await
+                {
+                    Ok(true) => self.note(DispatchEvent::LeaseExtended {
+                        task_id: claim.task_id.clone(),
+                        pid,
+                    }),
+                    Ok(false) => {}
+                    Err(error) => self.board_trouble(&error),
+                }
+            }
+            StaleClaimAction::Terminate => {
+                self.stop(claim, pid, worker.worker_started_at, SignalReason::Overrun)
+                    .await;
+            }
+            StaleClaimAction::Release => {}
+        }
+        0
+    }
+
+    async fn release(&mut self, claim: &Claim, release: Release) {
+        let counted = release == Release::Expired;
+        let why = match &release {
+            Release::Expired => "its lease ran out and its worker is gone".to_owned(),
+            Release::NotStarted { reason } => reason.clone(),
+        };
+        match self
+            .ports
+            .board
+            .release_claim(claim, &release, &self.settings.failure_policy)
+            .await
+        {
+            Ok(true) => {
+                self.ports.supervisor.sweep(claim).await;
+                self.note(DispatchEvent::Released {
+                    task_id: claim.task_id.clone(),
+                    counted,
+                    why,
+                });
+            }
+            Ok(false) => {}
+            Err(error) => self.board_trouble(&error),
+        }
+    }
+
+    async fn report(
+        &self,
+        claim: &Claim,
+        witness: ExitWitness,
+        source: &'static str,
+        signalled: Option<SignalReason>,
+    ) -> ExitReport {
+        let log = self.ports.supervisor.run_log(claim).await;
+        // What the worker booked, whoever witnessed the exit.
+        let retry_after_seconds = self
+            .ports
+            .board
+            .booked_result(claim)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|result| result.retry_after_seconds);
+        ExitReport {
+            witness,
+            source,
+            signalled,
+            output_tail: log.output_tail,
+            policy: self.settings.failure_policy,
+            retry_after_seconds,
+        }
+    }
+
+    async fn book(&mut self, claim: &Claim, report: ExitReport) -> bool {
+        match self.ports.board.book_exit(claim, &report).await {
+            Ok(booking) => {
+                // Whatever of the run still runs (an agent the worker left
+                // behind) stops now.
+                self.ports.supervisor.sweep(claim).await;
+                self.note(DispatchEvent::Booked {
+                    task_id: claim.task_id.clone(),
+                    witness: report.witness,
+                    source: report.source,
+                    booking,
+                });
+                true
+            }
+            Err(error) => {
+                self.board_trouble(&error);
+                if self.unbooked.len() < UNBOOKED_LIMIT {
+                    self.unbooked.push((claim.clone(), report));
+                }
+                false
+            }
+        }
+    }
+
+    async fn retry_unbooked(&mut self) {
+        let pending = std::mem::take(&mut self.unbooked);
+        for (claim, report) in pending {
+            self.book(&claim, report).await;
+        }
+    }
+
+    async fn book_child(&mut self, exit: WorkerExit) -> bool {
+        let Some(child) = self.children.remove(&exit.pid) else {
+            return false;
+        };
+        let signalled = self
+            .stopping
+            .remove(&i64::from(exit.pid))
+            .map(|stop| stop.reason);
+        let report = self
+            .report(&child.claim, exit.witness, "wait", signalled)
+            .await;
+        self.book(&child.claim, report).await
+    }
+
+    /// Books a worker of this host that ended while nobody waited for it:
+    /// from its own `worker_result`, else its sealed log trailer.
+    async fn book_dead(&mut self, claim: &Claim, signalled: Option<SignalReason>) -> bool {
+        let booked = self.ports.board.booked_result(claim).await.ok().flatten();
+        let (witness, source) = match booked {
+            Some(result) => (ExitWitness::Code(result.exit_code), "worker_result"),
+            None => match self.ports.supervisor.run_log(claim).await.trailer_code {
+                Some(code) => (ExitWitness::Code(code), "trailer"),
+                None => (ExitWitness::Unknown, "none"),
+            },
+        };
+        let report = self.report(claim, witness, source, signalled).await;
+        self.book(claim, report).await
+    }
+
+    async fn claim_and_spawn(&mut self, running: &[RunningWorker]) -> usize {
+        let local = running
+            .iter()
+            .filter(|worker| self.host_local(&worker.claim))
+            .count()
+            .max(self.children.len());
+        let budget = self.settings.max_in_progress.saturating_sub(local);
+        let mut spawned = 0;
+        for _ in 0..budget {
+            let lock = self.ports.supervisor.new_claim_lock();
+            let grant = match self
+                .ports
+                .board
+                .claim_next_ready(self.settings.ttl_seconds, &lock)
+                .await
+            {
+                Ok(Some(grant)) => grant,
+                Ok(None) => break,
+                Err(error) => {
+                    self.board_trouble(&error);
+                    break;
+                }
+            };
+            let claim = grant.claim;
+            let process = match self.ports.supervisor.spawn(&claim, grant.goal_mode).await {
+                Ok(process) => process,
+                Err(fault) => {
+                    let reason = format!("the worker could not be started: {fault}");
+                    self.release(&claim, Release::NotStarted { reason }).await;
+                    self.halt(fault);
+                    break;
+                }
+            };
+            self.note(DispatchEvent::Spawned {
+                task_id: claim.task_id.clone(),
+                run_id: claim.run_id,
+                pid: process.pid,
+            });
+            self.children.insert(
+                process.pid,
+                Child {
+                    claim: claim.clone(),
+                    process,
+                    settled_since_ms: None,
+                },
+            );
+            spawned += 1;
+            match self
+                .ports
+                .board
+                .record_spawn(&claim, process.pid, process.started_at)
+                .await
+            {
+                Ok(()) => {}
+                Err(BoardError::LeaseLost { .. }) => {
+                    // The claim moved on between the claim and the spawn.
+                    self.stop(
+                        &claim,
+                        i64::from(process.pid),
+                        process.started_at,
+                        SignalReason::Fenced,
+                    )
+                    .await;
+                }
+                Err(error) => self.board_trouble(&error),
+            }
+        }
+        spawned
+    }
+}

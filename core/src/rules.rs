@@ -1,0 +1,744 @@
+//! The board's rules, as pure functions.
+//!
+//! A board adapter reads the rows a decision needs into a [`CardState`],
+//! asks this module, and applies the [`Transition`] it gets back inside the
+//! same transaction. The adapters keep rows, indexes, fences and
+//! transactions; which limit applies, whether a release counts, where a card
+//! lands, how long it waits and what the event says are decided here, once,
+//! for every engine.
+
+use serde_json::{Value, json};
+
+use crate::board::TaskStatus;
+use crate::booking::{
+    Booking, BookingInput, BookingKind, ExitWitness, PROTOCOL_VIOLATION_LIMIT, SignalReason,
+    book_worker_exit,
+};
+use crate::claim::Claim;
+use crate::dispatch::ExitReport;
+use crate::ports::{BoardError, RunStatus};
+
+/// Closed runs read, newest first, when counting a protocol-violation streak.
+pub const STREAK_SCAN_LIMIT: usize = 50;
+/// The first wait before a card whose run failed is claimed again.
+pub const RETRY_BACKOFF_BASE_SECONDS: i64 = 30;
+/// The longest wait between failed runs.
+pub const RETRY_BACKOFF_CAP_SECONDS: i64 = 3600;
+/// The most of a worker's output an event or run error keeps.
+pub const OUTPUT_TAIL_CHARS: usize = 400;
+
+/// The rows of one card that the rules read, as a board holds them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CardState {
+    pub task_id: String,
+    pub status: TaskStatus,
+    pub current_run_id: Option<i64>,
+    pub claim_lock: Option<String>,
+    pub claim_expires: Option<i64>,
+    pub worker_pid: Option<i64>,
+    pub consecutive_failures: u32,
+    pub max_retries: Option<u32>,
+    /// Some parent of the card is neither done nor archived.
+    pub open_parents: bool,
+}
+
+/// How a card's open run is closed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunClose {
+    pub status: String,
+    pub outcome: String,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+}
+
+/// An event to append.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewEvent {
+    pub kind: String,
+    pub run_id: Option<i64>,
+    /// `Value::Null` is stored as no payload.
+    pub payload: Value,
+}
+
+impl NewEvent {
+    /// An event of `kind` about `run_id`.
+    pub fn new(kind: &str, run_id: Option<i64>, payload: Value) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            run_id,
+            payload,
+        }
+    }
+}
+
+/// A card's result once it is done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub result: String,
+    pub completed_at: i64,
+}
+
+/// One change of one card, decided here and applied by a board in one
+/// transaction, in this order: close the open run, release the claim, set
+/// the task's columns, append the events. `None` leaves a column as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transition {
+    pub close_run: Option<RunClose>,
+    /// Clear the claim: lock, expiry, run pointer, worker pid and start time.
+    pub release_claim: bool,
+    pub status: Option<TaskStatus>,
+    pub consecutive_failures: Option<u32>,
+    pub last_failure_error: Option<Option<String>>,
+    /// The card is not claimed before this time (`Some(None)` clears it).
+    pub not_before: Option<Option<i64>>,
+    pub completion: Option<Completion>,
+    pub events: Vec<NewEvent>,
+}
+
+/// A dispatcher's knobs for failed runs: they travel with every booking and
+/// release (and to its workers), so every board applies the same ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FailurePolicy {
+    /// Counted failures that block a card naming no `max_retries` of its own.
+    pub failure_limit: u32,
+    /// Seconds a rate-limited card (exit 75) waits before its next claim.
+    pub rate_limit_cooldown: i64,
+    /// The first wait after a counted failure; it doubles per failure in a
+    /// row (see [`retry_backoff_seconds`]). 0 turns the backoff off.
+    pub backoff_base_seconds: i64,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self {
+            failure_limit: crate::DEFAULT_FAILURE_LIMIT,
+            rate_limit_cooldown: DEFAULT_RATE_LIMIT_COOLDOWN_SECONDS,
+            backoff_base_seconds: RETRY_BACKOFF_BASE_SECONDS,
+        }
+    }
+}
+
+/// Seconds a rate-limited card waits when the dispatcher names no cooldown.
+pub const DEFAULT_RATE_LIMIT_COOLDOWN_SECONDS: i64 = 300;
+
+/// Which failure limit applies to a card, and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FailureLimit {
+    pub limit: u32,
+    /// True when the card names it (`max_retries`), false for the dispatcher's.
+    pub from_card: bool,
+}
+
+/// The card's own `max_retries` wins over the dispatcher's limit; a limit
+/// is at least 1, so a card is never blocked before its first failure.
+pub fn failure_limit(max_retries: Option<u32>, dispatcher_default: u32) -> FailureLimit {
+    match max_retries {
+        Some(limit) => FailureLimit {
+            limit: limit.max(1),
+            from_card: true,
+        },
+        None => FailureLimit {
+            limit: dispatcher_default.max(1),
+            from_card: false,
+        },
+    }
+}
+
+/// Protocol violations in a row that block a card: its `max_retries`, else 3.
+pub fn violation_limit(max_retries: Option<u32>) -> u32 {
+    max_retries.unwrap_or(PROTOCOL_VIOLATION_LIMIT).max(1)
+}
+
+/// Protocol violations booked in a row, over closed run outcomes newest
+/// first: rate-limited runs neither count nor break the streak; anything
+/// else breaks it. Only the newest [`STREAK_SCAN_LIMIT`] runs are read.
+pub fn violation_streak<'a>(outcomes_newest_first: impl IntoIterator<Item = &'a str>) -> u32 {
+    let mut streak = 0;
+    for outcome in outcomes_newest_first.into_iter().take(STREAK_SCAN_LIMIT) {
+        match outcome {
+            "rate_limited" => continue,
+            "protocol_violation" => streak += 1,
+            _ => break,
+        }
+    }
+    streak
+}
+
+/// Where a card goes back in line: `todo` while a parent is open, else `ready`.
+pub fn requeue_landing(open_parents: bool) -> TaskStatus {
+    if open_parents {
+        TaskStatus::Todo
+    } else {
+        TaskStatus::Ready
+    }
+}
+
+/// Where a new card starts.
+pub fn initial_status(start_blocked: bool, open_parents: bool) -> TaskStatus {
+    if start_blocked {
+        TaskStatus::Blocked
+    } else {
+        requeue_landing(open_parents)
+    }
+}
+
+/// The wait before a card is claimed again after its `failures`-th counted
+/// failure in a row: `base` (30 s by default) doubling per failure, capped
+/// at one hour, plus up to a quarter more of jitter drawn from
+/// `jitter_seed`, so cards that failed together do not all come back in the
+/// same second. A base of 0 (or less) waits not at all.
+pub fn retry_backoff_seconds(base: i64, failures: u32, jitter_seed: u64) -> i64 {
+    if base <= 0 {
+        return 0;
+    }
+    let doublings = failures.saturating_sub(1).min(16);
+    let base = base
+        .saturating_mul(1_i64 << doublings)
+        .min(RETRY_BACKOFF_CAP_SECONDS);
+    // A quarter of the base, spread by the seed's low bits (0..=255 of 256).
+    let jitter = base / 4 * i64::try_from(spread(jitter_seed) % 256).unwrap_or(0) / 256;
+    base + jitter
+}
+
+/// A cheap, well-mixed function of a seed (splitmix64's finaliser): two
+/// neighbouring run ids get unrelated jitter.
+fn spread(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The jitter seed of a card's run: stable, so a replay waits the same.
+fn jitter_seed(task_id: &str, run_id: Option<i64>) -> u64 {
+    task_id
+        .bytes()
+        .fold(run_id.unwrap_or(0) as u64, |acc, byte| {
+            spread(acc ^ u64::from(byte))
+        })
+}
+
+/// True when the card is running under exactly this claim.
+pub fn holds_claim(card: &CardState, claim: &Claim) -> bool {
+    card.status == TaskStatus::Running
+        && card.current_run_id == Some(claim.run_id)
+        && card.claim_lock.as_deref() == Some(claim.claim_lock.as_str())
+}
+
+/// True when a lease with this expiry has run out at `now`. A lease that
+/// expires exactly now is still live, as the seed's `claim_expires < now`
+/// says; a missing expiry is not an unbounded lease but an expired one.
+pub fn lease_expired(expires: Option<i64>, now: i64) -> bool {
+    expires.is_none_or(|expires| expires < now)
+}
+
+/// What a closed or open run looks like, for [`run_status`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRow {
+    pub ended: bool,
+    pub outcome: Option<String>,
+}
+
+/// Where a worker's run stands: running while the card runs under it and
+/// the run is open; done or blocked when the worker's own terminal call
+/// closed it; superseded in every other case.
+pub fn run_status(card: &CardState, run: Option<&RunRow>, claim: &Claim) -> RunStatus {
+    match run {
+        Some(run) if !run.ended && holds_claim(card, claim) => RunStatus::Running,
+        Some(run) if run.ended && run.outcome.as_deref() == Some("completed") => RunStatus::Done,
+        Some(run) if run.ended && run.outcome.as_deref() == Some("blocked") => RunStatus::Blocked,
+        _ => RunStatus::Superseded,
+    }
+}
+
+fn tail(text: &str, limit: usize) -> String {
+    let text = text.trim();
+    let count = text.chars().count();
+    text.chars().skip(count.saturating_sub(limit)).collect()
+}
+
+/// A counted failure of the claim's run: the run closes with `outcome`, the
+/// card goes back to ready after its backoff, or to blocked at its limit.
+fn counted_failure(
+    card: &CardState,
+    run_id: Option<i64>,
+    outcome: &str,
+    error: String,
+    policy: &FailurePolicy,
+    now: i64,
+    mut payload: Value,
+) -> Transition {
+    let limit = failure_limit(card.max_retries, policy.failure_limit);
+    let failures = card.consecutive_failures.saturating_add(1);
+    let blocks = failures >= limit.limit;
+    let wait = retry_backoff_seconds(
+        policy.backoff_base_seconds,
+        failures,
+        jitter_seed(&card.task_id, run_id),
+    );
+    let retry_at = (!blocks && wait > 0).then(|| now.saturating_add(wait));
+    if let Value::Object(map) = &mut payload {
+        map.insert("counted".into(), json!(true));
+        map.insert("failures".into(), json!(failures));
+        map.insert("blocked".into(), json!(blocks));
+        map.insert("retry_at".into(), json!(retry_at));
+    }
+    let mut events = vec![NewEvent::new(outcome, run_id, payload)];
+    if blocks {
+        events.push(NewEvent::new(
+            "gave_up",
+            run_id,
+            json!({
+                "trigger": outcome,
+                "failures": failures,
+                "effective_limit": limit.limit,
+                "limit_source": if limit.from_card { "card" } else { "dispatcher" },
+                "sticky": true,
+            }),
+        ));
+    }
+    Transition {
+        close_run: Some(RunClose {
+            status: outcome.to_owned(),
+            outcome: outcome.to_owned(),
+            summary: None,
+            error: Some(error.clone()),
+        }),
+        release_claim: true,
+        status: Some(if blocks {
+            TaskStatus::Blocked
+        } else {
+            TaskStatus::Ready
+        }),
+        consecutive_failures: Some(failures),
+        last_failure_error: Some(Some(error)),
+        not_before: Some(retry_at),
+        completion: None,
+        events,
+    }
+}
+
+/// What a board knows about a run's history when it books its exit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExitHistory {
+    /// Outcomes of the card's closed runs, newest first.
+    pub recent_outcomes: Vec<String>,
+    /// The reason of the newest `worker_signalled` event of the run.
+    pub recorded_signal: Option<SignalReason>,
+}
+
+fn witness_parts(witness: ExitWitness) -> (Option<i32>, Option<i32>) {
+    match witness {
+        ExitWitness::Code(code) => (Some(code), None),
+        ExitWitness::Signal(signal) => (None, Some(signal)),
+        ExitWitness::Unknown => (None, None),
+    }
+}
+
+/// The error text a booking leaves on the run and the card.
+pub fn booking_error(kind: BookingKind, witness: ExitWitness, output_tail: &str) -> String {
+    let how = match witness {
+        ExitWitness::Code(code) => format!("exited with code {code}"),
+        ExitWitness::Signal(signal) => format!("was killed by signal {signal}"),
+        ExitWitness::Unknown => "ended, and nothing says how".to_owned(),
+    };
+    let what = match kind {
+        BookingKind::ProtocolViolation => "worker exited cleanly (rc=0) without kanban complete or kanban block: protocol violation; a run without a terminal board call counts as unfinished".to_owned(),
+        BookingKind::RateLimited => "worker hit a transient provider wall (rc=75); requeued after the cooldown".to_owned(),
+        BookingKind::TerminalProvider => "worker hit a provider failure that needs a human (rc=78)".to_owned(),
+        BookingKind::Interrupted => format!("worker was stopped by the dispatcher and {how}"),
+        BookingKind::TimedOut => format!("worker overran its time and was stopped; it {how}"),
+        BookingKind::Crashed | BookingKind::Settled => format!("worker {how}"),
+    };
+    if output_tail.trim().is_empty() {
+        what
+    } else {
+        format!("{what}. Worker's last output: {:?}", output_tail.trim())
+    }
+}
+
+/// Books one worker exit of `claim`'s run: core's booking table decides the
+/// kind, and this turns it into the card's change. A card no longer running
+/// under the claim is left alone; only a `worker_exited` record is added.
+pub fn book_exit(
+    card: &CardState,
+    claim: &Claim,
+    history: &ExitHistory,
+    report: &ExitReport,
+    now: i64,
+) -> (Booking, Transition) {
+    let limit = failure_limit(card.max_retries, report.policy.failure_limit);
+    let still_running = holds_claim(card, claim);
+    let booking = book_worker_exit(BookingInput {
+        witness: report.witness,
+        still_running,
+        signalled: report.signalled.max(history.recorded_signal),
+        violation_streak: violation_streak(history.recent_outcomes.iter().map(String::as_str)),
+        consecutive_failures: card.consecutive_failures,
+        failure_limit: limit.limit,
+        violation_limit: violation_limit(card.max_retries),
+    });
+    let (exit_code, signal) = witness_parts(report.witness);
+    let output = tail(&report.output_tail, OUTPUT_TAIL_CHARS);
+    let run_id = Some(claim.run_id);
+    let payload = json!({
+        "kind": booking.kind.as_str(),
+        "exit_code": exit_code,
+        "signal": signal,
+        "source": report.source,
+        "output": output,
+    });
+    if booking.kind == BookingKind::Settled {
+        let transition = Transition {
+            events: vec![NewEvent::new("worker_exited", run_id, payload)],
+            ..Transition::default()
+        };
+        return (booking, transition);
+    }
+    let error = booking_error(booking.kind, report.witness, &output);
+    if booking.counts_failure {
+        let mut transition = counted_failure(
+            card,
+            run_id,
+            booking.kind.as_str(),
+            error,
+            &report.policy,
+            now,
+            payload,
+        );
+        // A wall that needs a human blocks at once, whatever the count.
+        if booking.blocks && transition.status != Some(TaskStatus::Blocked) {
+            transition.status = Some(TaskStatus::Blocked);
+            transition.not_before = Some(None);
+            transition.events.push(NewEvent::new(
+                "gave_up",
+                run_id,
+                json!({"trigger": booking.kind.as_str(), "sticky": true}),
+            ));
+        }
+        return (booking, transition);
+    }
+    let retry_at = booking.cooldown.then(|| {
+        let wait = report
+            .retry_after_seconds
+            .map_or(0, |seconds| i64::try_from(seconds).unwrap_or(i64::MAX))
+            .max(report.policy.rate_limit_cooldown.max(0));
+        now.saturating_add(wait)
+    });
+    let mut payload = payload;
+    if let Value::Object(map) = &mut payload {
+        map.insert("counted".into(), json!(false));
+        map.insert("failures".into(), json!(card.consecutive_failures));
+        map.insert("blocked".into(), json!(booking.blocks));
+        map.insert("retry_at".into(), json!(retry_at));
+    }
+    let mut events = vec![NewEvent::new(booking.kind.as_str(), run_id, payload)];
+    if booking.blocks {
+        events.push(NewEvent::new(
+            "gave_up",
+            run_id,
+            json!({"trigger": booking.kind.as_str(), "failures": card.consecutive_failures, "sticky": true}),
+        ));
+    }
+    let transition = Transition {
+        close_run: Some(RunClose {
+            status: booking.kind.as_str().to_owned(),
+            outcome: booking.kind.as_str().to_owned(),
+            summary: None,
+            error: Some(error.clone()),
+        }),
+        release_claim: true,
+        status: Some(if booking.blocks {
+            TaskStatus::Blocked
+        } else {
+            TaskStatus::Ready
+        }),
+        consecutive_failures: None,
+        last_failure_error: Some(Some(error)),
+        not_before: Some(retry_at),
+        completion: None,
+        events,
+    };
+    (booking, transition)
+}
+
+/// Why a claim is released without its worker's exit being booked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// The lease ran out and its worker is gone. Counted, as the reference
+    /// counts a stale release: a card whose workers keep wedging is blocked
+    /// at its limit instead of cycling forever.
+    Expired,
+    /// The claim's worker never ran its card: the environment failed to
+    /// start it, or its dispatcher died before spawning it. Not counted: a
+    /// card is charged only for what its own run did.
+    NotStarted { reason: String },
+}
+
+/// Releases `claim` back to the card's lane, or `None` when the card no
+/// longer holds it (or, for an expired release, its lease is live again).
+pub fn release_claim(
+    card: &CardState,
+    claim: &Claim,
+    release: &Release,
+    policy: &FailurePolicy,
+    now: i64,
+) -> Option<Transition> {
+    if !holds_claim(card, claim) {
+        return None;
+    }
+    let run_id = Some(claim.run_id);
+    match release {
+        Release::Expired => {
+            if !lease_expired(card.claim_expires, now) {
+                return None;
+            }
+            let error = format!("stale_lock={}", claim.claim_lock);
+            let payload = json!({
+                "stale_lock": claim.claim_lock,
+                "claim_expires": card.claim_expires,
+                "now": now,
+            });
+            let mut transition =
+                counted_failure(card, run_id, "reclaimed", error, policy, now, payload);
+            transition.status = transition.status.map(|status| match status {
+                TaskStatus::Ready => requeue_landing(card.open_parents),
+                other => other,
+            });
+            Some(transition)
+        }
+        Release::NotStarted { reason } => Some(Transition {
+            close_run: Some(RunClose {
+                status: "released".to_owned(),
+                outcome: "released".to_owned(),
+                summary: None,
+                error: Some(reason.clone()),
+            }),
+            release_claim: true,
+            status: Some(requeue_landing(card.open_parents)),
+            events: vec![NewEvent::new(
+                "released",
+                run_id,
+                json!({"reason": reason, "counted": false, "claim_lock": claim.claim_lock}),
+            )],
+            ..Transition::default()
+        }),
+    }
+}
+
+/// Why a worker settled its own run as timed out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Overrun {
+    /// The agent's tool loop reached its iteration limit.
+    IterationLimit(String),
+    /// One turn outlived its deadline.
+    TurnDeadline { seconds: u64 },
+    /// The run outlived its time limit.
+    RunLimit { seconds: u64 },
+}
+
+impl Overrun {
+    fn error(&self) -> String {
+        match self {
+            Self::IterationLimit(detail) => {
+                format!(
+                    "iteration budget exhausted ({detail}): the task could not complete within the allowed iterations"
+                )
+            }
+            Self::TurnDeadline { seconds } => {
+                format!("a turn ran past its {seconds} s deadline and its agent was stopped")
+            }
+            Self::RunLimit { seconds } => {
+                format!("the run ran past its {seconds} s limit and its agent was stopped")
+            }
+        }
+    }
+}
+
+/// The worker's own settlement of a run that overran: the run closes as
+/// `timed_out`, a failure is counted and the claim released (the seed's
+/// finalizer does this for an exhausted iteration budget).
+pub fn settle_overrun(
+    card: &CardState,
+    claim: &Claim,
+    overrun: &Overrun,
+    policy: &FailurePolicy,
+    now: i64,
+) -> Option<Transition> {
+    if !holds_claim(card, claim) {
+        return None;
+    }
+    let error = overrun.error();
+    let payload = json!({"reason": error});
+    Some(counted_failure(
+        card,
+        Some(claim.run_id),
+        "timed_out",
+        error,
+        policy,
+        now,
+        payload,
+    ))
+}
+
+/// The worker's terminal `complete`.
+pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) -> Transition {
+    Transition {
+        close_run: Some(RunClose {
+            status: "done".to_owned(),
+            outcome: "completed".to_owned(),
+            summary: Some(summary.to_owned()),
+            error: None,
+        }),
+        release_claim: true,
+        status: Some(TaskStatus::Done),
+        consecutive_failures: Some(0),
+        last_failure_error: Some(None),
+        not_before: Some(None),
+        completion: Some(Completion {
+            result: result.unwrap_or(summary).to_owned(),
+            completed_at: now,
+        }),
+        events: vec![NewEvent::new(
+            "completed",
+            Some(claim.run_id),
+            json!({"summary": summary}),
+        )],
+    }
+}
+
+/// The worker's terminal `block`.
+pub fn block(claim: &Claim, reason: &str) -> Transition {
+    Transition {
+        close_run: Some(RunClose {
+            status: "blocked".to_owned(),
+            outcome: "blocked".to_owned(),
+            summary: Some(reason.to_owned()),
+            error: None,
+        }),
+        release_claim: true,
+        status: Some(TaskStatus::Blocked),
+        not_before: Some(None),
+        events: vec![NewEvent::new(
+            "blocked",
+            Some(claim.run_id),
+            json!({"reason": reason}),
+        )],
+        ..Transition::default()
+    }
+}
+
+/// An operator's reclaim of a running card: the run closes as reclaimed,
+/// the card goes back in line and its failure count starts again.
+pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, BoardError> {
+    if card.status != TaskStatus::Running {
+        return Err(BoardError::InvalidTransition {
+            task_id: card.task_id.clone(),
+            status: card.status.as_str().to_owned(),
+            action: "reclaim",
+        });
+    }
+    let landing = requeue_landing(card.open_parents);
+    Ok(Transition {
+        close_run: Some(RunClose {
+            status: "reclaimed".to_owned(),
+            outcome: "reclaimed".to_owned(),
+            summary: None,
+            error: Some(format!("manual_reclaim: {reason}")),
+        }),
+        release_claim: true,
+        status: Some(landing),
+        consecutive_failures: Some(0),
+        last_failure_error: Some(None),
+        not_before: Some(None),
+        completion: None,
+        events: vec![NewEvent::new(
+            "reclaimed",
+            card.current_run_id,
+            json!({"manual": true, "reason": reason, "prev_lock": card.claim_lock, "status": landing.as_str(), "now": now}),
+        )],
+    })
+}
+
+/// An operator's unblock: back in line, failure count reset.
+pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
+    if card.status != TaskStatus::Blocked {
+        return Err(BoardError::InvalidTransition {
+            task_id: card.task_id.clone(),
+            status: card.status.as_str().to_owned(),
+            action: "unblock",
+        });
+    }
+    let landing = requeue_landing(card.open_parents);
+    Ok(Transition {
+        status: Some(landing),
+        consecutive_failures: Some(0),
+        last_failure_error: Some(None),
+        not_before: Some(None),
+        events: vec![NewEvent::new(
+            "unblocked",
+            None,
+            json!({"status": landing.as_str()}),
+        )],
+        ..Transition::default()
+    })
+}
+
+/// A `todo` card whose parents are all done becomes ready.
+pub fn promote(card: &CardState) -> Option<Transition> {
+    (card.status == TaskStatus::Todo && !card.open_parents).then(|| Transition {
+        status: Some(TaskStatus::Ready),
+        events: vec![NewEvent::new("promoted", None, Value::Null)],
+        ..Transition::default()
+    })
+}
+
+/// A claim attempt on a ready card with an open parent sends it back to
+/// `todo`, with the reason recorded.
+pub fn reject_claim_for_parents() -> Transition {
+    Transition {
+        status: Some(TaskStatus::Todo),
+        events: vec![NewEvent::new(
+            "claim_rejected",
+            None,
+            json!({"reason": "parents_not_done"}),
+        )],
+        ..Transition::default()
+    }
+}
+
+/// The events a new card is created with.
+pub fn creation_events(
+    status: TaskStatus,
+    parents: &[String],
+    assignee: Option<&str>,
+) -> Vec<NewEvent> {
+    let mut events = vec![NewEvent::new(
+        "created",
+        None,
+        json!({"status": status.as_str(), "parents": parents, "assignee": assignee}),
+    )];
+    match status {
+        TaskStatus::Blocked => events.push(NewEvent::new(
+            "blocked",
+            None,
+            json!({"reason": "initial_status"}),
+        )),
+        TaskStatus::Todo => events.push(NewEvent::new(
+            "dependency_wait",
+            None,
+            json!({"reason": "parent_not_done"}),
+        )),
+        _ => {}
+    }
+    events
+}
+
+/// The `claimed` event of a new claim.
+pub fn claimed_event(claim: &Claim, expires: i64, ttl: i64) -> NewEvent {
+    NewEvent::new(
+        "claimed",
+        Some(claim.run_id),
+        json!({"lock": claim.claim_lock, "expires": expires, "run_id": claim.run_id, "ttl": ttl}),
+    )
+}
