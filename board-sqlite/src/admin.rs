@@ -151,7 +151,18 @@ impl BoardAdmin for SqliteBoard {
                     ))?
                     .query_map(params![task_id], event_from_row)?
                     .collect::<rusqlite::Result<_>>()?;
-                Ok(Some(TaskView { task, runs, events }))
+                let parents = conn
+                    .prepare_cached(
+                        "SELECT parent_id FROM task_links WHERE child_id = ?1 ORDER BY parent_id",
+                    )?
+                    .query_map(params![task_id], |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(Some(TaskView {
+                    task,
+                    parents,
+                    runs,
+                    events,
+                }))
             })?;
             view.ok_or_else(|| BoardError::TaskNotFound(task_id.clone()))
         })
@@ -210,6 +221,50 @@ impl SqliteBoard {
                 params![task_id, expires],
             )?;
             Ok(())
+        })
+    }
+
+    /// The board's structural invariants, checked with SQL: a running card
+    /// holds a claim and points at its one open run; no other card holds a
+    /// claim or an open run; a closed run has an outcome. Returns every
+    /// violation found; empty when the board is sound.
+    pub fn audit(&self) -> Result<Vec<String>, BoardError> {
+        const CHECKS: [(&str, &str); 5] = [
+            (
+                "a running card without a claim or an open current run",
+                "SELECT t.id FROM tasks t WHERE t.status = 'running' AND (t.claim_lock IS NULL
+                   OR t.claim_expires IS NULL OR NOT EXISTS (SELECT 1 FROM task_runs r
+                   WHERE r.id = t.current_run_id AND r.task_id = t.id AND r.ended_at IS NULL))",
+            ),
+            (
+                "a card with more than one open run",
+                "SELECT task_id FROM task_runs WHERE ended_at IS NULL GROUP BY task_id HAVING COUNT(*) > 1",
+            ),
+            (
+                "an open run that is not its card's current run",
+                "SELECT r.task_id || ' run ' || r.id FROM task_runs r JOIN tasks t ON t.id = r.task_id
+                  WHERE r.ended_at IS NULL AND (t.status != 'running' OR t.current_run_id IS NOT r.id)",
+            ),
+            (
+                "a card that is not running but holds a claim",
+                "SELECT id FROM tasks WHERE status != 'running'
+                  AND (current_run_id IS NOT NULL OR claim_lock IS NOT NULL OR claim_expires IS NOT NULL)",
+            ),
+            (
+                "a closed run without an outcome",
+                "SELECT task_id || ' run ' || id FROM task_runs WHERE ended_at IS NOT NULL AND outcome IS NULL",
+            ),
+        ];
+        self.store.read(|conn| {
+            let mut problems = Vec::new();
+            for (what, sql) in CHECKS {
+                let mut statement = conn.prepare_cached(sql)?;
+                let found: Vec<String> = statement
+                    .query_map([], |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                problems.extend(found.into_iter().map(|at| format!("{what}: {at}")));
+            }
+            Ok(problems)
         })
     }
 

@@ -66,6 +66,9 @@ pub(crate) fn claim_in(
         ))
         .into());
     };
+    let rerun: bool = tx
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM task_runs WHERE task_id = ?1 AND id < ?2)")?
+        .query_row(params![task_id, run_id], |row| row.get(0))?;
     let claim = Claim {
         task_id: task_id.to_owned(),
         db: db.to_owned(),
@@ -83,6 +86,7 @@ pub(crate) fn claim_in(
         claim,
         claim_expires: expires,
         goal_mode,
+        rerun,
     }))
 }
 
@@ -250,32 +254,33 @@ impl DispatchBoard for SqliteBoard {
         .await
     }
 
-    async fn extend_expired_lease(
+    async fn extend_lease(
         &self,
         claim: &Claim,
         expires: i64,
-        kind: &str,
-        reason: &str,
+        record: Option<(&'static str, &'static str)>,
     ) -> Result<bool, BoardError> {
         let claim = claim.clone();
-        let event = NewEvent::new(
-            kind,
-            Some(claim.run_id),
-            json!({"reason": reason, "claim_expires": expires}),
-        );
         self.call(move |store| {
             store.write(|tx, now| {
                 let card = existing_card(tx, &claim.task_id)?;
-                if !rules::holds_claim(&card, &claim)
-                    || !rules::lease_expired(card.claim_expires, now)
-                {
+                if !rules::holds_claim(&card, &claim) {
                     return Ok(false);
                 }
-                tx.prepare_cached("UPDATE tasks SET claim_expires = ?2 WHERE id = ?1")?
-                    .execute(params![claim.task_id, expires])?;
-                tx.prepare_cached("UPDATE task_runs SET claim_expires = ?2 WHERE id = ?1")?
-                    .execute(params![claim.run_id, expires])?;
-                append_event(tx, &claim.task_id, &event, now)?;
+                if card.claim_expires.is_none_or(|current| current < expires) {
+                    tx.prepare_cached("UPDATE tasks SET claim_expires = ?2 WHERE id = ?1")?
+                        .execute(params![claim.task_id, expires])?;
+                    tx.prepare_cached("UPDATE task_runs SET claim_expires = ?2 WHERE id = ?1")?
+                        .execute(params![claim.run_id, expires])?;
+                }
+                if let Some((kind, reason)) = record {
+                    let event = NewEvent::new(
+                        kind,
+                        Some(claim.run_id),
+                        json!({"reason": reason, "claim_expires": expires}),
+                    );
+                    append_event(tx, &claim.task_id, &event, now)?;
+                }
                 Ok(true)
             })
         })

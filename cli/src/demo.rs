@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::rules::FailurePolicy;
-use kanban_core::{BoardAdmin, DispatchSettings, NewTask, RunMode};
+use kanban_core::{BoardAdmin, BookingKind, DispatchSettings, NewTask, RunMode};
 
 use crate::dispatch::DispatchPlan;
 use crate::output::table;
@@ -128,15 +128,7 @@ pub(crate) fn summary_rows(
             .events
             .iter()
             .filter(|e| {
-                matches!(
-                    e.kind.as_str(),
-                    "worker_exited"
-                        | "protocol_violation"
-                        | "rate_limited"
-                        | "crashed"
-                        | "terminal_provider"
-                        | "interrupted"
-                )
+                e.kind == "worker_exited" || BookingKind::ALL.iter().any(|k| k.as_str() == e.kind)
             })
             .map(|e| {
                 let code = e.payload["exit_code"]
@@ -149,13 +141,12 @@ pub(crate) fn summary_rows(
                 format!("{code} ({kind})")
             })
             .collect();
-        let status = match view.task.status.as_str() {
-            "ready"
-                if view.runs.last().and_then(|r| r.outcome.as_deref()) == Some("rate_limited") =>
-            {
-                "ready, cooling down".to_owned()
+        let now = kanban_core::Clock::now(&SystemClock);
+        let status = match (view.task.status, view.task.not_before) {
+            (kanban_core::TaskStatus::Ready, Some(at)) if at > now => {
+                format!("ready, held {} s", at - now)
             }
-            other => other.to_owned(),
+            (status, _) => status.as_str().to_owned(),
         };
         rows.push(vec![
             id.clone(),

@@ -107,14 +107,24 @@ fn output_tail(since_marker: &str) -> String {
     tail.chars().skip(count.saturating_sub(400)).collect()
 }
 
-/// Every process of this machine whose environment carries `claim`'s run:
-/// the worker, its agents, and whatever they left running.
-fn processes_of_run(claim: &Claim) -> Vec<i32> {
-    let wanted = [
+/// Which runs of a card a process scan picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runs {
+    /// Exactly the claim's run.
+    This,
+    /// Every run of the claim's card but the claim's.
+    Earlier,
+}
+
+/// Every process of this machine whose environment carries `claim`'s card
+/// and (per `runs`) run: workers, their agents, and whatever they left running.
+fn processes_of(claim: &Claim, runs: Runs) -> Vec<i32> {
+    let card = [
         format!("{}={}", vars::TASK, claim.task_id),
-        format!("{}={}", vars::RUN_ID, claim.run_id),
         format!("{}={}", vars::DB, claim.db),
     ];
+    let run = format!("{}={}", vars::RUN_ID, claim.run_id);
+    let run_prefix = format!("{}=", vars::RUN_ID);
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -129,12 +139,35 @@ fn processes_of_run(claim: &Claim) -> Vec<i32> {
                 return false;
             };
             let entries: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-            wanted
+            let this_run = entries.contains(&run.as_bytes());
+            let some_run = entries
                 .iter()
-                .all(|want| entries.contains(&want.as_bytes()))
+                .any(|entry| entry.starts_with(run_prefix.as_bytes()));
+            card.iter().all(|want| entries.contains(&want.as_bytes()))
+                && match runs {
+                    Runs::This => this_run,
+                    Runs::Earlier => some_run && !this_run,
+                }
         })
         .filter_map(|pid| i32::try_from(pid).ok())
         .collect()
+}
+
+/// SIGKILLs the process group of every process in `pids` (the process
+/// alone when it shares the dispatcher's own group).
+fn kill_groups(pids: Vec<i32>) {
+    let own_group = nix::unistd::getpgrp();
+    for pid in pids {
+        let pid = Pid::from_raw(pid);
+        match nix::unistd::getpgid(Some(pid)) {
+            Ok(group) if group != own_group => {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            _ => {
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        }
+    }
 }
 
 /// Where a worker's log is read from for live `[kanban]` lines.
@@ -377,18 +410,11 @@ impl Supervisor for ProcessSupervisor {
     }
 
     async fn sweep(&self, claim: &Claim) {
-        let own_group = nix::unistd::getpgrp();
-        for pid in processes_of_run(claim) {
-            let pid = Pid::from_raw(pid);
-            match nix::unistd::getpgid(Some(pid)) {
-                Ok(group) if group != own_group => {
-                    let _ = killpg(group, Signal::SIGKILL);
-                }
-                _ => {
-                    let _ = kill(pid, Signal::SIGKILL);
-                }
-            }
-        }
+        kill_groups(processes_of(claim, Runs::This));
+    }
+
+    async fn sweep_earlier_runs(&self, claim: &Claim) {
+        kill_groups(processes_of(claim, Runs::Earlier));
     }
 
     async fn run_log(&self, claim: &Claim) -> RunLog {

@@ -94,6 +94,8 @@ pub struct ClaimGrant {
     pub claim_expires: i64,
     /// The card runs in goal mode.
     pub goal_mode: bool,
+    /// The card ran before: processes of its earlier runs may still live.
+    pub rerun: bool,
 }
 
 /// A card as stored.
@@ -155,6 +157,8 @@ pub struct EventRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskView {
     pub task: TaskRecord,
+    /// The cards this one waits for.
+    pub parents: Vec<String>,
     pub runs: Vec<RunRecord>,
     pub events: Vec<EventRecord>,
 }

@@ -155,6 +155,19 @@ pub enum NotLive {
 }
 
 impl NotLive {
+    /// True when the claim is still the card's (same run, same lock, card
+    /// running) and only its lease ran out: nobody took the card, and the
+    /// dispatcher extends a live worker's lease.
+    pub fn only_expired(&self) -> bool {
+        matches!(
+            self,
+            Self::TaskLeaseExpired { .. }
+                | Self::RunLeaseExpired { .. }
+                | Self::TaskLeaseMissing
+                | Self::RunLeaseMissing
+        )
+    }
+
     /// The stable reason code, for scripts and `--json` output.
     pub fn code(&self) -> &'static str {
         match self {

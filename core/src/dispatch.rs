@@ -50,8 +50,6 @@ pub struct ExitReport {
 
 /// A heartbeat older than this means a live worker is wedged, not slow.
 pub const STALE_HEARTBEAT_SECONDS: i64 = 3600;
-/// How long a reclaim waits when the worker survived its termination.
-pub const RECLAIM_DEFER_SECONDS: i64 = 120;
 
 /// What a dispatcher does with a claim whose lease expired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,15 +107,16 @@ pub trait DispatchBoard: Board {
         signal: i32,
         reason: SignalReason,
     ) -> Result<(), BoardError>;
-    /// Moves an expired lease to `expires` when it is still expired and
-    /// still held by `claim`; records `kind` (`claim_extended` or
-    /// `reclaim_deferred`) with `reason`. Returns false when nothing matched.
-    async fn extend_expired_lease(
+    /// Moves the lease of a card still running under `claim` forward to
+    /// `expires` (never back), on the card and its run; with `record`
+    /// (`(kind, reason)`, such as `claim_extended` for a lease that had run
+    /// out, or `reclaim_deferred`), the extension is an event too. Returns
+    /// false when the card no longer runs under the claim.
+    async fn extend_lease(
         &self,
         claim: &Claim,
         expires: i64,
-        kind: &str,
-        reason: &str,
+        record: Option<(&'static str, &'static str)>,
     ) -> Result<bool, BoardError>;
     /// The newest `worker_result` booked for the claim's run, if its claim
     /// lock is the claim's.
@@ -200,7 +199,7 @@ impl EnvironmentFault {
             BoardError::Unusable { .. } | BoardError::NewerSchema { .. } => {
                 Some(Self::Configuration(error.to_string()))
             }
-            BoardError::Storage(_) | BoardError::DiskFull { .. } => {
+            BoardError::Storage(_) | BoardError::DiskFull { .. } | BoardError::Busy { .. } => {
                 Some(Self::Transient(error.to_string()))
             }
             _ => None,
@@ -236,6 +235,10 @@ pub trait Supervisor: Send + Sync {
     /// Stops every process of this host still working `claim`'s run, the
     /// worker's agents included, whoever started them.
     async fn sweep(&self, claim: &Claim);
+    /// Kills every process of this host still working an earlier run of
+    /// `claim`'s card, before its new run starts: two runs of one card never
+    /// have live agents at once on one host.
+    async fn sweep_earlier_runs(&self, claim: &Claim);
     /// What the run's log says.
     async fn run_log(&self, claim: &Claim) -> RunLog;
 }

@@ -13,9 +13,8 @@ use std::time::Duration;
 use crate::booking::{Booking, BookingKind, ExitWitness, SignalReason};
 use crate::claim::Claim;
 use crate::dispatch::{
-    DispatchBoard, EnvironmentFault, ExitReport, RECLAIM_DEFER_SECONDS, RunningWorker,
-    StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess,
-    stale_claim_action,
+    DispatchBoard, EnvironmentFault, ExitReport, RunningWorker, StaleClaimAction, StopSignal,
+    Supervisor, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
 };
 use crate::ports::{BoardError, Clock, RunStatus};
 use crate::rules::{FailurePolicy, Release, lease_expired};
@@ -24,8 +23,15 @@ use crate::rules::{FailurePolicy, Release, lease_expired};
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// The SIGTERM number, recorded with a stop.
 const SIGTERM: i32 = 15;
+/// Attempts at recording why a worker is stopped before it is signalled.
+const SIGNAL_RECORD_ATTEMPTS: usize = 5;
 /// Exits kept for a later attempt when the board could not book them.
 const UNBOOKED_LIMIT: usize = 4096;
+/// The first pause after a transient environment fault; it doubles while
+/// the fault lasts.
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+/// The longest pause.
+const LONGEST_PAUSE: Duration = Duration::from_secs(60);
 
 /// How a dispatcher runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +42,8 @@ pub struct DispatchSettings {
     pub max_in_progress: usize,
     /// Limits, cooldown and backoff for failed runs.
     pub failure_policy: FailurePolicy,
-    /// The longest wait between ticks.
+    /// The longest wait between ticks; never more than a third of the
+    /// lease, so that live workers' leases are renewed in time.
     pub interval: Duration,
     /// How long a stopped worker gets before its process group is killed.
     pub grace: Duration,
@@ -99,6 +106,11 @@ pub enum DispatchEvent {
     Halted {
         fault: EnvironmentFault,
     },
+    Paused {
+        fault: EnvironmentFault,
+        for_ms: u64,
+    },
+    Resumed,
     BoardTrouble {
         message: String,
     },
@@ -176,6 +188,12 @@ impl fmt::Display for DispatchEvent {
             Self::Halted { fault } => {
                 write!(f, "stopped claiming: {fault}; no card is charged for this")
             }
+            Self::Paused { fault, for_ms } => write!(
+                f,
+                "claiming paused for {:.1} s: {fault}; no card is charged for this",
+                *for_ms as f64 / 1000.0
+            ),
+            Self::Resumed => f.write_str("claiming resumed"),
             Self::BoardTrouble { message } => write!(f, "board call failed: {message}"),
             Self::LeftRunning { task_id, pid } => {
                 write!(f, "{task_id} worker {pid} did not stop: left to its lease")
@@ -299,13 +317,10 @@ struct Stopping {
 /// jumps must not make a healthy worker look silent or a live lease expired.
 #[derive(Clone, Debug)]
 struct Watch {
-    first_seen_wall: i64,
     first_seen_ms: u64,
     heartbeat: Option<i64>,
-    heartbeat_seen_wall: i64,
     heartbeat_seen_ms: u64,
     expires: Option<i64>,
-    expires_seen_wall: i64,
     expires_seen_ms: u64,
 }
 
@@ -317,7 +332,13 @@ pub struct Dispatcher {
     stopping: BTreeMap<i64, Stopping>,
     watches: BTreeMap<i64, Watch>,
     unbooked: Vec<(Claim, ExitReport)>,
+    /// Releases the board could not make yet.
+    unreleased: Vec<(Claim, Release)>,
     halt: Option<EnvironmentFault>,
+    /// Claiming is paused until then (monotonic ms) after a transient fault.
+    paused_until_ms: Option<u64>,
+    /// The next pause's length.
+    next_pause: Duration,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -335,8 +356,12 @@ fn millis(duration: Duration) -> u64 {
 }
 
 impl Dispatcher {
-    /// A dispatcher with no workers yet.
-    pub fn new(ports: DispatchPorts, settings: DispatchSettings) -> Self {
+    /// A dispatcher with no workers yet. Its interval is cut to a third of
+    /// the lease when longer: it renews live workers' leases on its ticks.
+    pub fn new(ports: DispatchPorts, mut settings: DispatchSettings) -> Self {
+        let third =
+            Duration::from_secs(u64::try_from(settings.ttl_seconds / 3).unwrap_or(0).max(1));
+        settings.interval = settings.interval.min(third);
         Self {
             ports,
             settings,
@@ -344,7 +369,10 @@ impl Dispatcher {
             stopping: BTreeMap::new(),
             watches: BTreeMap::new(),
             unbooked: Vec::new(),
+            unreleased: Vec::new(),
             halt: None,
+            paused_until_ms: None,
+            next_pause: FIRST_PAUSE,
         }
     }
 
@@ -360,14 +388,41 @@ impl Dispatcher {
         self.halt.as_ref()
     }
 
-    /// Stops claiming because of `fault` (for instance an agent that failed
-    /// validation before the first claim).
+    /// Reacts to a fault of the environment: a configuration fault stops
+    /// claiming for good (the run ends once the workers settled); a
+    /// transient one pauses claiming, for longer while it lasts.
     pub fn halt(&mut self, fault: EnvironmentFault) {
-        if self.halt.is_none() {
-            self.note(DispatchEvent::Halted {
-                fault: fault.clone(),
-            });
-            self.halt = Some(fault);
+        match fault {
+            EnvironmentFault::Configuration(_) => {
+                if self.halt.is_none() {
+                    self.note(DispatchEvent::Halted {
+                        fault: fault.clone(),
+                    });
+                    self.halt = Some(fault);
+                }
+            }
+            EnvironmentFault::Transient(_) => {
+                let for_ms = millis(self.next_pause);
+                let until = self.mono().saturating_add(for_ms);
+                if self.paused_until_ms.is_none_or(|paused| paused < until) {
+                    self.note(DispatchEvent::Paused { fault, for_ms });
+                    self.paused_until_ms = Some(until);
+                    self.next_pause = (self.next_pause * 2).min(LONGEST_PAUSE);
+                }
+            }
+        }
+    }
+
+    /// True while claiming is paused by a transient fault.
+    fn paused(&mut self) -> bool {
+        match self.paused_until_ms {
+            Some(until) if self.mono() < until => true,
+            Some(_) => {
+                self.paused_until_ms = None;
+                self.note(DispatchEvent::Resumed);
+                false
+            }
+            None => false,
         }
     }
 
@@ -421,10 +476,13 @@ impl Dispatcher {
     }
 
     /// The wait before the next tick: the interval, or sooner when a stop
-    /// escalates.
+    /// escalates or a pause ends.
     pub fn next_wait(&self) -> Duration {
         let mono = self.mono();
         let grace = millis(self.settings.grace);
+        let pause_end = self
+            .paused_until_ms
+            .map(|until| Duration::from_millis(until.saturating_sub(mono).max(50)));
         self.stopping
             .values()
             .map(|stop| {
@@ -435,6 +493,7 @@ impl Dispatcher {
                 };
                 Duration::from_millis(due.saturating_sub(mono).max(50))
             })
+            .chain(pause_end)
             .chain(std::iter::once(self.settings.interval))
             .min()
             .unwrap_or(self.settings.interval)
@@ -478,6 +537,7 @@ impl Dispatcher {
     pub async fn tick(&mut self, claiming: bool) -> TickReport {
         let mut report = TickReport::default();
         self.retry_unbooked().await;
+        self.retry_unreleased().await;
         for exit in self.ports.supervisor.reap().await {
             if self.book_child(exit).await {
                 report.booked += 1;
@@ -492,28 +552,34 @@ impl Dispatcher {
         };
         let now = self.ports.clock.now();
         let mono = self.mono();
-        self.observe(&running, now, mono);
+        self.observe(&running, mono);
         self.fence_children(&running, mono).await;
         report.booked += self.escalate(mono).await;
         for worker in &running {
             report.booked += self.watch_worker(worker, now, mono).await;
         }
-        if claiming && self.halt.is_none() {
+        let paused = self.paused();
+        if claiming && self.halt.is_none() && !paused {
             match self.ports.board.promote_ready().await {
                 Ok(0) => {}
                 Ok(count) => self.note(DispatchEvent::Promoted { count }),
                 Err(error) => self.board_trouble(&error),
             }
             report.spawned = self.claim_and_spawn(&running).await;
+            if report.spawned > 0 {
+                // Claims went through: the environment is healthy again.
+                self.next_pause = FIRST_PAUSE;
+            }
         }
         report.idle = report.spawned == 0
+            && self.paused_until_ms.is_none()
             && running.is_empty()
             && self.children.is_empty()
             && self.stopping.is_empty();
         report
     }
 
-    fn observe(&mut self, running: &[RunningWorker], now: i64, mono: u64) {
+    fn observe(&mut self, running: &[RunningWorker], mono: u64) {
         let live: std::collections::BTreeSet<i64> =
             running.iter().map(|worker| worker.claim.run_id).collect();
         self.watches.retain(|run_id, _| live.contains(run_id));
@@ -522,88 +588,73 @@ impl Dispatcher {
                 .watches
                 .entry(worker.claim.run_id)
                 .or_insert_with(|| Watch {
-                    first_seen_wall: now,
                     first_seen_ms: mono,
                     heartbeat: worker.last_heartbeat_at,
-                    heartbeat_seen_wall: now,
                     heartbeat_seen_ms: mono,
                     expires: worker.claim_expires,
-                    expires_seen_wall: now,
                     expires_seen_ms: mono,
                 });
             if watch.heartbeat != worker.last_heartbeat_at {
                 watch.heartbeat = worker.last_heartbeat_at;
-                watch.heartbeat_seen_wall = now;
                 watch.heartbeat_seen_ms = mono;
             }
             if watch.expires != worker.claim_expires {
                 watch.expires = worker.claim_expires;
-                watch.expires_seen_wall = now;
                 watch.expires_seen_ms = mono;
             }
         }
     }
 
-    /// True when the lease ran out by the wall clock and, as far as this
-    /// dispatcher watched it, for as long as it had left on its own clock.
+    /// True when another holder's lease ran out: expired by this
+    /// dispatcher's wall clock, and unchanged for a whole lease on its own
+    /// monotonic clock. A live holder's lease changes at least every two
+    /// thirds of a lease (its worker's heartbeats, its dispatcher's
+    /// renewals), so however the hosts' clocks disagree, only a holder that
+    /// stopped renewing loses its claim.
     fn lease_ran_out(&self, worker: &RunningWorker, now: i64, mono: u64) -> bool {
         if !lease_expired(worker.claim_expires, now) {
             return false;
         }
-        let (Some(watch), Some(expires)) =
-            (self.watches.get(&worker.claim.run_id), worker.claim_expires)
-        else {
-            return true;
-        };
-        let left_ms = u64::try_from(expires.saturating_sub(watch.expires_seen_wall))
+        let unchanged_ms = self
+            .watches
+            .get(&worker.claim.run_id)
+            .map_or(0, |watch| mono.saturating_sub(watch.expires_seen_ms));
+        let ttl_ms = u64::try_from(self.settings.ttl_seconds)
             .unwrap_or(0)
             .saturating_mul(1000);
-        mono.saturating_sub(watch.expires_seen_ms) >= left_ms
+        unchanged_ms >= ttl_ms
     }
 
-    /// Seconds since `then` (a wall-clock time on the board), trusting the
-    /// wall clock up to the moment this dispatcher first saw the value and
-    /// its own monotonic clock after that: a wall-clock jump while it watches
-    /// cannot make time pass that did not.
-    fn seconds_since(then: i64, seen_wall: i64, seen_ms: u64, now: i64, mono: u64) -> i64 {
+    /// Seconds since `then` (a wall-clock time on the board) as far as
+    /// this dispatcher can vouch for them: the wall clock's count, but never
+    /// more than it watched the value itself on its own monotonic clock. A
+    /// wall-clock jump, before or while it watches, cannot make time pass
+    /// that did not; a dispatcher that just started stops nothing for an
+    /// hour's silence before it saw that hour go by.
+    fn seconds_since(then: i64, seen_ms: u64, now: i64, mono: u64) -> i64 {
         let by_wall = now.saturating_sub(then);
         let watched = i64::try_from(mono.saturating_sub(seen_ms) / 1000).unwrap_or(i64::MAX);
-        by_wall.min(
-            seen_wall
-                .saturating_sub(then)
-                .max(0)
-                .saturating_add(watched),
-        )
+        by_wall.min(watched)
     }
 
     /// Seconds the worker has been silent: since its last heartbeat, or its
     /// run's start when it never sent one.
     fn silent_seconds(&self, worker: &RunningWorker, now: i64, mono: u64) -> i64 {
         let last = worker.last_heartbeat_at.unwrap_or(worker.run_started_at);
-        match self.watches.get(&worker.claim.run_id) {
-            Some(watch) => Self::seconds_since(
-                last,
-                watch.heartbeat_seen_wall,
-                watch.heartbeat_seen_ms,
-                now,
-                mono,
-            ),
-            None => now.saturating_sub(last),
-        }
+        let seen = self
+            .watches
+            .get(&worker.claim.run_id)
+            .map_or(mono, |watch| watch.heartbeat_seen_ms);
+        Self::seconds_since(last, seen, now, mono)
     }
 
     /// Seconds the run has run, measured the same careful way.
     fn run_seconds(&self, worker: &RunningWorker, now: i64, mono: u64) -> i64 {
-        match self.watches.get(&worker.claim.run_id) {
-            Some(watch) => Self::seconds_since(
-                worker.run_started_at,
-                watch.first_seen_wall,
-                watch.first_seen_ms,
-                now,
-                mono,
-            ),
-            None => now.saturating_sub(worker.run_started_at),
-        }
+        let seen = self
+            .watches
+            .get(&worker.claim.run_id)
+            .map_or(mono, |watch| watch.first_seen_ms);
+        Self::seconds_since(worker.run_started_at, seen, now, mono)
     }
 
     async fn fence_children(&mut self, running: &[RunningWorker], mono: u64) {
@@ -665,11 +716,22 @@ impl Dispatcher {
             return;
         }
         // Recorded before the signal: a dispatcher that books the exit later,
-        // after this one is gone, must still know why it ended.
-        if reason != SignalReason::Fenced
-            && let Err(error) = self.ports.board.record_signal(claim, SIGTERM, reason).await
-        {
-            self.board_trouble(&error);
+        // after this one is gone, must still know why it ended. A passing
+        // board fault is retried; the stop goes ahead either way.
+        if reason != SignalReason::Fenced {
+            let mut last = None;
+            for _ in 0..SIGNAL_RECORD_ATTEMPTS {
+                match self.ports.board.record_signal(claim, SIGTERM, reason).await {
+                    Ok(()) => {
+                        last = None;
+                        break;
+                    }
+                    Err(error) => last = Some(error),
+                }
+            }
+            if let Some(error) = last {
+                self.board_trouble(&error);
+            }
         }
         self.ports
             .supervisor
@@ -726,31 +788,34 @@ impl Dispatcher {
                 if let Some(entry) = self.stopping.get_mut(&pid) {
                     entry.killed = true;
                 }
-            } else if stop.killed
-                && !stop.deferred
-                && elapsed >= grace + millis(KILL_WAIT)
-                && stop.reason == SignalReason::Overrun
-            {
-                let expires = self.ports.clock.now() + RECLAIM_DEFER_SECONDS;
+            } else if stop.killed && elapsed >= grace + millis(KILL_WAIT) {
+                // It survived SIGKILL (a process in uninterruptible sleep):
+                // its lease is kept alive so no other host takes the card
+                // from under it, and the deferral is recorded once.
+                let now = self.ports.clock.now();
+                let record =
+                    (!stop.deferred).then_some(("reclaim_deferred", "worker_survived_termination"));
                 match self
                     .ports
                     .board
-                    .extend_expired_lease(
+                    .extend_lease(
                         &stop.claim,
-                        expires,
-                        "reclaim_deferred",
-                        "worker_survived_termination",
+                        now.saturating_add(self.settings.ttl_seconds),
+                        record,
                     )
                     .await
                 {
-                    Ok(_) => self.note(DispatchEvent::ReclaimDeferred {
-                        task_id: stop.claim.task_id.clone(),
-                        pid,
-                    }),
+                    Ok(_) if !stop.deferred => {
+                        self.note(DispatchEvent::ReclaimDeferred {
+                            task_id: stop.claim.task_id.clone(),
+                            pid,
+                        });
+                        if let Some(entry) = self.stopping.get_mut(&pid) {
+                            entry.deferred = true;
+                        }
+                    }
+                    Ok(_) => {}
                     Err(error) => self.board_trouble(&error),
-                }
-                if let Some(entry) = self.stopping.get_mut(&pid) {
-                    entry.deferred = true;
                 }
             }
         }
@@ -760,20 +825,51 @@ impl Dispatcher {
     /// Watches one running card; returns bookings made.
     async fn watch_worker(&mut self, worker: &RunningWorker, now: i64, mono: u64) -> usize {
         let claim = &worker.claim;
-        if let Some(pid) = worker.worker_pid
-            && self.stopping.contains_key(&pid)
-        {
+        let child = self
+            .children
+            .values()
+            .find(|child| child.claim == *claim)
+            .map(|child| child.process);
+        let recorded = worker
+            .worker_pid
+            .or(child.map(|process| i64::from(process.pid)));
+        if recorded.is_some_and(|pid| self.stopping.contains_key(&pid)) {
             return 0;
         }
         if !self.host_local(claim) {
             // Another host's worker: its own dispatcher watches it. Once its
-            // lease has lapsed here too, its host is gone or cut off.
+            // lease has lapsed here too, its host is gone or cut off: a
+            // worker that booked its result is booked from it; a claim that
+            // never recorded a spawn is released uncounted; any other is
+            // released as stale, counted.
             if self.lease_ran_out(worker, now, mono) {
-                self.release(claim, Release::Expired).await;
+                if let Ok(Some(_)) = self.ports.board.booked_result(claim).await {
+                    return usize::from(self.book_dead(claim, None).await);
+                }
+                let release = match worker.worker_pid {
+                    Some(_) => Release::Expired,
+                    None => Release::NotStarted {
+                        reason: "its dispatcher never started a worker".to_owned(),
+                    },
+                };
+                self.release(claim, release).await;
             }
             return 0;
         }
-        let Some(pid) = worker.worker_pid else {
+        if let Some(process) = child
+            && worker.worker_pid.is_none()
+        {
+            // Our own worker whose spawn record failed: record it again.
+            if let Err(error) = self
+                .ports
+                .board
+                .record_spawn(claim, process.pid, process.started_at)
+                .await
+            {
+                self.board_trouble(&error);
+            }
+        }
+        let Some(pid) = recorded else {
             // Claimed, never spawned: its dispatcher died in between, or is
             // about to record the spawn.
             if self.ports.supervisor.claimer_gone(&claim.claim_lock)
@@ -784,18 +880,22 @@ impl Dispatcher {
             }
             return 0;
         };
-        let ours = u32::try_from(pid)
-            .ok()
-            .and_then(|pid| self.children.get(&pid))
-            .is_some_and(|child| child.claim == *claim);
+        let ours = child.is_some();
         if !ours && u32::try_from(pid).is_ok_and(|pid| self.children.contains_key(&pid)) {
             // Our child of another run carries this pid: the recorded worker
             // is long gone.
             return usize::from(self.book_dead(claim, None).await);
         }
-        let alive = ours || self.ports.supervisor.alive(pid, worker.worker_started_at);
-        if !alive {
-            return usize::from(self.book_dead(claim, None).await);
+        let started_at = child.map_or(worker.worker_started_at, |process| process.started_at);
+        if !self.ports.supervisor.alive(pid, started_at) {
+            // Our own child is booked from its wait status once reaped (it
+            // may have ended while this dispatcher was stalled); anyone
+            // else's from what it left on the board.
+            return if ours {
+                0
+            } else {
+                usize::from(self.book_dead(claim, None).await)
+            };
         }
         let limit = worker
             .max_runtime_seconds
@@ -809,33 +909,44 @@ impl Dispatcher {
                 .await;
             return 0;
         }
-        if !self.lease_ran_out(worker, now, mono) {
-            return 0;
-        }
         match stale_claim_action(true, Some(self.silent_seconds(worker, now, mono))) {
-            StaleClaimAction::Extend => {
-                let expires = now.saturating_add(self.settings.ttl_seconds);
-                match self
-                    .ports
-                    .board
-                    .extend_expired_lease(claim, expires, "claim_extended", "worker_alive")
-                    .await
-                {
-                    Ok(true) => self.note(DispatchEvent::LeaseExtended {
-                        task_id: claim.task_id.clone(),
-                        pid,
-                    }),
-                    Ok(false) => {}
-                    Err(error) => self.board_trouble(&error),
-                }
-            }
             StaleClaimAction::Terminate => {
                 self.stop(claim, pid, worker.worker_started_at, SignalReason::Overrun)
                     .await;
             }
+            StaleClaimAction::Extend => self.renew(worker, pid, now).await,
             StaleClaimAction::Release => {}
         }
         0
+    }
+
+    /// Renews a live local worker's lease once less than two thirds of it
+    /// is left (or it lapsed): a live worker never loses its claim to a
+    /// lease that ran down while its agent was quiet, and observers on
+    /// other hosts see its lease move at least every two thirds of a lease.
+    async fn renew(&mut self, worker: &RunningWorker, pid: i64, now: i64) {
+        let ttl = self.settings.ttl_seconds;
+        let left = worker
+            .claim_expires
+            .map_or(i64::MIN, |expires| expires.saturating_sub(now));
+        if left >= ttl.saturating_mul(2) / 3 {
+            return;
+        }
+        let lapsed = lease_expired(worker.claim_expires, now);
+        let record = lapsed.then_some(("claim_extended", "worker_alive"));
+        match self
+            .ports
+            .board
+            .extend_lease(&worker.claim, now.saturating_add(ttl), record)
+            .await
+        {
+            Ok(true) if lapsed => self.note(DispatchEvent::LeaseExtended {
+                task_id: worker.claim.task_id.clone(),
+                pid,
+            }),
+            Ok(_) => {}
+            Err(error) => self.board_trouble(&error),
+        }
     }
 
     async fn release(&mut self, claim: &Claim, release: Release) {
@@ -859,7 +970,19 @@ impl Dispatcher {
                 });
             }
             Ok(false) => {}
-            Err(error) => self.board_trouble(&error),
+            Err(error) => {
+                self.board_trouble(&error);
+                if self.unreleased.len() < UNBOOKED_LIMIT {
+                    self.unreleased.push((claim.clone(), release));
+                }
+            }
+        }
+    }
+
+    async fn retry_unreleased(&mut self) {
+        let pending = std::mem::take(&mut self.unreleased);
+        for (claim, release) in pending {
+            self.release(&claim, release).await;
         }
     }
 
@@ -974,6 +1097,9 @@ impl Dispatcher {
                 }
             };
             let claim = grant.claim;
+            if grant.rerun {
+                self.ports.supervisor.sweep_earlier_runs(&claim).await;
+            }
             let process = match self.ports.supervisor.spawn(&claim, grant.goal_mode).await {
                 Ok(process) => process,
                 Err(fault) => {

@@ -18,6 +18,7 @@ mod dispatcher;
 mod env;
 mod exit;
 pub mod lease;
+mod lifecycle;
 mod policy;
 mod ports;
 mod recovery;
@@ -41,9 +42,9 @@ pub use classify::{
     Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
 };
 pub use dispatch::{
-    DispatchBoard, EnvironmentFault, ExitReport, RECLAIM_DEFER_SECONDS, RunLog, RunningWorker,
-    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit,
-    WorkerProcess, stale_claim_action,
+    DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker, STALE_HEARTBEAT_SECONDS,
+    StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess,
+    stale_claim_action,
 };
 pub use dispatcher::{
     DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts, DispatchSettings, Dispatcher,
@@ -53,6 +54,10 @@ pub use env::{Environment, vars};
 pub use exit::{
     CredentialFailure, ExitCode, TERMINAL_PROVIDER_REASONS, TRANSIENT_PROVIDER_REASONS,
     outcome_exit_code, single_query_exit_code, turn_exit_code,
+};
+pub use lifecycle::{
+    AgentControl, BIND_PATIENCE, ITERATION_LIMIT_EXIT_PREFIX, RUN_LIMIT_EXIT_PREFIX, StopReason,
+    TURN_DEADLINE_EXIT_PREFIX, WatchEnd, WorkerLife, WorkerLifeReport, run_worker,
 };
 pub use policy::{
     Authority, DEFAULT_MAX_RECOVERY_ATTEMPTS, DEFAULT_STOP_NUDGE_ATTEMPTS,

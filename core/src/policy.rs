@@ -20,8 +20,14 @@ pub const NON_RECOVERABLE_REASONS: [FailureReason; 3] = [
     FailureReason::UpstreamRateLimit,
 ];
 /// `turn_exit_reason` prefixes of a turn that already went through a durable
-/// terminal settlement (its run may be closed and its claim released).
-pub const TERMINAL_TURN_EXIT_PREFIXES: [&str; 1] = ["max_iterations_reached"];
+/// terminal settlement (its run may be closed and its claim released): an
+/// exhausted iteration budget, a turn stopped at its deadline, a run stopped
+/// at its limit.
+pub const TERMINAL_TURN_EXIT_PREFIXES: [&str; 3] = [
+    "max_iterations_reached",
+    "turn_deadline_exceeded",
+    "run_limit_exceeded",
+];
 /// Stop nudges sent at most, per run, outside goal mode.
 pub const DEFAULT_STOP_NUDGE_ATTEMPTS: u32 = 2;
 

@@ -209,13 +209,10 @@ fn spread(seed: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The jitter seed of a card's run: stable, so a replay waits the same.
-fn jitter_seed(task_id: &str, run_id: Option<i64>) -> u64 {
-    task_id
-        .bytes()
-        .fold(run_id.unwrap_or(0) as u64, |acc, byte| {
-            spread(acc ^ u64::from(byte))
-        })
+/// The jitter seed of a run: run ids are unique on a board, so cards that
+/// failed together still get different waits, and a replay waits the same.
+fn jitter_seed(run_id: Option<i64>) -> u64 {
+    run_id.map_or(0, |run| run as u64)
 }
 
 /// True when the card is running under exactly this claim.
@@ -271,11 +268,7 @@ fn counted_failure(
     let limit = failure_limit(card.max_retries, policy.failure_limit);
     let failures = card.consecutive_failures.saturating_add(1);
     let blocks = failures >= limit.limit;
-    let wait = retry_backoff_seconds(
-        policy.backoff_base_seconds,
-        failures,
-        jitter_seed(&card.task_id, run_id),
-    );
+    let wait = retry_backoff_seconds(policy.backoff_base_seconds, failures, jitter_seed(run_id));
     let retry_at = (!blocks && wait > 0).then(|| now.saturating_add(wait));
     if let Value::Object(map) = &mut payload {
         map.insert("counted".into(), json!(true));

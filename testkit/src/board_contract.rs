@@ -5,7 +5,7 @@
 //! into one `#[test]` per clause, so one failing clause does not hide the
 //! rest:
 //!
-//! ```ignore
+//! ```text
 //! kanban_testkit::board_contract_tests!(|time| make_board(time));
 //! ```
 
@@ -49,7 +49,7 @@ macro_rules! board_contract_tests {
             max_retries_bounds_violations,
             stops_are_booked_by_their_reason,
             results_are_run_scoped,
-            expired_leases_extend_only_while_expired,
+            leases_extend_forward_while_held,
             overrun_settlements_count,
             run_status_follows_the_run
         );
@@ -841,41 +841,65 @@ pub fn results_are_run_scoped<B: Board + BoardAdmin + DispatchBoard>(
     assert_eq!(block_on(board.booked_exit_code(&second)).unwrap(), 1);
 }
 
-/// An expired lease is extended only while it is still expired and ours.
-pub fn expired_leases_extend_only_while_expired<B: Board + BoardAdmin + DispatchBoard>(
+/// A lease moves only forward, only while its claim holds the card, and
+/// only a recorded extension leaves an event.
+pub fn leases_extend_forward_while_held<B: Board + BoardAdmin + DispatchBoard>(
     board: &B,
     time: &VirtualClock,
 ) {
     let id = create(board, &task("slow"));
     let held = claim(board, &id, "host:d");
+    let events = |board: &B| block_on(board.show_task(&id)).unwrap().events.len();
+    let before = events(board);
     assert!(
-        !block_on(board.extend_expired_lease(&held, 9_999_999, "claim_extended", "pid_alive"))
-            .unwrap(),
-        "not expired yet"
+        block_on(board.extend_lease(&held, START + TTL + 60, None)).unwrap(),
+        "a live lease is renewed"
     );
-    time.advance(TTL + 1);
+    assert_eq!(events(board), before, "a renewal is not an event");
+    assert!(
+        block_on(board.extend_lease(&held, START + 10, None)).unwrap(),
+        "still held"
+    );
+    assert_eq!(
+        block_on(board.show_task(&id)).unwrap().task.claim_expires,
+        Some(START + TTL + 60),
+        "never moved back"
+    );
+    time.advance(TTL + 61);
     let other = Claim {
         claim_lock: "host:other".into(),
         ..held.clone()
     };
     assert!(
-        !block_on(board.extend_expired_lease(&other, 9_999_999, "claim_extended", "pid_alive"))
+        !block_on(board.extend_lease(&other, 9_999_999, Some(("claim_extended", "pid_alive"))))
             .unwrap(),
         "not ours"
     );
     assert!(
-        block_on(board.extend_expired_lease(&held, 9_999_999, "claim_extended", "pid_alive"))
-            .unwrap()
+        block_on(board.extend_lease(&held, 9_999_999, Some(("claim_extended", "pid_alive"))))
+            .unwrap(),
+        "a lapsed lease of a card still held is revived"
     );
     assert!(
         block_on(board.prove_claim(&held, ProofIdentity::AnyProcess)).is_ok(),
         "the extended lease is live"
     );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(
+        view.runs[0].claim_expires,
+        Some(9_999_999),
+        "mirrored on the run"
+    );
     assert!(
-        block_on(board.recent_events(3))
-            .unwrap()
+        view.events
             .last()
-            .is_some_and(|e| e.kind == "claim_extended")
+            .is_some_and(|e| e.kind == "claim_extended"),
+        "a recorded extension is an event"
+    );
+    block_on(board.reclaim(&id, "x")).unwrap();
+    assert!(
+        !block_on(board.extend_lease(&held, 99_999_999, None)).unwrap(),
+        "a reclaimed card's old claim extends nothing"
     );
 }
 

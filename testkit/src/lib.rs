@@ -5,15 +5,18 @@
 
 mod agents;
 pub mod board_contract;
+mod fake_host;
 mod http_server;
 mod invariants;
 mod owner_seam;
 mod scripted;
 mod seed_cases;
+pub mod sim;
 mod synthetic;
 mod time;
 
 pub use agents::{AgentScript, AgentTurn, WrittenAgent, write_executable, write_judge};
+pub use fake_host::{FakeHost, FakeProcess};
 pub use http_server::{Reply, ScriptedHttpServer};
 pub use invariants::{BoardFigures, check_board_invariants};
 

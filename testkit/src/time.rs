@@ -8,12 +8,26 @@ use kanban_core::{Clock, Sleeper};
 
 #[derive(Debug, Default)]
 struct VirtualState {
-    now: i64,
+    /// Wall-clock time in milliseconds since the epoch.
+    wall_ms: i64,
+    /// Monotonic time in milliseconds: moves with time passing, never with
+    /// a wall-clock jump.
+    mono_ms: u64,
     sleeps: Vec<Duration>,
 }
 
+impl VirtualState {
+    fn pass(&mut self, ms: u64) {
+        self.wall_ms = self
+            .wall_ms
+            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+        self.mono_ms = self.mono_ms.saturating_add(ms);
+    }
+}
+
 /// A clock and a sleeper sharing virtual time: a sleep advances the clock
-/// at once and is recorded. Clones share the same time.
+/// at once and is recorded. Clones share the same time. The wall clock and
+/// the monotonic clock move together, except for [`VirtualClock::jump`].
 #[derive(Clone, Debug, Default)]
 pub struct VirtualClock {
     state: Arc<Mutex<VirtualState>>,
@@ -24,25 +38,50 @@ impl VirtualClock {
     pub fn at(now: i64) -> Self {
         Self {
             state: Arc::new(Mutex::new(VirtualState {
-                now,
+                wall_ms: now.saturating_mul(1000),
+                mono_ms: 0,
                 sleeps: Vec::new(),
             })),
         }
     }
 
-    /// Moves time forward by `seconds`.
-    pub fn advance(&self, seconds: i64) {
-        self.state.lock().unwrap().now += seconds;
+    fn state(&self) -> std::sync::MutexGuard<'_, VirtualState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sets the time.
+    /// Lets `seconds` pass.
+    pub fn advance(&self, seconds: i64) {
+        self.advance_millis(
+            u64::try_from(seconds.max(0))
+                .unwrap_or(0)
+                .saturating_mul(1000),
+        );
+    }
+
+    /// Lets `ms` milliseconds pass.
+    pub fn advance_millis(&self, ms: u64) {
+        self.state().pass(ms);
+    }
+
+    /// Lets time pass until the wall clock reads `now` (never backwards).
     pub fn set(&self, now: i64) {
-        self.state.lock().unwrap().now = now;
+        let mut state = self.state();
+        let ms = now.saturating_mul(1000).saturating_sub(state.wall_ms);
+        state.pass(u64::try_from(ms).unwrap_or(0));
+    }
+
+    /// Moves the wall clock by `seconds` without any time passing: a clock
+    /// jump (NTP, a suspended VM) that a monotonic clock does not see.
+    pub fn jump(&self, seconds: i64) {
+        let mut state = self.state();
+        state.wall_ms = state.wall_ms.saturating_add(seconds.saturating_mul(1000));
     }
 
     /// Every sleep so far, in order.
     pub fn sleeps(&self) -> Vec<Duration> {
-        self.state.lock().unwrap().sleeps.clone()
+        self.state().sleeps.clone()
     }
 
     /// Every sleep so far, in whole seconds.
@@ -53,15 +92,19 @@ impl VirtualClock {
 
 impl Clock for VirtualClock {
     fn now(&self) -> i64 {
-        self.state.lock().unwrap().now
+        self.state().wall_ms.div_euclid(1000)
+    }
+
+    fn monotonic_millis(&self) -> u64 {
+        self.state().mono_ms
     }
 }
 
 #[async_trait]
 impl Sleeper for VirtualClock {
     async fn sleep(&self, duration: Duration) {
-        let mut state = self.state.lock().unwrap();
-        state.now += i64::try_from(duration.as_secs()).unwrap_or(i64::MAX);
+        let mut state = self.state();
+        state.pass(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
         state.sleeps.push(duration);
     }
 }

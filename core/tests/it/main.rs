@@ -1,12 +1,15 @@
 //! Integration tests of kanban-core: the seed's contract cases, the
 //! interaction order, the property tests and the rendered tables.
 
+mod architecture;
+mod dispatcher;
 mod exit;
 mod interaction;
 mod owner_seam;
 mod policy;
 mod properties;
 mod recovery;
+mod rules;
 mod tables;
 
 use kanban_core::{Environment, vars};

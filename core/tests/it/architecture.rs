@@ -1,0 +1,143 @@
+//! The architecture's invariants, read off the source tree, so that
+//! `docs/ARCHITECTURE.md` stays true: a change that breaks one fails here.
+
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("core sits in the workspace")
+        .to_owned()
+}
+
+/// Every `.rs` file under `dir`, with its text, comments stripped: an
+/// invariant is about code, and a comment may well name what it forbids.
+fn sources(dir: &str) -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&workspace().join(dir), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a readable source file");
+            let code: String = text
+                .lines()
+                .map(|line| match line.find("//") {
+                    Some(at) if !line[..at].contains('"') => &line[..at],
+                    _ => line,
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            (path, code)
+        })
+        .collect()
+}
+
+fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        let files = sources(dir);
+        assert!(!files.is_empty(), "no sources under {dir}");
+        for (path, code) in files {
+            for needle in forbidden {
+                if code.contains(needle) {
+                    found.push(format!("{}: {needle}", path.display()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The adapters: crates that talk to the world.
+const ADAPTERS: [&str; 3] = ["board-sqlite/src", "agent-port/src", "cli/src"];
+
+#[test]
+fn core_does_no_io_and_reads_no_ambient_state() {
+    let found = offenders(
+        &["core/src"],
+        &[
+            "std::env",
+            "std::fs",
+            "std::process",
+            "std::net",
+            "SystemTime",
+            "Instant::now",
+            "thread::sleep",
+            "tokio",
+        ],
+    );
+    assert!(found.is_empty(), "core must stay pure: {found:#?}");
+}
+
+#[test]
+fn no_booking_or_requeue_rule_outside_core() {
+    // Adapters keep rows, indexes and transactions: they neither name a
+    // booking's outcome, nor count failures, nor branch on rows in SQL, nor
+    // call the booking table themselves; core's rules decide all of that.
+    let found = offenders(
+        &ADAPTERS,
+        &[
+            "\"protocol_violation\"",
+            "\"rate_limited\"",
+            "\"crashed\"",
+            "\"timed_out\"",
+            "\"terminal_provider\"",
+            "\"gave_up\"",
+            "'protocol_violation'",
+            "'rate_limited'",
+            "'crashed'",
+            "CASE WHEN",
+            "consecutive_failures + ",
+            "consecutive_failures = consecutive_failures",
+            "book_worker_exit(",
+            "stale_claim_action(",
+            "violation_streak(",
+            "retry_backoff_seconds(",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "a board or dispatch rule outside core: {found:#?}"
+    );
+}
+
+#[test]
+fn only_the_binary_exits_reads_the_environment_or_handles_signals() {
+    let found = offenders(
+        &["core/src", "board-sqlite/src", "agent-port/src"],
+        &[
+            "std::process::exit",
+            "std::env::var",
+            "std::env::vars",
+            "signal_hook",
+        ],
+    );
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn core_depends_on_no_async_runtime() {
+    let manifest = std::fs::read_to_string(workspace().join("core/Cargo.toml")).unwrap();
+    let dependencies = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .unwrap_or("");
+    for runtime in ["tokio", "async-std", "smol", "pollster"] {
+        assert!(!dependencies.contains(runtime), "core depends on {runtime}");
+    }
+}

@@ -1,0 +1,550 @@
+//! The dispatcher's decisions, each on a board in memory and a fake host:
+//! no process, no sleep, one decision per test.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kanban_board_sqlite::SqliteBoard;
+use kanban_core::rules::FailurePolicy;
+use kanban_core::{
+    Board, BoardAdmin, Claim, DispatchBoard, DispatchEnd, DispatchEvent, DispatchPorts,
+    DispatchSettings, Dispatcher, EnvironmentFault, ExitWitness, NewTask, RunMode, StopSignal,
+    TaskStatus, WorkerResult,
+};
+use kanban_testkit::{FakeHost, VirtualClock, block_on, memory_board};
+
+const START: i64 = 2_000_000;
+const TTL: i64 = 300;
+
+struct Rig {
+    board: Arc<SqliteBoard>,
+    host: FakeHost,
+    time: VirtualClock,
+    dispatcher: Dispatcher,
+    events: Arc<Mutex<Vec<DispatchEvent>>>,
+}
+
+fn settings() -> DispatchSettings {
+    DispatchSettings {
+        ttl_seconds: TTL,
+        max_in_progress: 2,
+        failure_policy: FailurePolicy::default(),
+        interval: Duration::from_secs(10),
+        grace: Duration::from_secs(5),
+        max_runtime_seconds: None,
+    }
+}
+
+fn rig_with(settings: DispatchSettings) -> Rig {
+    let time = VirtualClock::at(START);
+    let board = Arc::new(memory_board(Arc::new(time.clone())));
+    let host = FakeHost::new("h1", time.clone());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let ports = DispatchPorts {
+        board: board.clone(),
+        supervisor: Arc::new(host.clone()),
+        clock: Arc::new(time.clone()),
+        wakeups: Arc::new(host.clone()),
+        notes: Arc::new(move |event: &DispatchEvent| seen.lock().unwrap().push(event.clone())),
+    };
+    Rig {
+        board,
+        host,
+        time,
+        dispatcher: Dispatcher::new(ports, settings),
+        events,
+    }
+}
+
+fn rig() -> Rig {
+    rig_with(settings())
+}
+
+impl Rig {
+    fn add(&self, title: &str) -> String {
+        block_on(self.board.create_task(&NewTask {
+            title: title.into(),
+            ..NewTask::default()
+        }))
+        .unwrap()
+    }
+
+    fn tick(&mut self) -> kanban_core::TickReport {
+        block_on(self.dispatcher.tick(true))
+    }
+
+    fn card(&self, id: &str) -> kanban_core::TaskView {
+        block_on(self.board.show_task(id)).unwrap()
+    }
+
+    fn status(&self, id: &str) -> TaskStatus {
+        self.card(id).task.status
+    }
+
+    fn events(&self) -> Vec<DispatchEvent> {
+        self.events.lock().unwrap().clone()
+    }
+
+    fn stopping(&self) -> Vec<(String, kanban_core::SignalReason)> {
+        self.events()
+            .into_iter()
+            .filter_map(|event| match event {
+                DispatchEvent::Stopping {
+                    task_id, reason, ..
+                } => Some((task_id, reason)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn released(&self) -> Vec<(String, bool)> {
+        self.events()
+            .into_iter()
+            .filter_map(|event| match event {
+                DispatchEvent::Released {
+                    task_id, counted, ..
+                } => Some((task_id, counted)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A claim by another dispatcher (`lock`), with a worker planted on this host.
+    fn foreign_claim(&self, id: &str, lock: &str) -> (Claim, u32) {
+        let claim = block_on(self.board.claim_task(id, TTL, lock))
+            .unwrap()
+            .unwrap()
+            .claim;
+        let pid = self.host.plant(&claim);
+        block_on(self.board.record_spawn(&claim, pid, None)).unwrap();
+        (claim, pid)
+    }
+}
+
+#[test]
+fn claims_in_priority_order_up_to_the_budget() {
+    let mut rig = rig();
+    let a = rig.add("a");
+    rig.time.advance(1);
+    let b = block_on(rig.board.create_task(&NewTask {
+        title: "b".into(),
+        priority: 3,
+        ..NewTask::default()
+    }))
+    .unwrap();
+    rig.time.advance(1);
+    let c = rig.add("c");
+    let report = rig.tick();
+    assert_eq!(report.spawned, 2, "the budget is 2");
+    assert_eq!(rig.host.live(&b).len(), 1, "priority first");
+    assert_eq!(rig.host.live(&a).len(), 1, "then the oldest");
+    assert!(rig.host.live(&c).is_empty());
+    let worker = rig.host.worker(&b);
+    let view = rig.card(&b);
+    assert_eq!(
+        view.task.worker_pid,
+        Some(i64::from(worker.pid)),
+        "the spawn is recorded"
+    );
+    assert!(
+        worker.claim.claim_lock.starts_with("h1:"),
+        "the lock names the host"
+    );
+    assert_ne!(
+        worker.claim.claim_lock,
+        rig.host.worker(&a).claim.claim_lock,
+        "one claim, one lock"
+    );
+    assert_eq!(rig.tick().spawned, 0, "no budget left");
+}
+
+#[test]
+fn every_exit_is_booked_from_the_one_table() {
+    let mut rig = rig_with(DispatchSettings {
+        max_in_progress: 4,
+        ..settings()
+    });
+    let ids: Vec<String> = (0..4).map(|n| rig.add(&format!("card {n}"))).collect();
+    rig.tick();
+    let codes = [0, 75, 78, 3];
+    for (id, code) in ids.iter().zip(codes) {
+        rig.host
+            .exit(rig.host.worker(id).pid, ExitWitness::Code(code));
+    }
+    assert_eq!(rig.tick().booked, 4);
+    let view = rig.card(&ids[0]);
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("protocol_violation"));
+    assert_eq!(
+        view.task.consecutive_failures, 0,
+        "a violation is not counted"
+    );
+    assert_eq!(
+        (view.task.status, view.runs.len()),
+        (TaskStatus::Running, 2),
+        "and not held: claimed again in the same tick"
+    );
+    let view = rig.card(&ids[1]);
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("rate_limited"));
+    assert_eq!(
+        view.task.not_before,
+        Some(START + 300),
+        "held for the cooldown"
+    );
+    assert_eq!(view.task.consecutive_failures, 0);
+    assert_eq!(rig.status(&ids[2]), TaskStatus::Blocked, "78 blocks");
+    let view = rig.card(&ids[3]);
+    assert_eq!(view.task.consecutive_failures, 1, "a crash counts");
+    assert!(view.task.not_before.is_some_and(|at| at >= START + 30));
+    assert!(
+        rig.host
+            .sweeps()
+            .iter()
+            .filter(|(_, what)| *what == "run")
+            .count()
+            >= 4,
+        "whatever each run left behind is swept"
+    );
+}
+
+#[test]
+fn a_previous_dispatchers_dead_worker_is_booked_from_its_result_or_its_trailer() {
+    let mut rig = rig();
+    let with_result = rig.add("left a result");
+    let with_trailer = rig.add("left a trailer");
+    let with_nothing = rig.add("left nothing");
+    let (claim, pid) = rig.foreign_claim(&with_result, "h1:99:old");
+    block_on(rig.board.book_result(
+        &claim,
+        &WorkerResult {
+            pid,
+            claim_lock: claim.claim_lock.clone(),
+            exit_code: 75,
+            last_output: String::new(),
+            turns: 1,
+            recovery_attempts: 0,
+            retry_after_seconds: None,
+        },
+    ))
+    .unwrap();
+    rig.host.exit(pid, ExitWitness::Code(75));
+    let (_, pid) = rig.foreign_claim(&with_trailer, "h1:99:old2");
+    rig.host.exit(pid, ExitWitness::Code(78));
+    let (_, pid) = rig.foreign_claim(&with_nothing, "h1:99:old3");
+    rig.host.exit(pid, ExitWitness::Signal(9));
+    rig.tick();
+    let booked = |id: &str| {
+        let view = rig.card(id);
+        let event = view
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.payload.get("source").is_some())
+            .cloned()
+            .expect("a booking");
+        (
+            view.runs[0].outcome.clone().unwrap(),
+            event.payload["source"].as_str().unwrap().to_owned(),
+        )
+    };
+    assert_eq!(
+        booked(&with_result),
+        ("rate_limited".into(), "worker_result".into())
+    );
+    assert_eq!(
+        booked(&with_trailer),
+        ("terminal_provider".into(), "trailer".into())
+    );
+    assert_eq!(booked(&with_nothing), ("crashed".into(), "none".into()));
+}
+
+#[test]
+fn a_live_workers_lease_is_renewed_and_a_silent_one_stopped_after_an_hour() {
+    let mut rig = rig();
+    let id = rig.add("quiet");
+    rig.tick();
+    let worker = rig.host.worker(&id);
+    let first = rig.card(&id).task.claim_expires.unwrap();
+    rig.time.advance(TTL / 3 + 5);
+    rig.tick();
+    let renewed = rig.card(&id).task.claim_expires.unwrap();
+    assert!(renewed > first, "renewed before two thirds of it were gone");
+    for _ in 0..400 {
+        rig.time.advance(10);
+        rig.tick();
+        if !rig.stopping().is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        rig.stopping(),
+        [(id.clone(), kanban_core::SignalReason::Overrun)],
+        "stopped once silent for over an hour"
+    );
+    let elapsed = kanban_core::Clock::monotonic_millis(&rig.time) / 1000;
+    assert!(
+        (3600..=3720).contains(&elapsed),
+        "after an hour of silence, not before: {elapsed} s"
+    );
+    assert_eq!(worker.signals, Vec::<StopSignal>::new());
+    rig.tick();
+    let view = rig.card(&id);
+    assert_eq!(
+        view.runs[0].outcome.as_deref(),
+        Some("timed_out"),
+        "booked as the overrun it was"
+    );
+    assert_eq!(view.task.consecutive_failures, 1, "counted");
+}
+
+#[test]
+fn work_that_lost_its_claim_is_stopped() {
+    let mut rig = rig();
+    let id = rig.add("taken back");
+    rig.tick();
+    block_on(rig.board.reclaim(&id, "operator")).unwrap();
+    rig.tick();
+    assert_eq!(
+        rig.stopping(),
+        [(id.clone(), kanban_core::SignalReason::Fenced)],
+        "the reclaimed run's worker is stopped at once"
+    );
+    assert!(rig.host.live(&id).is_empty() || rig.tick().spawned == 0);
+}
+
+#[test]
+fn a_worker_that_finished_its_card_is_left_to_exit_by_itself() {
+    let mut rig = rig();
+    let id = rig.add("finished");
+    rig.tick();
+    let worker = rig.host.worker(&id);
+    block_on(rig.board.complete(&worker.claim, "done", None)).unwrap();
+    rig.tick();
+    assert!(rig.stopping().is_empty(), "not stopped while it settles");
+    rig.time.advance(6);
+    rig.tick();
+    assert_eq!(
+        rig.stopping(),
+        [(id.clone(), kanban_core::SignalReason::Fenced)],
+        "one that lingers past the grace is"
+    );
+}
+
+#[test]
+fn shutdown_stops_every_worker_then_kills_the_stubborn_and_ends_130() {
+    let mut rig = rig();
+    let calm = rig.add("calm");
+    let stubborn = rig.add("stubborn");
+    rig.tick();
+    rig.host.make_stubborn(rig.host.worker(&stubborn).pid);
+    rig.host.request_stop();
+    let end = block_on(rig.dispatcher.run(RunMode::Forever));
+    assert_eq!(end, DispatchEnd::Interrupted);
+    assert_eq!(
+        end.exit_code(),
+        130,
+        "a stopped dispatcher exits 130, never 0"
+    );
+    let signals = |id: &str| {
+        rig.host
+            .processes()
+            .into_iter()
+            .find(|p| p.claim.task_id == id)
+            .unwrap()
+            .signals
+    };
+    assert_eq!(signals(&calm), [StopSignal::Terminate]);
+    assert_eq!(
+        signals(&stubborn),
+        [StopSignal::Terminate, StopSignal::Kill],
+        "SIGKILL after the grace period"
+    );
+    for id in [&calm, &stubborn] {
+        let view = rig.card(id);
+        assert_eq!(view.task.status, TaskStatus::Ready, "{id}");
+        assert_eq!(view.task.consecutive_failures, 0, "not counted: {id}");
+        assert_eq!(view.runs[0].outcome.as_deref(), Some("interrupted"), "{id}");
+    }
+}
+
+#[test]
+fn a_spawn_failure_is_the_environments_not_the_cards() {
+    let mut rig = rig();
+    let id = rig.add("unlucky");
+    rig.host.fail_spawns(Some(EnvironmentFault::Configuration(
+        "the agent ./agnet.sh does not exist".into(),
+    )));
+    let end = block_on(rig.dispatcher.run(RunMode::Forever));
+    assert_eq!(
+        end.exit_code(),
+        78,
+        "a configuration fault ends the dispatcher with 78"
+    );
+    let view = rig.card(&id);
+    assert_eq!(view.task.status, TaskStatus::Ready, "released back");
+    assert_eq!(view.task.consecutive_failures, 0, "not counted");
+    assert_eq!(view.task.not_before, None, "not held back");
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("released"));
+    assert_eq!(rig.released(), [(id, false)]);
+}
+
+#[test]
+fn a_transient_fault_pauses_claiming_then_claiming_resumes() {
+    let mut rig = rig();
+    let id = rig.add("patient");
+    rig.host
+        .fail_spawns(Some(EnvironmentFault::Transient("fork failed".into())));
+    rig.tick();
+    assert!(rig.host.live(&id).is_empty());
+    assert!(
+        rig.events()
+            .iter()
+            .any(|e| matches!(e, DispatchEvent::Paused { .. }))
+    );
+    rig.host.fail_spawns(None);
+    assert_eq!(rig.tick().spawned, 0, "still paused");
+    rig.time.advance(2);
+    assert_eq!(rig.tick().spawned, 1, "resumed after the pause");
+    assert_eq!(rig.card(&id).task.consecutive_failures, 0);
+}
+
+#[test]
+fn a_wall_clock_jump_stops_nothing_and_releases_nothing() {
+    let mut rig = rig();
+    let local = rig.add("local");
+    let remote = rig.add("remote");
+    rig.tick();
+    let (remote_claim, _) = {
+        // The second card goes to another host's dispatcher.
+        let claim = block_on(rig.board.claim_task(&remote, TTL, "h2:7:far"));
+        (claim, ())
+    };
+    let _ = remote_claim;
+    rig.time.jump(2 * 3600);
+    for _ in 0..20 {
+        rig.time.advance(10);
+        rig.tick();
+    }
+    assert!(
+        rig.stopping().is_empty(),
+        "no worker looks silent after a jump"
+    );
+    assert!(
+        rig.released().is_empty(),
+        "no lease looks run out after a jump"
+    );
+    assert_eq!(rig.status(&local), TaskStatus::Running);
+    assert_eq!(rig.status(&remote), TaskStatus::Running);
+}
+
+#[test]
+fn another_hosts_claim_is_released_only_after_a_whole_unchanged_lease() {
+    let mut rig = rig();
+    let id = rig.add("far away");
+    let claim = block_on(rig.board.claim_task(&id, TTL, "h2:7:far"))
+        .unwrap()
+        .unwrap()
+        .claim;
+    block_on(rig.board.record_spawn(&claim, 4242, None)).unwrap();
+    rig.time.advance(TTL + 1);
+    rig.tick();
+    assert!(
+        rig.released().is_empty(),
+        "expired, but not yet seen unchanged for a lease"
+    );
+    rig.time.advance(TTL / 2);
+    rig.tick();
+    assert!(rig.released().is_empty());
+    rig.time.advance(TTL / 2 + 1);
+    rig.tick();
+    assert_eq!(
+        rig.released(),
+        [(id.clone(), true)],
+        "counted, as a stale release is"
+    );
+    assert!(
+        rig.host.processes().is_empty(),
+        "another host's worker is never signalled here"
+    );
+}
+
+#[test]
+fn a_claim_whose_dispatcher_died_before_spawning_is_released_uncounted() {
+    let mut rig = rig();
+    let id = rig.add("orphaned claim");
+    block_on(rig.board.claim_task(&id, TTL, "h1:99:dead")).unwrap();
+    rig.tick();
+    assert!(
+        rig.released().is_empty(),
+        "its dispatcher may still be spawning"
+    );
+    rig.host.claimer_died("h1:99:dead");
+    rig.tick();
+    assert_eq!(rig.released().first(), Some(&(id.clone(), false)));
+    assert_eq!(rig.card(&id).task.consecutive_failures, 0);
+}
+
+#[test]
+fn a_rerun_first_kills_what_is_left_of_earlier_runs() {
+    let mut rig = rig_with(DispatchSettings {
+        failure_policy: FailurePolicy {
+            backoff_base_seconds: 0,
+            ..FailurePolicy::default()
+        },
+        ..settings()
+    });
+    let id = rig.add("again");
+    rig.tick();
+    let first = rig.host.worker(&id);
+    assert!(
+        !rig.host.sweeps().iter().any(|(_, what)| *what == "earlier"),
+        "a first run has nothing to sweep"
+    );
+    rig.host.exit(first.pid, ExitWitness::Code(1));
+    rig.tick();
+    rig.tick();
+    let second = rig.host.worker(&id);
+    assert!(second.claim.run_id > first.claim.run_id);
+    assert!(
+        rig.host
+            .sweeps()
+            .contains(&(second.claim.run_id, "earlier")),
+        "{:?}",
+        rig.host.sweeps()
+    );
+}
+
+#[test]
+fn a_worker_that_survives_sigkill_has_its_reclaim_deferred() {
+    let mut rig = rig();
+    let id = rig.add("unkillable");
+    rig.tick();
+    let pid = rig.host.worker(&id).pid;
+    rig.host.make_stubborn(pid);
+    rig.host.make_unkillable(pid);
+    for _ in 0..400 {
+        rig.time.advance(10);
+        rig.tick();
+        if rig
+            .events()
+            .iter()
+            .any(|e| matches!(e, DispatchEvent::ReclaimDeferred { .. }))
+        {
+            break;
+        }
+    }
+    let signals = rig.host.worker(&id).signals;
+    assert_eq!(signals, [StopSignal::Terminate, StopSignal::Kill]);
+    assert!(
+        rig.card(&id)
+            .events
+            .iter()
+            .any(|e| e.kind == "reclaim_deferred"),
+        "the deferral is on the board"
+    );
+    assert_eq!(
+        rig.status(&id),
+        TaskStatus::Running,
+        "not released under a live worker"
+    );
+}

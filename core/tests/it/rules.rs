@@ -1,0 +1,658 @@
+//! The board rules, one table each: every engine applies these answers, so
+//! each row here is a row every board honours.
+
+use kanban_core::rules::{
+    self, CardState, ExitHistory, FailurePolicy, Overrun, Release, RunRow, Transition,
+};
+use kanban_core::{
+    BoardError, BookingKind, Claim, ExitReport, ExitWitness, RunStatus, SignalReason, TaskStatus,
+};
+
+const NOW: i64 = 1_000_000;
+
+fn claim() -> Claim {
+    Claim {
+        task_id: "t_1".into(),
+        db: "/b.db".into(),
+        run_id: 7,
+        claim_lock: "h:1:x".into(),
+        board: None,
+    }
+}
+
+fn card(status: TaskStatus) -> CardState {
+    CardState {
+        task_id: "t_1".into(),
+        status,
+        current_run_id: Some(7),
+        claim_lock: Some("h:1:x".into()),
+        claim_expires: Some(NOW + 100),
+        worker_pid: Some(42),
+        consecutive_failures: 0,
+        max_retries: None,
+        open_parents: false,
+    }
+}
+
+fn running() -> CardState {
+    card(TaskStatus::Running)
+}
+
+fn report(witness: ExitWitness) -> ExitReport {
+    ExitReport {
+        witness,
+        source: "wait",
+        signalled: None,
+        output_tail: "  the end  ".into(),
+        policy: FailurePolicy::default(),
+        retry_after_seconds: None,
+    }
+}
+
+fn kinds(transition: &Transition) -> Vec<&str> {
+    transition.events.iter().map(|e| e.kind.as_str()).collect()
+}
+
+#[test]
+fn which_failure_limit_applies() {
+    let rows = [
+        (None, 2, 2, false),
+        (None, 5, 5, false),
+        (Some(4), 2, 4, true),
+        (Some(1), 9, 1, true),
+        (Some(0), 2, 1, true),
+        (None, 0, 1, false),
+    ];
+    for (max_retries, default, limit, from_card) in rows {
+        let got = rules::failure_limit(max_retries, default);
+        assert_eq!(
+            (got.limit, got.from_card),
+            (limit, from_card),
+            "{max_retries:?} / {default}"
+        );
+    }
+    assert_eq!(rules::violation_limit(None), 3);
+    assert_eq!(rules::violation_limit(Some(1)), 1);
+    assert_eq!(rules::violation_limit(Some(5)), 5);
+    assert_eq!(rules::violation_limit(Some(0)), 1);
+}
+
+#[test]
+fn the_violation_streak_over_a_run_history() {
+    let rows: [(&[&str], u32); 8] = [
+        (&[], 0),
+        (&["protocol_violation"], 1),
+        (&["protocol_violation", "protocol_violation"], 2),
+        (&["rate_limited", "protocol_violation"], 1),
+        (
+            &["protocol_violation", "rate_limited", "protocol_violation"],
+            2,
+        ),
+        (&["crashed", "protocol_violation"], 0),
+        (
+            &["protocol_violation", "completed", "protocol_violation"],
+            1,
+        ),
+        (&["rate_limited", "rate_limited"], 0),
+    ];
+    for (outcomes, streak) in rows {
+        assert_eq!(
+            rules::violation_streak(outcomes.iter().copied()),
+            streak,
+            "{outcomes:?}"
+        );
+    }
+    let long = vec!["protocol_violation"; 80];
+    assert_eq!(
+        rules::violation_streak(long.iter().copied()),
+        rules::STREAK_SCAN_LIMIT as u32,
+        "only the newest runs are read"
+    );
+}
+
+#[test]
+fn landings() {
+    assert_eq!(rules::requeue_landing(false), TaskStatus::Ready);
+    assert_eq!(rules::requeue_landing(true), TaskStatus::Todo);
+    assert_eq!(rules::initial_status(false, false), TaskStatus::Ready);
+    assert_eq!(rules::initial_status(false, true), TaskStatus::Todo);
+    assert_eq!(rules::initial_status(true, false), TaskStatus::Blocked);
+    assert_eq!(rules::initial_status(true, true), TaskStatus::Blocked);
+}
+
+#[test]
+fn the_backoff_between_failed_runs() {
+    // (failures, lowest, highest) for the default 30 s base.
+    let rows = [
+        (1, 30, 37),
+        (2, 60, 75),
+        (3, 120, 150),
+        (5, 480, 600),
+        (8, 3600, 4500),
+        (40, 3600, 4500),
+    ];
+    for (failures, low, high) in rows {
+        for seed in 0..64 {
+            let wait = rules::retry_backoff_seconds(30, failures, seed);
+            assert!(
+                (low..=high).contains(&wait),
+                "failure {failures}, seed {seed}: {wait}"
+            );
+        }
+    }
+    assert_eq!(
+        rules::retry_backoff_seconds(0, 3, 1),
+        0,
+        "a zero base is off"
+    );
+    assert_eq!(rules::retry_backoff_seconds(-5, 3, 1), 0);
+    assert_eq!(
+        rules::retry_backoff_seconds(30, 0, 9),
+        rules::retry_backoff_seconds(30, 1, 9),
+        "the first failure waits the base"
+    );
+    let spread: std::collections::BTreeSet<i64> = (0..64)
+        .map(|seed| rules::retry_backoff_seconds(30, 2, seed))
+        .collect();
+    assert!(spread.len() > 8, "the jitter spreads: {spread:?}");
+    assert_eq!(
+        rules::retry_backoff_seconds(30, 2, 11),
+        rules::retry_backoff_seconds(30, 2, 11),
+        "and is stable for one seed"
+    );
+}
+
+#[test]
+fn when_a_lease_has_expired() {
+    assert!(rules::lease_expired(None, NOW), "no expiry is no lease");
+    assert!(
+        !rules::lease_expired(Some(NOW), NOW),
+        "expiring exactly now is still live"
+    );
+    assert!(rules::lease_expired(Some(NOW - 1), NOW));
+    assert!(!rules::lease_expired(Some(NOW + 1), NOW));
+}
+
+#[test]
+fn who_holds_a_claim() {
+    let held = claim();
+    assert!(rules::holds_claim(&running(), &held));
+    for (what, state) in [
+        ("not running", card(TaskStatus::Ready)),
+        (
+            "another run",
+            CardState {
+                current_run_id: Some(8),
+                ..running()
+            },
+        ),
+        (
+            "another lock",
+            CardState {
+                claim_lock: Some("h:1:y".into()),
+                ..running()
+            },
+        ),
+        (
+            "no lock",
+            CardState {
+                claim_lock: None,
+                ..running()
+            },
+        ),
+    ] {
+        assert!(!rules::holds_claim(&state, &held), "{what}");
+    }
+}
+
+#[test]
+fn where_a_run_stands() {
+    let open = RunRow {
+        ended: false,
+        outcome: None,
+    };
+    let closed = |outcome: &str| RunRow {
+        ended: true,
+        outcome: Some(outcome.into()),
+    };
+    let held = claim();
+    let rows = [
+        (running(), Some(open.clone()), RunStatus::Running),
+        (
+            card(TaskStatus::Ready),
+            Some(open.clone()),
+            RunStatus::Superseded,
+        ),
+        (
+            card(TaskStatus::Done),
+            Some(closed("completed")),
+            RunStatus::Done,
+        ),
+        (
+            card(TaskStatus::Blocked),
+            Some(closed("blocked")),
+            RunStatus::Blocked,
+        ),
+        (
+            card(TaskStatus::Ready),
+            Some(closed("reclaimed")),
+            RunStatus::Superseded,
+        ),
+        (
+            card(TaskStatus::Ready),
+            Some(closed("crashed")),
+            RunStatus::Superseded,
+        ),
+        (running(), None, RunStatus::Superseded),
+        (
+            CardState {
+                current_run_id: Some(9),
+                ..running()
+            },
+            Some(open),
+            RunStatus::Superseded,
+        ),
+    ];
+    for (state, run, expected) in rows {
+        assert_eq!(
+            rules::run_status(&state, run.as_ref(), &held),
+            expected,
+            "{state:?} {run:?}"
+        );
+    }
+}
+
+#[test]
+fn booking_a_crash_counts_backs_off_and_blocks_at_the_limit() {
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Code(3)),
+        NOW,
+    );
+    assert_eq!(booking.kind, BookingKind::Crashed);
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(t.consecutive_failures, Some(1));
+    assert!(t.release_claim);
+    let close = t.close_run.as_ref().unwrap();
+    assert_eq!(
+        (close.status.as_str(), close.outcome.as_str()),
+        ("crashed", "crashed")
+    );
+    assert!(
+        close
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("exited with code 3")
+    );
+    assert!(
+        close.error.as_deref().unwrap().ends_with("\"the end\""),
+        "the trimmed output tail: {close:?}"
+    );
+    let retry_at = t.not_before.flatten().expect("a backoff");
+    assert!((NOW + 30..=NOW + 37).contains(&retry_at));
+    assert_eq!(kinds(&t), ["crashed"]);
+    assert_eq!(t.events[0].run_id, Some(7));
+    assert_eq!(t.events[0].payload["counted"], true);
+    assert_eq!(t.events[0].payload["retry_at"], retry_at);
+
+    let (booking, t) = rules::book_exit(
+        &CardState {
+            consecutive_failures: 1,
+            ..running()
+        },
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Signal(9)),
+        NOW,
+    );
+    assert!(booking.blocks);
+    assert_eq!(t.status, Some(TaskStatus::Blocked));
+    assert_eq!(t.consecutive_failures, Some(2));
+    assert_eq!(t.not_before, Some(None), "a blocked card waits for a human");
+    assert_eq!(kinds(&t), ["crashed", "gave_up"]);
+    assert_eq!(t.events[1].payload["effective_limit"], 2);
+    assert_eq!(t.events[1].payload["limit_source"], "dispatcher");
+
+    let (_, t) = rules::book_exit(
+        &CardState {
+            consecutive_failures: 1,
+            max_retries: Some(3),
+            ..running()
+        },
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Unknown),
+        NOW,
+    );
+    assert_eq!(
+        t.status,
+        Some(TaskStatus::Ready),
+        "the card's own limit wins"
+    );
+    let no_backoff = ExitReport {
+        policy: FailurePolicy {
+            backoff_base_seconds: 0,
+            ..FailurePolicy::default()
+        },
+        ..report(ExitWitness::Code(1))
+    };
+    let (_, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &no_backoff,
+        NOW,
+    );
+    assert_eq!(t.not_before, Some(None), "no backoff, no hold");
+}
+
+#[test]
+fn booking_walls_and_violations_counts_nothing() {
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &ExitReport {
+            retry_after_seconds: Some(900),
+            ..report(ExitWitness::Code(75))
+        },
+        NOW,
+    );
+    assert_eq!(booking.kind, BookingKind::RateLimited);
+    assert_eq!(t.consecutive_failures, None, "not counted");
+    assert_eq!(
+        t.not_before,
+        Some(Some(NOW + 900)),
+        "Retry-After beyond the cooldown"
+    );
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    let (_, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &ExitReport {
+            retry_after_seconds: Some(10),
+            ..report(ExitWitness::Code(75))
+        },
+        NOW,
+    );
+    assert_eq!(
+        t.not_before,
+        Some(Some(NOW + 300)),
+        "the cooldown when longer"
+    );
+
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Code(0)),
+        NOW,
+    );
+    assert_eq!(
+        (booking.kind, booking.blocks),
+        (BookingKind::ProtocolViolation, false)
+    );
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(t.not_before, Some(None), "no hold after a violation");
+    let history = ExitHistory {
+        recent_outcomes: vec!["protocol_violation".into(), "protocol_violation".into()],
+        recorded_signal: None,
+    };
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &history,
+        &report(ExitWitness::Code(0)),
+        NOW,
+    );
+    assert!(booking.blocks, "the third in a row blocks");
+    assert_eq!(t.status, Some(TaskStatus::Blocked));
+    assert_eq!(kinds(&t), ["protocol_violation", "gave_up"]);
+
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Code(78)),
+        NOW,
+    );
+    assert_eq!(booking.kind, BookingKind::TerminalProvider);
+    assert_eq!(t.status, Some(TaskStatus::Blocked), "78 blocks at once");
+    assert_eq!(t.consecutive_failures, Some(1));
+    assert_eq!(t.not_before, Some(None));
+    assert!(kinds(&t).contains(&"gave_up"));
+}
+
+#[test]
+fn booking_follows_the_recorded_stop() {
+    let shutdown = ExitHistory {
+        recorded_signal: Some(SignalReason::Shutdown),
+        ..ExitHistory::default()
+    };
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &shutdown,
+        &report(ExitWitness::Code(130)),
+        NOW,
+    );
+    assert_eq!(booking.kind, BookingKind::Interrupted);
+    assert_eq!(t.consecutive_failures, None);
+    let overrun = ExitHistory {
+        recorded_signal: Some(SignalReason::Overrun),
+        ..ExitHistory::default()
+    };
+    let (booking, _) = rules::book_exit(
+        &running(),
+        &claim(),
+        &overrun,
+        &report(ExitWitness::Code(130)),
+        NOW,
+    );
+    assert_eq!(
+        booking.kind,
+        BookingKind::TimedOut,
+        "the recorded reason wins"
+    );
+    let (booking, _) = rules::book_exit(
+        &running(),
+        &claim(),
+        &shutdown,
+        &ExitReport {
+            signalled: Some(SignalReason::Overrun),
+            ..report(ExitWitness::Code(130))
+        },
+        NOW,
+    );
+    assert_eq!(
+        booking.kind,
+        BookingKind::TimedOut,
+        "the stronger reason wins"
+    );
+}
+
+#[test]
+fn booking_a_settled_run_changes_nothing() {
+    let (booking, t) = rules::book_exit(
+        &card(TaskStatus::Done),
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Code(1)),
+        NOW,
+    );
+    assert_eq!(booking.kind, BookingKind::Settled);
+    assert_eq!(
+        t,
+        Transition {
+            events: t.events.clone(),
+            ..Transition::default()
+        }
+    );
+    assert_eq!(kinds(&t), ["worker_exited"]);
+}
+
+#[test]
+fn releasing_a_claim() {
+    let policy = FailurePolicy::default();
+    let expired = CardState {
+        claim_expires: Some(NOW - 1),
+        ..running()
+    };
+    assert_eq!(
+        rules::release_claim(&running(), &claim(), &Release::Expired, &policy, NOW),
+        None,
+        "a live lease is not released"
+    );
+    assert_eq!(
+        rules::release_claim(
+            &card(TaskStatus::Ready),
+            &claim(),
+            &Release::Expired,
+            &policy,
+            NOW
+        ),
+        None,
+        "a claim the card no longer holds"
+    );
+    let t = rules::release_claim(&expired, &claim(), &Release::Expired, &policy, NOW).unwrap();
+    assert_eq!(t.consecutive_failures, Some(1), "counted");
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(t.close_run.as_ref().unwrap().outcome, "reclaimed");
+    assert_eq!(kinds(&t), ["reclaimed"]);
+    let t = rules::release_claim(
+        &CardState {
+            open_parents: true,
+            ..expired.clone()
+        },
+        &claim(),
+        &Release::Expired,
+        &policy,
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(
+        t.status,
+        Some(TaskStatus::Todo),
+        "back to todo while a parent is open"
+    );
+    let t = rules::release_claim(
+        &CardState {
+            consecutive_failures: 1,
+            ..expired
+        },
+        &claim(),
+        &Release::Expired,
+        &policy,
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Blocked), "at the limit");
+    let not_started = Release::NotStarted {
+        reason: "no agent".into(),
+    };
+    let t = rules::release_claim(&running(), &claim(), &not_started, &policy, NOW).unwrap();
+    assert_eq!(t.consecutive_failures, None, "not counted");
+    assert_eq!(t.not_before, None, "not held back");
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(t.close_run.as_ref().unwrap().outcome, "released");
+    assert_eq!(t.events[0].payload["counted"], false);
+}
+
+#[test]
+fn an_overrun_settles_as_timed_out() {
+    let policy = FailurePolicy::default();
+    for overrun in [
+        Overrun::IterationLimit("60/60".into()),
+        Overrun::TurnDeadline { seconds: 1800 },
+        Overrun::RunLimit { seconds: 3600 },
+    ] {
+        let t = rules::settle_overrun(&running(), &claim(), &overrun, &policy, NOW).unwrap();
+        assert_eq!(
+            t.close_run.as_ref().unwrap().outcome,
+            "timed_out",
+            "{overrun:?}"
+        );
+        assert_eq!(t.consecutive_failures, Some(1));
+        assert!(t.release_claim);
+        assert_eq!(t.status, Some(TaskStatus::Ready));
+    }
+    assert_eq!(
+        rules::settle_overrun(
+            &card(TaskStatus::Done),
+            &claim(),
+            &Overrun::RunLimit { seconds: 1 },
+            &policy,
+            NOW
+        ),
+        None
+    );
+}
+
+#[test]
+fn terminal_calls_and_operator_moves() {
+    let t = rules::complete(&claim(), "did it", None, NOW);
+    assert_eq!(t.status, Some(TaskStatus::Done));
+    assert_eq!(t.consecutive_failures, Some(0));
+    assert_eq!(t.completion.as_ref().unwrap().result, "did it");
+    assert_eq!(t.completion.as_ref().unwrap().completed_at, NOW);
+    let t = rules::complete(&claim(), "did it", Some("the result"), NOW);
+    assert_eq!(t.completion.unwrap().result, "the result");
+    let t = rules::block(&claim(), "need a key");
+    assert_eq!(t.status, Some(TaskStatus::Blocked));
+    assert_eq!(t.close_run.unwrap().summary.as_deref(), Some("need a key"));
+
+    let t = rules::reclaim(&running(), "stuck", NOW).unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(
+        t.consecutive_failures,
+        Some(0),
+        "an operator reclaim starts the count again"
+    );
+    assert!(matches!(
+        rules::reclaim(&card(TaskStatus::Ready), "x", NOW),
+        Err(BoardError::InvalidTransition {
+            action: "reclaim",
+            ..
+        })
+    ));
+    let t = rules::unblock(&card(TaskStatus::Blocked)).unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(t.not_before, Some(None));
+    let t = rules::unblock(&CardState {
+        open_parents: true,
+        ..card(TaskStatus::Blocked)
+    })
+    .unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Todo));
+    assert!(rules::unblock(&running()).is_err());
+    assert!(rules::promote(&card(TaskStatus::Todo)).is_some());
+    assert!(
+        rules::promote(&CardState {
+            open_parents: true,
+            ..card(TaskStatus::Todo)
+        })
+        .is_none()
+    );
+    assert!(rules::promote(&card(TaskStatus::Ready)).is_none());
+    let t = rules::reject_claim_for_parents();
+    assert_eq!(t.status, Some(TaskStatus::Todo));
+}
+
+#[test]
+fn creation_events() {
+    let parents = vec!["t_p".to_owned()];
+    let events = rules::creation_events(TaskStatus::Todo, &parents, Some("ana"));
+    let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["created", "dependency_wait"]);
+    assert_eq!(events[0].payload["assignee"], "ana");
+    let events = rules::creation_events(TaskStatus::Blocked, &[], None);
+    assert_eq!(events[1].kind, "blocked");
+    assert_eq!(
+        rules::creation_events(TaskStatus::Ready, &[], None).len(),
+        1
+    );
+}

@@ -1,0 +1,286 @@
+//! A host for the dispatcher without processes: a process table the test
+//! drives by hand, and wake-ups that advance virtual time. Each of the
+//! dispatcher's decisions can be shown in a few lines, deterministically.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kanban_core::{
+    Claim, EnvironmentFault, ExitWitness, RunLog, StopSignal, Supervisor, Wakeups, WorkerExit,
+    WorkerProcess,
+};
+
+use crate::VirtualClock;
+
+/// One process the fake host knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FakeProcess {
+    pub pid: u32,
+    pub claim: Claim,
+    pub alive: bool,
+    /// Signals it received, in order.
+    pub signals: Vec<StopSignal>,
+    /// Started by this host's dispatcher (as opposed to planted by the test).
+    pub ours: bool,
+    /// Ignores SIGTERM.
+    pub stubborn: bool,
+    /// Survives even SIGKILL (a process in uninterruptible sleep).
+    pub unkillable: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_pid: u32,
+    processes: BTreeMap<u32, FakeProcess>,
+    exits: Vec<WorkerExit>,
+    trailers: BTreeMap<i64, i32>,
+    swept: Vec<(i64, &'static str)>,
+    spawn_fault: Option<EnvironmentFault>,
+    stop: bool,
+    gone_claimers: Vec<String>,
+    locks: u64,
+}
+
+/// A host with a hand-driven process table; clones share it.
+#[derive(Clone, Debug)]
+pub struct FakeHost {
+    name: String,
+    time: VirtualClock,
+    state: Arc<Mutex<State>>,
+}
+
+impl FakeHost {
+    /// A host named `name`, on `time`.
+    pub fn new(name: &str, time: VirtualClock) -> Self {
+        Self {
+            name: name.to_owned(),
+            time,
+            state: Arc::new(Mutex::new(State {
+                next_pid: 1000,
+                ..State::default()
+            })),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every process started or planted, by pid.
+    pub fn processes(&self) -> Vec<FakeProcess> {
+        self.state().processes.values().cloned().collect()
+    }
+
+    /// The live processes working `task_id`.
+    pub fn live(&self, task_id: &str) -> Vec<FakeProcess> {
+        self.processes()
+            .into_iter()
+            .filter(|p| p.alive && p.claim.task_id == task_id)
+            .collect()
+    }
+
+    /// The one live process working `task_id`; panics when there is not exactly one.
+    pub fn worker(&self, task_id: &str) -> FakeProcess {
+        let live = self.live(task_id);
+        assert_eq!(live.len(), 1, "one live worker of {task_id}: {live:?}");
+        live[0].clone()
+    }
+
+    /// Ends process `pid` with `witness`, as if it exited; its trailer (when
+    /// it exited with a code) is what its log says.
+    pub fn exit(&self, pid: u32, witness: ExitWitness) {
+        let mut state = self.state();
+        let Some(process) = state.processes.get_mut(&pid) else {
+            panic!("no process {pid}");
+        };
+        process.alive = false;
+        let (ours, run_id) = (process.ours, process.claim.run_id);
+        if let ExitWitness::Code(code) = witness {
+            state.trailers.insert(run_id, code);
+        }
+        if ours {
+            state.exits.push(WorkerExit { pid, witness });
+        }
+    }
+
+    /// Plants a live process of this host working `claim` that this
+    /// dispatcher did not start (a previous dispatcher's worker).
+    pub fn plant(&self, claim: &Claim) -> u32 {
+        let mut state = self.state();
+        let pid = state.next_pid;
+        state.next_pid += 1;
+        state.processes.insert(
+            pid,
+            FakeProcess {
+                pid,
+                claim: claim.clone(),
+                alive: true,
+                signals: Vec::new(),
+                ours: false,
+                stubborn: false,
+                unkillable: false,
+            },
+        );
+        pid
+    }
+
+    /// Makes the next spawns fail with `fault` (or succeed again with `None`).
+    pub fn fail_spawns(&self, fault: Option<EnvironmentFault>) {
+        self.state().spawn_fault = fault;
+    }
+
+    /// Process `pid` ignores SIGTERM from now on.
+    pub fn make_stubborn(&self, pid: u32) {
+        if let Some(process) = self.state().processes.get_mut(&pid) {
+            process.stubborn = true;
+        }
+    }
+
+    /// Process `pid` survives SIGKILL from now on.
+    pub fn make_unkillable(&self, pid: u32) {
+        if let Some(process) = self.state().processes.get_mut(&pid) {
+            process.unkillable = true;
+        }
+    }
+
+    /// Asks the dispatcher to stop, as SIGINT would.
+    pub fn request_stop(&self) {
+        self.state().stop = true;
+    }
+
+    /// Declares the dispatcher that took `claim_lock` gone.
+    pub fn claimer_died(&self, claim_lock: &str) {
+        self.state().gone_claimers.push(claim_lock.to_owned());
+    }
+
+    /// Every sweep asked for: (run id, "run" or "earlier").
+    pub fn sweeps(&self) -> Vec<(i64, &'static str)> {
+        self.state().swept.clone()
+    }
+}
+
+#[async_trait]
+impl Supervisor for FakeHost {
+    fn host(&self) -> &str {
+        &self.name
+    }
+
+    fn new_claim_lock(&self) -> String {
+        let mut state = self.state();
+        state.locks += 1;
+        format!("{}:1:{:04}", self.name, state.locks)
+    }
+
+    fn claimer_gone(&self, claim_lock: &str) -> bool {
+        self.state()
+            .gone_claimers
+            .iter()
+            .any(|gone| gone == claim_lock)
+    }
+
+    async fn spawn(
+        &self,
+        claim: &Claim,
+        _goal_mode: bool,
+    ) -> Result<WorkerProcess, EnvironmentFault> {
+        let mut state = self.state();
+        if let Some(fault) = state.spawn_fault.clone() {
+            return Err(fault);
+        }
+        let pid = state.next_pid;
+        state.next_pid += 1;
+        state.processes.insert(
+            pid,
+            FakeProcess {
+                pid,
+                claim: claim.clone(),
+                alive: true,
+                signals: Vec::new(),
+                ours: true,
+                stubborn: false,
+                unkillable: false,
+            },
+        );
+        Ok(WorkerProcess {
+            pid,
+            started_at: Some(i64::from(pid) * 7),
+        })
+    }
+
+    async fn reap(&self) -> Vec<WorkerExit> {
+        std::mem::take(&mut self.state().exits)
+    }
+
+    fn alive(&self, pid: i64, started_at: Option<i64>) -> bool {
+        let state = self.state();
+        u32::try_from(pid)
+            .ok()
+            .and_then(|pid| state.processes.get(&pid))
+            .is_some_and(|p| {
+                p.alive && started_at.is_none_or(|at| at == i64::from(p.pid) * 7 || !p.ours)
+            })
+    }
+
+    fn signal(&self, pid: i64, _started_at: Option<i64>, signal: StopSignal) {
+        let mut state = self.state();
+        let Some(process) = u32::try_from(pid)
+            .ok()
+            .and_then(|pid| state.processes.get_mut(&pid))
+        else {
+            return;
+        };
+        process.signals.push(signal);
+        let dies = match signal {
+            StopSignal::Terminate => !process.stubborn,
+            StopSignal::Kill => !process.unkillable,
+        };
+        if dies && process.alive {
+            process.alive = false;
+            let (pid, ours) = (process.pid, process.ours);
+            if ours {
+                let witness = match signal {
+                    StopSignal::Terminate => ExitWitness::Code(130),
+                    StopSignal::Kill => ExitWitness::Signal(9),
+                };
+                state.exits.push(WorkerExit { pid, witness });
+            }
+        }
+    }
+
+    async fn sweep(&self, claim: &Claim) {
+        self.state().swept.push((claim.run_id, "run"));
+    }
+
+    async fn sweep_earlier_runs(&self, claim: &Claim) {
+        let mut state = self.state();
+        state.swept.push((claim.run_id, "earlier"));
+        for process in state.processes.values_mut() {
+            if process.claim.task_id == claim.task_id && process.claim.run_id != claim.run_id {
+                process.alive = false;
+            }
+        }
+    }
+
+    async fn run_log(&self, claim: &Claim) -> RunLog {
+        RunLog {
+            trailer_code: self.state().trailers.get(&claim.run_id).copied(),
+            output_tail: String::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl Wakeups for FakeHost {
+    async fn wait(&self, timeout: Duration) {
+        self.time
+            .advance_millis(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.state().stop
+    }
+}

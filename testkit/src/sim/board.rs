@@ -1,0 +1,231 @@
+//! The board as simulated processes see it: the real SQLite board, with a
+//! scheduling point before every call, BUGGIFY-style faults, and an oracle
+//! that no fenced-out run's write is ever accepted.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use async_trait::async_trait;
+use kanban_board_sqlite::SqliteBoard;
+use kanban_core::rules::{FailurePolicy, Overrun, Release};
+use kanban_core::{
+    Board, BoardError, Booking, Claim, ClaimGrant, DispatchBoard, ExitReport, NotLive,
+    ProofIdentity, RunStatus, RunningWorker, SignalReason, WorkerResult,
+};
+
+use super::exec::{Shared, yield_now};
+
+/// The board faults of one seed: each call site is drawn active or not the
+/// first time it is reached (one in four are), then an active site fails
+/// one call in twenty while faults are on.
+#[derive(Debug, Default)]
+pub(crate) struct BoardFaults {
+    pub(crate) active: bool,
+    pub(crate) sites: BTreeMap<&'static str, bool>,
+}
+
+/// The board every simulated process shares.
+#[derive(Debug)]
+pub(crate) struct SimBoard {
+    pub(crate) inner: SqliteBoard,
+    pub(crate) world: Shared,
+}
+
+impl SimBoard {
+    /// A scheduling point, then maybe a fault instead of the call.
+    async fn gate(&self, site: &'static str) -> Result<(), BoardError> {
+        yield_now(&self.world).await;
+        let mut world = self.world.lock();
+        if !world.board_faults.active {
+            return Ok(());
+        }
+        let activated = match world.board_faults.sites.get(site) {
+            Some(activated) => *activated,
+            None => {
+                let activated = world.rng.chance(250);
+                world.board_faults.sites.insert(site, activated);
+                activated
+            }
+        };
+        if !activated || !world.rng.chance(50) {
+            return Ok(());
+        }
+        world.counts.board_faults += 1;
+        let error = match world.rng.below(3) {
+            0 => BoardError::Busy { attempts: 8 },
+            1 => BoardError::DiskFull {
+                path: ":memory:".into(),
+            },
+            _ => BoardError::Storage("simulated I/O error".into()),
+        };
+        world.say(format!("fault: board {site} fails with {error}"));
+        Err(error)
+    }
+
+    /// A worker write: gated, and checked against the proof taken just
+    /// before it, in the same instant.
+    async fn fenced<T>(
+        &self,
+        claim: &Claim,
+        site: &'static str,
+        call: impl Future<Output = Result<T, BoardError>>,
+    ) -> Result<T, BoardError> {
+        self.gate(site).await?;
+        let live = self
+            .inner
+            .prove_claim(claim, ProofIdentity::AnyProcess)
+            .await;
+        let result = call.await;
+        let mut world = self.world.lock();
+        match (&live, &result) {
+            (Err(reason), Ok(_)) => world.finding(format!(
+                "a write from a fenced-out run was accepted: {site} by run {} of {} ({reason})",
+                claim.run_id, claim.task_id
+            )),
+            (Ok(()), Err(BoardError::LeaseLost { .. })) => world.finding(format!(
+                "a live claim's write was refused: {site} by run {} of {}",
+                claim.run_id, claim.task_id
+            )),
+            (Err(_), Err(BoardError::LeaseLost { .. })) => world.counts.stale_writes_refused += 1,
+            _ => {}
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Board for SimBoard {
+    async fn prove_claim(&self, claim: &Claim, identity: ProofIdentity) -> Result<(), NotLive> {
+        self.gate("prove")
+            .await
+            .map_err(|error| NotLive::Unreadable(error.to_string()))?;
+        self.inner.prove_claim(claim, identity).await
+    }
+    async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        self.fenced(claim, "bind", self.inner.bind_worker(claim, pid))
+            .await
+    }
+    async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError> {
+        self.gate("book_result").await?;
+        self.inner.book_result(claim, result).await
+    }
+    async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
+        self.gate("run_status").await?;
+        self.inner.run_status(claim).await
+    }
+    async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
+        self.fenced(claim, "heartbeat", self.inner.heartbeat(claim, note))
+            .await
+    }
+    async fn complete(
+        &self,
+        claim: &Claim,
+        summary: &str,
+        result: Option<String>,
+    ) -> Result<(), BoardError> {
+        self.fenced(
+            claim,
+            "complete",
+            self.inner.complete(claim, summary, result),
+        )
+        .await
+    }
+    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
+        self.fenced(claim, "block", self.inner.block(claim, reason))
+            .await
+    }
+    async fn settle_overrun(
+        &self,
+        claim: &Claim,
+        overrun: &Overrun,
+        policy: &FailurePolicy,
+    ) -> Result<(), BoardError> {
+        self.fenced(
+            claim,
+            "settle_overrun",
+            self.inner.settle_overrun(claim, overrun, policy),
+        )
+        .await
+    }
+    async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError> {
+        self.fenced(claim, "comment", self.inner.comment(claim, author, text))
+            .await
+    }
+    async fn append_event(
+        &self,
+        claim: &Claim,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<(), BoardError> {
+        self.fenced(
+            claim,
+            "append_event",
+            self.inner.append_event(claim, kind, payload),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl DispatchBoard for SimBoard {
+    async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError> {
+        self.gate("running_workers").await?;
+        self.inner.running_workers().await
+    }
+    async fn claim_next_ready(
+        &self,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        self.gate("claim_next_ready").await?;
+        self.inner.claim_next_ready(ttl_seconds, claim_lock).await
+    }
+    async fn record_spawn(
+        &self,
+        claim: &Claim,
+        pid: u32,
+        started_at: Option<i64>,
+    ) -> Result<(), BoardError> {
+        self.gate("record_spawn").await?;
+        self.inner.record_spawn(claim, pid, started_at).await
+    }
+    async fn record_signal(
+        &self,
+        claim: &Claim,
+        signal: i32,
+        reason: SignalReason,
+    ) -> Result<(), BoardError> {
+        self.gate("record_signal").await?;
+        self.inner.record_signal(claim, signal, reason).await
+    }
+    async fn extend_lease(
+        &self,
+        claim: &Claim,
+        expires: i64,
+        record: Option<(&'static str, &'static str)>,
+    ) -> Result<bool, BoardError> {
+        self.gate("extend_lease").await?;
+        self.inner.extend_lease(claim, expires, record).await
+    }
+    async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError> {
+        self.gate("booked_result").await?;
+        self.inner.booked_result(claim).await
+    }
+    async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError> {
+        self.gate("book_exit").await?;
+        self.inner.book_exit(claim, report).await
+    }
+    async fn release_claim(
+        &self,
+        claim: &Claim,
+        release: &Release,
+        policy: &FailurePolicy,
+    ) -> Result<bool, BoardError> {
+        self.gate("release_claim").await?;
+        self.inner.release_claim(claim, release, policy).await
+    }
+    async fn promote_ready(&self) -> Result<usize, BoardError> {
+        self.gate("promote_ready").await?;
+        self.inner.promote_ready().await
+    }
+}

@@ -1,0 +1,113 @@
+//! The deterministic simulation, run over many seeds.
+//!
+//! `KANBAN_SIM_SEEDS=N` runs N seeds (default 200), `KANBAN_SIM_STEPS=S`
+//! steps each (default 1000), `KANBAN_SIM_FIRST=K` starts at seed K;
+//! `KANBAN_SIM_SEED=K` runs seed K alone and prints its trace.
+
+mod sim {
+    use kanban_testkit::sim::{Counts, SimOptions, SimStore, run_seed};
+
+    fn env_u64(name: &str, default: u64) -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|raw| raw.trim().parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// Seeds that once found a bug (docs/reliability.md lists each); they
+    /// stay in CI for good.
+    const REGRESSION_SEEDS: [u64; 15] = [
+        0, 9, 15, 32, 423, 877, 1194, 1252, 1591, 1918, 2324, 5348, 8530, 8560, 9691,
+    ];
+
+    fn run(seeds: impl Iterator<Item = u64>, steps: u64, store: SimStore) -> Counts {
+        let mut total = Counts::default();
+        let mut failures = Vec::new();
+        let whole_trace = std::env::var("KANBAN_SIM_SEED").is_ok();
+        for seed in seeds {
+            let options = SimOptions {
+                seed,
+                steps,
+                store,
+                whole_trace,
+            };
+            let report = run_seed(options);
+            total.add(&report.counts);
+            if !report.findings.is_empty() {
+                failures.push(report.failure_text(&options));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+        total
+    }
+
+    #[test]
+    fn seeds_hold_every_invariant_and_every_card_settles() {
+        let steps = env_u64("KANBAN_SIM_STEPS", 1000);
+        let (seeds, first): (Box<dyn Iterator<Item = u64>>, String) =
+            match std::env::var("KANBAN_SIM_SEED")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                Some(seed) => (Box::new(std::iter::once(seed)), format!("seed {seed}")),
+                None => {
+                    let first = env_u64("KANBAN_SIM_FIRST", 0);
+                    let count = env_u64("KANBAN_SIM_SEEDS", 200);
+                    (
+                        Box::new((first..first + count).chain(REGRESSION_SEEDS)),
+                        format!("seeds {first}..{}", first + count),
+                    )
+                }
+            };
+        let started = std::time::Instant::now();
+        let total = run(seeds, steps, SimStore::Memory);
+        println!(
+            "simulation, {first} x {steps} steps in memory: {} steps, {} virtual s, {} cards, {} runs, {} faults ({} worker kills, {} dispatcher kills, {} stops, {} pauses, {} clock jumps, {} skews, {} board faults, {} spawn faults), {} orphaned agents, {} stale writes refused, {} bookings, {:.1} s",
+            total.steps,
+            total.virtual_seconds,
+            total.cards,
+            total.runs,
+            total.faults(),
+            total.worker_kills,
+            total.dispatcher_kills,
+            total.dispatcher_stops,
+            total.pauses,
+            total.clock_jumps,
+            total.clock_skews,
+            total.board_faults,
+            total.spawn_faults,
+            total.orphaned_agents,
+            total.stale_writes_refused,
+            total.bookings,
+            started.elapsed().as_secs_f64()
+        );
+        assert!(total.faults() > 0, "faults were injected");
+        assert!(total.bookings > 0, "exits were booked");
+    }
+
+    #[test]
+    fn seeds_on_a_board_file() {
+        let count = env_u64("KANBAN_SIM_FILE_SEEDS", 8);
+        let total = run(1_000_000..1_000_000 + count, 600, SimStore::File);
+        assert!(total.runs > 0);
+    }
+
+    #[test]
+    fn a_seed_replays_exactly() {
+        for seed in [3, 17] {
+            let options = SimOptions {
+                seed,
+                steps: 400,
+                store: SimStore::Memory,
+                whole_trace: false,
+            };
+            let first = run_seed(options);
+            let second = run_seed(options);
+            assert_eq!(
+                first.trace, second.trace,
+                "seed {seed} replays step for step"
+            );
+            assert_eq!(first.counts, second.counts);
+        }
+    }
+}
