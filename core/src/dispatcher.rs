@@ -670,8 +670,8 @@ impl Dispatcher {
             }
             let status = self.ports.board.run_status(&child.claim).await;
             let settle_window = millis(self.settings.grace);
-            match status {
-                Ok(RunStatus::Running) => {}
+            let fenced = match status {
+                Ok(RunStatus::Running) => false,
                 Ok(RunStatus::Done | RunStatus::Blocked) => {
                     // The worker's own terminal call closed the run: it exits
                     // by itself. Only one that lingers is stopped.
@@ -680,26 +680,22 @@ impl Dispatcher {
                         .get_mut(&pid)
                         .map(|child| child.settled_since_ms.get_or_insert(mono))
                         .unwrap_or(&mut 0);
-                    if mono.saturating_sub(since) >= settle_window {
-                        self.stop(
-                            &child.claim,
-                            i64::from(pid),
-                            child.process.started_at,
-                            SignalReason::Fenced,
-                        )
-                        .await;
-                    }
+                    mono.saturating_sub(since) >= settle_window
                 }
-                Ok(RunStatus::Superseded) | Err(BoardError::TaskNotFound(_)) => {
-                    self.stop(
-                        &child.claim,
-                        i64::from(pid),
-                        child.process.started_at,
-                        SignalReason::Fenced,
-                    )
-                    .await;
+                Ok(RunStatus::Superseded) | Err(BoardError::TaskNotFound(_)) => true,
+                Err(error) => {
+                    self.board_trouble(&error);
+                    false
                 }
-                Err(error) => self.board_trouble(&error),
+            };
+            if fenced {
+                self.stop(
+                    &child.claim,
+                    i64::from(pid),
+                    child.process.started_at,
+                    SignalReason::Fenced,
+                )
+                .await;
             }
         }
     }

@@ -110,6 +110,10 @@ impl FakeHost {
     /// Plants a live process of this host working `claim` that this
     /// dispatcher did not start (a previous dispatcher's worker).
     pub fn plant(&self, claim: &Claim) -> u32 {
+        self.start(claim, false)
+    }
+
+    fn start(&self, claim: &Claim, ours: bool) -> u32 {
         let mut state = self.state();
         let pid = state.next_pid;
         state.next_pid += 1;
@@ -120,7 +124,7 @@ impl FakeHost {
                 claim: claim.clone(),
                 alive: true,
                 signals: Vec::new(),
-                ours: false,
+                ours,
                 stubborn: false,
                 unkillable: false,
             },
@@ -187,24 +191,10 @@ impl Supervisor for FakeHost {
         claim: &Claim,
         _goal_mode: bool,
     ) -> Result<WorkerProcess, EnvironmentFault> {
-        let mut state = self.state();
-        if let Some(fault) = state.spawn_fault.clone() {
+        if let Some(fault) = self.state().spawn_fault.clone() {
             return Err(fault);
         }
-        let pid = state.next_pid;
-        state.next_pid += 1;
-        state.processes.insert(
-            pid,
-            FakeProcess {
-                pid,
-                claim: claim.clone(),
-                alive: true,
-                signals: Vec::new(),
-                ours: true,
-                stubborn: false,
-                unkillable: false,
-            },
-        );
+        let pid = self.start(claim, true);
         Ok(WorkerProcess {
             pid,
             started_at: Some(i64::from(pid) * 7),

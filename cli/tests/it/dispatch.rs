@@ -503,3 +503,68 @@ fn watch_once_shows_the_board() {
         "{shown}"
     );
 }
+
+/// True once process `pid` is neither running nor a zombie waiting to be reaped.
+fn reaped(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('X')),
+    }
+}
+
+#[test]
+fn a_board_call_stuck_on_a_busy_lock_does_not_stall_reaping() {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    let bench = Bench::new();
+    let first = bench.add("first", &[]);
+    let second = bench.add("second", &[]);
+    let agent = bench.path().join("slow.sh");
+    write_executable(&agent, "#!/bin/sh\ncat > /dev/null\nsleep 30\n");
+    let mut dispatcher = bench
+        .dispatch_command(&agent, &["--max-in-progress", "3"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_of = |id: &str| bench.show(id)["task"]["worker_pid"].as_i64();
+    wait_for("both workers", || {
+        pid_of(&first).is_some() && pid_of(&second).is_some()
+    });
+    // A third card keeps the dispatcher claiming: each tick writes.
+    bench.add("third, to keep the dispatcher writing", &[]);
+    let victim = pid_of(&first).unwrap() as i32;
+    let lock = rusqlite::Connection::open(&bench.db).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let locked = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    killpg(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    while !reaped(victim) && killed.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reaped_after = killed.elapsed();
+    assert!(
+        reaped(victim),
+        "the dead worker was not reaped while the board was locked"
+    );
+    assert!(
+        locked.elapsed() < Duration::from_secs(5),
+        "reaped while the lock was still held"
+    );
+    assert!(
+        reaped_after < Duration::from_secs(1),
+        "reaped within a second of its death, not after the lock: {reaped_after:?}"
+    );
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(locked.elapsed()));
+    lock.execute_batch("COMMIT").unwrap();
+    wait_for("the exit booked once the board is free", || {
+        runs(&bench.show(&first))
+            .first()
+            .is_some_and(|run| run["outcome"] == "crashed")
+    });
+    kill(Pid::from_raw(dispatcher.id() as i32), Signal::SIGTERM).unwrap();
+    let status = dispatcher.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+}

@@ -127,11 +127,7 @@ fn board_failure(outcome: Result<(), BoardError>, reply: &str) -> TurnResult {
 
 impl SimAgent {
     fn stop(&self) -> Option<StopReason> {
-        self.world
-            .lock()
-            .procs
-            .get(&self.proc)
-            .and_then(|proc| proc.stop)
+        self.world.lock().procs.get(&self.proc)?.stop
     }
 
     fn touch(&self) {

@@ -50,6 +50,34 @@ struct SimSupervisor {
 }
 
 impl SimSupervisor {
+    /// Kills every process of this host working a run of `claim`'s card
+    /// that `runs` picks: whatever carries the claim dies with it.
+    fn kill_runs(&self, claim: &Claim, runs: impl Fn(i64) -> bool, what: &str) {
+        let mut world = self.world.lock();
+        let doomed: Vec<ProcId> = world
+            .procs
+            .iter()
+            .filter(|(_, proc)| proc.alive && proc.host == self.host)
+            .filter(|(_, proc)| match &proc.kind {
+                ProcKind::Worker {
+                    task_id, run_id, ..
+                }
+                | ProcKind::OrphanAgent { task_id, run_id } => {
+                    *task_id == claim.task_id && runs(*run_id)
+                }
+                ProcKind::Dispatcher => false,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in doomed {
+            world.say(format!(
+                "{} {what} process {id} (run {})",
+                self.name, claim.run_id
+            ));
+            world.kills.push((id, Kill::Sweep));
+        }
+    }
+
     fn local(&self, pid: i64, fingerprint: Option<i64>) -> Option<ProcId> {
         let id = ProcId::try_from(pid).ok()?;
         let world = self.world.lock();
@@ -163,55 +191,11 @@ impl Supervisor for SimSupervisor {
     }
 
     async fn sweep(&self, claim: &Claim) {
-        let mut world = self.world.lock();
-        let doomed: Vec<ProcId> = world
-            .procs
-            .iter()
-            .filter(|(_, proc)| proc.alive && proc.host == self.host)
-            .filter(|(_, proc)| match &proc.kind {
-                ProcKind::Worker {
-                    task_id, run_id, ..
-                }
-                | ProcKind::OrphanAgent { task_id, run_id } => {
-                    *task_id == claim.task_id && *run_id == claim.run_id
-                }
-                ProcKind::Dispatcher => false,
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in doomed {
-            world.say(format!(
-                "{} sweeps process {id} of run {}",
-                self.name, claim.run_id
-            ));
-            world.kills.push((id, Kill::Sweep));
-        }
+        self.kill_runs(claim, |run| run == claim.run_id, "sweeps");
     }
 
     async fn sweep_earlier_runs(&self, claim: &Claim) {
-        let mut world = self.world.lock();
-        let doomed: Vec<ProcId> = world
-            .procs
-            .iter()
-            .filter(|(_, proc)| proc.alive && proc.host == self.host)
-            .filter(|(_, proc)| match &proc.kind {
-                ProcKind::Worker {
-                    task_id, run_id, ..
-                }
-                | ProcKind::OrphanAgent { task_id, run_id } => {
-                    *task_id == claim.task_id && *run_id != claim.run_id
-                }
-                ProcKind::Dispatcher => false,
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in doomed {
-            world.say(format!(
-                "{} kills process {id} of an earlier run of {} before run {}",
-                self.name, claim.task_id, claim.run_id
-            ));
-            world.kills.push((id, Kill::Sweep));
-        }
+        self.kill_runs(claim, |run| run != claim.run_id, "kills an earlier run's");
     }
 
     async fn run_log(&self, claim: &Claim) -> RunLog {
