@@ -1,18 +1,32 @@
 //! Agents as child processes, one per turn.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
+use std::collections::VecDeque;
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
 use async_trait::async_trait;
-use kanban_core::{TurnError, TurnInput, TurnOutcome, TurnRunner};
+use kanban_core::{
+    FailureReason, StopReason, TURN_DEADLINE_EXIT_PREFIX, TurnError, TurnInput, TurnOutcome,
+    TurnResult, TurnRunner,
+};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::activity::Activity;
 use crate::protocol::{AgentExit, settle_turn};
+
+/// The most of an agent's stdout a turn keeps: its result line is the last
+/// JSON line, so a bounded tail is all that is ever read, whatever it prints.
+pub const STDOUT_TAIL_BYTES: usize = 1 << 20;
+/// How long the pipes are read after the agent exits: a background process
+/// that inherited them (a `setsid` daemon) must not hold the turn open.
+pub const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
 /// The card the agent works on, as the agent sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -30,44 +44,109 @@ pub struct ExecAgentConfig {
     pub task: TaskBrief,
     /// Extra environment for the agent (the claim carrier, for a worker).
     pub env: Vec<(String, String)>,
+    /// Variables the agent must not inherit.
+    pub env_remove: Vec<String>,
     /// Stable across the turns of one run, so the agent can resume its session.
     pub session_id: String,
-    /// How long an interrupted agent gets before its process group is killed.
+    /// How long a stopped agent's process group gets before SIGKILL.
     pub interrupt_grace: Duration,
     /// Copy the agent's stdout and stderr to ours as they arrive.
     pub forward_output: bool,
+    /// A turn is stopped after this long.
+    pub turn_timeout: Option<Duration>,
 }
 
 /// Runs the agent command once per turn, in its own process group.
 ///
-/// `interrupt` holds the number of a signal to forward (0 for none): the
-/// host's signal handler sets it, and the agent's whole process group gets
-/// that signal, then SIGKILL after the grace period. `turn_active` is true
-/// exactly while a turn's process runs (a host heartbeats only then).
+/// Every byte it prints is progress (the worker's watch heartbeats on it).
+/// A stop ([`Activity`]: a signal to the worker, a lost claim, the run's
+/// limit) or the turn's deadline sends SIGTERM (or the worker's signal) to
+/// the agent's whole group, and SIGKILL once the grace period is over
+/// while any of the group lives.
 #[derive(Debug)]
 pub struct ExecAgent {
     config: ExecAgentConfig,
-    interrupt: Arc<AtomicUsize>,
-    turn_active: Arc<AtomicBool>,
+    activity: Arc<Activity>,
+}
+
+/// The last bytes a pipe delivered.
+#[derive(Debug, Default)]
+struct Tail {
+    bytes: VecDeque<u8>,
+    done: bool,
+}
+
+type SharedTail = Arc<Mutex<Tail>>;
+
+fn lock(tail: &SharedTail) -> std::sync::MutexGuard<'_, Tail> {
+    tail.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads a pipe to its end on its own task, keeping the last `keep`
+/// bytes, stamping progress, and copying what it reads when asked.
+fn drain<R: AsyncRead + Unpin + Send + 'static>(
+    mut pipe: R,
+    keep: usize,
+    forward: Option<fn(&[u8])>,
+    activity: Arc<Activity>,
+) -> SharedTail {
+    let tail: SharedTail = Arc::default();
+    let filled = tail.clone();
+    tokio::spawn(async move {
+        let mut chunk = vec![0u8; 8192];
+        loop {
+            match pipe.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => {
+                    activity.touch();
+                    if let Some(forward) = forward {
+                        forward(&chunk[..read]);
+                    }
+                    let mut tail = lock(&filled);
+                    tail.bytes.extend(&chunk[..read]);
+                    let excess = tail.bytes.len().saturating_sub(keep);
+                    tail.bytes.drain(..excess);
+                }
+            }
+        }
+        lock(&filled).done = true;
+    });
+    tail
+}
+
+fn to_stdout(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(bytes);
+    let _ = out.flush();
+}
+
+fn to_stderr(bytes: &[u8]) {
+    let _ = std::io::stderr().lock().write_all(bytes);
+}
+
+/// True while any process of group `group` lives.
+fn group_alive(group: Pid) -> bool {
+    killpg(group, None).is_ok()
+}
+
+/// Why the worker stopped the turn, if it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopped {
+    By(StopReason),
+    Deadline(Duration),
 }
 
 impl ExecAgent {
-    /// An agent that forwards the signal stored in `interrupt`.
-    pub fn new(config: ExecAgentConfig, interrupt: Arc<AtomicUsize>) -> Self {
-        Self {
-            config,
-            interrupt,
-            turn_active: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// True while a turn's process runs; shared.
-    pub fn turn_active(&self) -> Arc<AtomicBool> {
-        self.turn_active.clone()
+    /// An agent that reports to, and is stopped through, `activity`.
+    pub fn new(config: ExecAgentConfig, activity: Arc<Activity>) -> Self {
+        Self { config, activity }
     }
 
     fn spawn(&self, input: &TurnInput) -> std::io::Result<Child> {
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        command
+            .kill_on_drop(false)
             .arg("-c")
             .arg(&self.config.command)
             .envs(self.config.env.iter().map(|(k, v)| (k, v)))
@@ -76,8 +155,11 @@ impl ExecAgent {
             .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
+            .stderr(Stdio::piped());
+        for name in &self.config.env_remove {
+            command.env_remove(name);
+        }
+        let mut child = command.spawn()?;
         let request = serde_json::json!({
             "task": self.config.task,
             "message": input.message,
@@ -86,134 +168,167 @@ impl ExecAgent {
             "session_id": self.config.session_id,
         });
         if let Some(mut stdin) = child.stdin.take() {
-            // Written from a thread: an agent that never reads stdin must not
+            // Written from a task: an agent that never reads stdin must not
             // block the worker, and one that exits early is not an error.
-            std::thread::spawn(move || {
-                let _ = stdin.write_all(format!("{request}\n").as_bytes());
+            tokio::spawn(async move {
+                let _ = stdin.write_all(format!("{request}\n").as_bytes()).await;
             });
         }
         Ok(child)
     }
 
-    /// Waits for the agent, forwarding an interrupt; returns how it ended.
-    fn wait(&self, child: &mut Child) -> std::io::Result<AgentExit> {
-        let group = Pid::from_raw(child.id() as i32);
-        let mut forwarded: Option<Instant> = None;
+    /// Waits for the agent, stopping its group when asked or at the deadline.
+    async fn wait(
+        &self,
+        child: &mut Child,
+        group: Pid,
+    ) -> std::io::Result<(AgentExit, Option<Stopped>)> {
+        let started = Instant::now();
+        let mut stopped: Option<(Stopped, Instant)> = None;
         let mut killed = false;
-        loop {
+        let grace = self.config.interrupt_grace;
+        let exit = loop {
             if let Some(status) = child.try_wait()? {
-                if forwarded.is_some() {
-                    // Whatever is left of the group goes too.
-                    let _ = killpg(group, Signal::SIGKILL);
-                    return Ok(AgentExit::Interrupted);
-                }
-                return Ok(match (status.code(), status.signal()) {
+                break match (status.code(), status.signal()) {
                     (Some(code), _) => AgentExit::Code(code),
                     (None, Some(signal)) => AgentExit::Signal(signal),
                     (None, None) => AgentExit::Code(1),
+                };
+            }
+            if stopped.is_none() {
+                let why = self.activity.stop_reason().map(Stopped::By).or_else(|| {
+                    self.config
+                        .turn_timeout
+                        .filter(|limit| started.elapsed() >= *limit)
+                        .map(Stopped::Deadline)
                 });
-            }
-            let requested = self.interrupt.load(Ordering::SeqCst);
-            match forwarded {
-                None if requested != 0 => {
-                    let signal = Signal::try_from(requested as i32).unwrap_or(Signal::SIGTERM);
-                    tracing::info!(target: "kanban::agent", "forwarding {signal} to the agent's process group {group}");
+                if let Some(why) = why {
+                    let signal = match why {
+                        Stopped::By(StopReason::Signal(number)) => {
+                            Signal::try_from(number).unwrap_or(Signal::SIGTERM)
+                        }
+                        _ => Signal::SIGTERM,
+                    };
+                    tracing::info!(target: "kanban::agent", "stopping the agent ({why:?}): {signal} to its process group {group}");
                     let _ = killpg(group, signal);
-                    forwarded = Some(Instant::now());
+                    stopped = Some((why, Instant::now()));
                 }
-                Some(at) if !killed && at.elapsed() >= self.config.interrupt_grace => {
-                    tracing::warn!(target: "kanban::agent", "the agent outlived its grace period; killing process group {group}");
-                    let _ = killpg(group, Signal::SIGKILL);
-                    killed = true;
-                }
-                _ => {}
             }
-            std::thread::sleep(Duration::from_millis(20));
+            if let Some((_, at)) = stopped
+                && !killed
+                && at.elapsed() >= grace
+            {
+                tracing::warn!(target: "kanban::agent", "the agent outlived its grace period; killing process group {group}");
+                let _ = killpg(group, Signal::SIGKILL);
+                killed = true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if let Some((_, at)) = stopped {
+            // The leader is gone; its group gets the rest of the grace period
+            // (a `sh -c` wrapper dies first, the agent it started may not).
+            while group_alive(group) && at.elapsed() < grace {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
+        Ok((exit, stopped.map(|(why, _)| why)))
     }
 }
 
-/// Reads a pipe to its end on its own thread, line by line, optionally
-/// copying each line to our own stream.
-fn drain<R: Read + Send + 'static>(pipe: R, forward: Option<fn(&str)>) -> mpsc::Receiver<String> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut collected = String::new();
-        let mut reader = BufReader::new(pipe);
-        let mut line = Vec::new();
-        while let Ok(read) = reader.read_until(b'\n', &mut line) {
-            if read == 0 {
-                break;
-            }
-            let text = String::from_utf8_lossy(&line);
-            if let Some(forward) = forward {
-                forward(&text);
-            }
-            collected.push_str(&text);
-            // Keep the tail only: the result line is the last one that counts.
-            if collected.len() > 1 << 20 {
-                let cut = collected.len() - (1 << 19);
-                let cut = (cut..collected.len())
-                    .find(|i| collected.is_char_boundary(*i))
-                    .unwrap_or(cut);
-                collected.drain(..cut);
-            }
-            line.clear();
-        }
-        let _ = sender.send(collected);
-    });
-    receiver
-}
-
-fn to_stdout(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
-fn to_stderr(text: &str) {
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+/// What a turn stopped at its deadline settles to: a terminal settlement
+/// (never retried in place), which the worker settles as a timed-out run.
+fn deadline_result(limit: Duration, session_id: &str) -> TurnResult {
+    let error = format!(
+        "the turn ran past its {} s deadline and its agent was stopped",
+        limit.as_secs()
+    );
+    TurnResult {
+        failed: Some(true),
+        failure_retryable: Some(false),
+        failure_reason: Some(FailureReason::Timeout),
+        turn_exit_reason: Some(format!("{TURN_DEADLINE_EXIT_PREFIX}({}s)", limit.as_secs())),
+        final_response: Some(error.clone()),
+        error: Some(error),
+        completed: Some(false),
+        session_id: Some(session_id.to_owned()),
+        ..TurnResult::default()
+    }
 }
 
 #[async_trait]
 impl TurnRunner for ExecAgent {
     async fn run_turn(&mut self, input: &TurnInput) -> TurnOutcome {
-        if self.interrupt.load(Ordering::SeqCst) != 0 {
-            return settle_turn("", AgentExit::Interrupted, &self.config.session_id);
+        if let Some(reason) = self.activity.stop_reason() {
+            let exit = match reason {
+                StopReason::RunLimit => {
+                    return Ok(Some(TurnResult {
+                        turn_exit_reason: Some("run_limit_exceeded".to_owned()),
+                        ..deadline_result(Duration::ZERO, &self.config.session_id)
+                    }));
+                }
+                _ => AgentExit::Interrupted,
+            };
+            return settle_turn("", exit, &self.config.session_id);
         }
-        let mut child = self.spawn(input).map_err(|error| {
-            TurnError::new(format!(
+        let mut child = self.spawn(input).map_err(|error| TurnError {
+            environment: true,
+            ..TurnError::new(format!(
                 "cannot start the agent `{}`: {error}",
                 self.config.command
             ))
         })?;
-        self.turn_active.store(true, Ordering::SeqCst);
-        let (out_forward, err_forward): (Option<fn(&str)>, Option<fn(&str)>) =
+        let group = Pid::from_raw(
+            child
+                .id()
+                .and_then(|pid| i32::try_from(pid).ok())
+                .unwrap_or(i32::MAX),
+        );
+        self.activity.set_turn_active(true);
+        let (out_forward, err_forward): (Option<fn(&[u8])>, Option<fn(&[u8])>) =
             if self.config.forward_output {
                 (Some(to_stdout), Some(to_stderr))
             } else {
                 (None, None)
             };
-        let stdout = drain(child.stdout.take().expect("stdout is piped"), out_forward);
-        let stderr = drain(child.stderr.take().expect("stderr is piped"), err_forward);
-        let exit = self.wait(&mut child);
-        self.turn_active.store(false, Ordering::SeqCst);
-        let exit =
-            exit.map_err(|error| TurnError::new(format!("lost track of the agent: {error}")))?;
-        // A grandchild may still hold the pipes open; do not wait for it forever.
-        let group = Pid::from_raw(child.id() as i32);
-        let collect = |receiver: mpsc::Receiver<String>| {
-            receiver
-                .recv_timeout(Duration::from_secs(2))
-                .unwrap_or_else(|_| {
-                    let _ = killpg(group, Signal::SIGKILL);
-                    receiver
-                        .recv_timeout(Duration::from_secs(2))
-                        .unwrap_or_default()
-                })
-        };
-        let stdout = collect(stdout);
-        let _stderr = collect(stderr);
-        settle_turn(&stdout, exit, &self.config.session_id)
+        let stdout = child
+            .stdout
+            .take()
+            .map(|pipe| drain(pipe, STDOUT_TAIL_BYTES, out_forward, self.activity.clone()));
+        let stderr = child
+            .stderr
+            .take()
+            .map(|pipe| drain(pipe, 4096, err_forward, self.activity.clone()));
+        let waited = self.wait(&mut child, group).await;
+        self.activity.set_turn_active(false);
+        let (exit, stopped) =
+            waited.map_err(|error| TurnError::new(format!("lost track of the agent: {error}")))?;
+        // Read what the pipes still hold, but only briefly: whatever kept
+        // them open after the agent exited does not hold the turn.
+        let drained_by = Instant::now() + EXIT_DRAIN;
+        for tail in stdout.iter().chain(stderr.iter()) {
+            while !lock(tail).done && Instant::now() < drained_by {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        // Nothing of the turn outlives it in the agent's own group.
+        if group_alive(group) {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        let text = stdout
+            .map(|tail| String::from_utf8_lossy(lock(&tail).bytes.make_contiguous()).into_owned())
+            .unwrap_or_default();
+        match stopped {
+            Some(Stopped::Deadline(limit)) => {
+                Ok(Some(deadline_result(limit, &self.config.session_id)))
+            }
+            Some(Stopped::By(StopReason::RunLimit)) => Ok(Some(TurnResult {
+                turn_exit_reason: Some("run_limit_exceeded".to_owned()),
+                ..deadline_result(Duration::ZERO, &self.config.session_id)
+            })),
+            Some(Stopped::By(_)) => {
+                settle_turn(&text, AgentExit::Interrupted, &self.config.session_id)
+            }
+            None => settle_turn(&text, exit, &self.config.session_id),
+        }
     }
 }

@@ -3,7 +3,6 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +12,7 @@ use kanban_core::{
 };
 use serde_json::{Value, json};
 
+use crate::activity::Activity;
 use crate::exec::TaskBrief;
 use crate::tools::{BoardTools, board_tool_specs};
 
@@ -283,8 +283,7 @@ pub struct HttpAgent {
     messages: Vec<Value>,
     tools: Option<BoardTools>,
     session_id: String,
-    interrupt: Arc<AtomicUsize>,
-    turn_active: Arc<AtomicBool>,
+    activity: Arc<Activity>,
 }
 
 impl std::fmt::Debug for HttpAgent {
@@ -303,7 +302,7 @@ impl HttpAgent {
         task: Option<&TaskBrief>,
         tools: Option<BoardTools>,
         session_id: String,
-        interrupt: Arc<AtomicUsize>,
+        activity: Arc<Activity>,
     ) -> Self {
         let http = ureq::Agent::new_with_config(
             ureq::config::Config::builder()
@@ -334,14 +333,8 @@ impl HttpAgent {
             messages,
             tools,
             session_id,
-            interrupt,
-            turn_active: Arc::new(AtomicBool::new(false)),
+            activity,
         }
-    }
-
-    /// True while a turn is talking to the model; shared.
-    pub fn turn_active(&self) -> Arc<AtomicBool> {
-        self.turn_active.clone()
     }
 
     /// The conversation so far.
@@ -430,7 +423,7 @@ impl HttpAgent {
                 Err(failure)
                     if failure.classified.retryable
                         && attempt < attempts
-                        && self.interrupt.load(Ordering::SeqCst) == 0 =>
+                        && self.activity.stop_reason().is_none() =>
                 {
                     tracing::info!(target: "kanban::agent", "provider call failed ({}), retry {attempt}/{}", failure.detail, attempts - 1);
                     std::thread::sleep(self.config.retry_delay * attempt);
@@ -459,7 +452,7 @@ impl HttpAgent {
             .push(json!({"role": "user", "content": input.message}));
         let limit = self.config.max_iterations;
         for iteration in 1..=limit {
-            if self.interrupt.load(Ordering::SeqCst) != 0 {
+            if self.activity.stop_reason().is_some() {
                 return self.settle(TurnResult {
                     interrupted: Some(true),
                     completed: Some(false),
@@ -468,7 +461,10 @@ impl HttpAgent {
                 });
             }
             let answer = match self.call() {
-                Ok(answer) => answer,
+                Ok(answer) => {
+                    self.activity.touch();
+                    answer
+                }
                 Err(failure) => {
                     return self.settle(TurnResult {
                         failed: Some(true),
@@ -538,9 +534,9 @@ impl HttpAgent {
 #[async_trait]
 impl TurnRunner for HttpAgent {
     async fn run_turn(&mut self, input: &TurnInput) -> TurnOutcome {
-        self.turn_active.store(true, Ordering::SeqCst);
+        self.activity.set_turn_active(true);
         let outcome = self.turn(input).await;
-        self.turn_active.store(false, Ordering::SeqCst);
+        self.activity.set_turn_active(false);
         outcome
     }
 }

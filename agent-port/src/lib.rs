@@ -6,6 +6,7 @@
 //! offers the board as function tools ([`BoardTools`], shared with `kanban mcp`).
 //! [`CommandJudge`] asks a judge command for a goal-mode verdict.
 
+mod activity;
 mod exec;
 mod http;
 mod judge;
@@ -13,7 +14,8 @@ mod mcp;
 mod protocol;
 mod tools;
 
-pub use exec::{ExecAgent, ExecAgentConfig, TaskBrief};
+pub use activity::Activity;
+pub use exec::{EXIT_DRAIN, ExecAgent, ExecAgentConfig, STDOUT_TAIL_BYTES, TaskBrief};
 pub use http::{HttpAgent, HttpAgentConfig, parse_chat_completion, parse_chat_stream};
 pub use judge::{CommandJudge, parse_verdict};
 pub use mcp::{MCP_PROTOCOL_VERSION, McpServer};

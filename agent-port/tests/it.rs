@@ -3,9 +3,9 @@
 //! fuzz targets in testkit/fuzz take).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use kanban_agent_port::Activity;
 use kanban_agent_port::{
     AgentExit, BoardTools, ExecAgent, ExecAgentConfig, McpServer, ResultLine, TaskBrief,
     parse_chat_completion, parse_chat_stream, parse_result_line, parse_verdict, settle_turn,
@@ -116,18 +116,20 @@ fn a_chatty_agent_cannot_deadlock_the_worker_on_its_pipes() {
             command: script.display().to_string(),
             task: TaskBrief::default(),
             env: Vec::new(),
+            env_remove: Vec::new(),
             session_id: "s".into(),
             interrupt_grace: Duration::from_secs(1),
             forward_output: false,
+            turn_timeout: None,
         },
-        Arc::new(AtomicUsize::new(0)),
+        activity(),
     );
     let input = TurnInput {
         message: "go".into(),
         kind: TurnKind::Initial,
         turn: 1,
     };
-    let result = block_on(agent.run_turn(&input)).unwrap().unwrap();
+    let result = on_tokio(agent.run_turn(&input)).unwrap().unwrap();
     assert_eq!(result.final_response.as_deref(), Some("loud but done"));
 }
 
@@ -138,13 +140,15 @@ fn an_agent_that_cannot_start_is_a_runner_error() {
             command: "exit 127".into(),
             task: TaskBrief::default(),
             env: Vec::new(),
+            env_remove: Vec::new(),
             session_id: "s".into(),
             interrupt_grace: Duration::from_secs(1),
             forward_output: false,
+            turn_timeout: None,
         },
-        Arc::new(AtomicUsize::new(0)),
+        activity(),
     );
-    let result = block_on(agent.run_turn(&TurnInput {
+    let result = on_tokio(agent.run_turn(&TurnInput {
         message: "go".into(),
         kind: TurnKind::Initial,
         turn: 1,
@@ -279,4 +283,148 @@ proptest! {
             }
         }
     }
+}
+
+fn activity() -> Arc<Activity> {
+    Activity::new(
+        Arc::new(VirtualClock::at(0)),
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    )
+}
+
+/// The exec agent runs on tokio, as the worker does.
+fn on_tokio<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+fn exec_agent(
+    dir: &std::path::Path,
+    script: &str,
+    config: impl FnOnce(&mut ExecAgentConfig),
+) -> (ExecAgent, Arc<Activity>) {
+    let path = dir.join("agent.sh");
+    write_executable(&path, script);
+    let mut settings = ExecAgentConfig {
+        command: path.display().to_string(),
+        task: TaskBrief::default(),
+        env: Vec::new(),
+        env_remove: Vec::new(),
+        session_id: "s".into(),
+        interrupt_grace: Duration::from_secs(2),
+        forward_output: false,
+        turn_timeout: None,
+    };
+    config(&mut settings);
+    let activity = activity();
+    (ExecAgent::new(settings, activity.clone()), activity)
+}
+
+fn turn() -> TurnInput {
+    TurnInput {
+        message: "go".into(),
+        kind: TurnKind::Initial,
+        turn: 1,
+    }
+}
+
+/// The peak resident set of this process, in KiB (`VmHWM`).
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn an_agent_printing_without_end_keeps_only_a_bounded_tail_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // 400 MB without a single newline, then a result line.
+    let (mut agent, _) = exec_agent(
+        dir.path(),
+        "#!/bin/sh\nhead -c 400000000 /dev/zero | tr '\\0' x\necho\necho '{\"completed\": true, \"final_response\": \"survived\"}'\n",
+        |_| {},
+    );
+    let before = peak_rss_kib();
+    let result = on_tokio(agent.run_turn(&turn())).unwrap().unwrap();
+    let grew = peak_rss_kib().saturating_sub(before);
+    assert_eq!(result.final_response.as_deref(), Some("survived"));
+    assert!(
+        grew < 64 * 1024,
+        "the worker's memory grew by {grew} KiB for 400 MB of output"
+    );
+}
+
+#[test]
+fn a_daemon_holding_the_agents_stdout_does_not_hold_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    // The agent leaves a setsid daemon with its stdout open, then answers.
+    let (mut agent, _) = exec_agent(
+        dir.path(),
+        "#!/bin/sh\nsetsid sleep 30 &\necho '{\"completed\": true, \"final_response\": \"answered\"}'\n",
+        |_| {},
+    );
+    let started = std::time::Instant::now();
+    let result = on_tokio(agent.run_turn(&turn())).unwrap().unwrap();
+    assert_eq!(
+        result.final_response.as_deref(),
+        Some("answered"),
+        "the result line is read when the agent exits, not at EOF"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the turn ended with the agent: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_turn_past_its_deadline_is_stopped_and_settled_as_a_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, _) = exec_agent(dir.path(), "#!/bin/sh\nsleep 60\n", |config| {
+        config.turn_timeout = Some(Duration::from_millis(500));
+        config.interrupt_grace = Duration::from_millis(500);
+    });
+    let started = std::time::Instant::now();
+    let result = on_tokio(agent.run_turn(&turn())).unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        result
+            .turn_exit_reason
+            .as_deref()
+            .is_some_and(|reason| reason.starts_with("turn_deadline_exceeded")),
+        "{result:?}"
+    );
+    assert_eq!(result.failed, Some(true));
+}
+
+#[test]
+fn a_stopped_agent_gets_its_grace_period_even_after_its_shell_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("cleaned-up");
+    // The shell dies at once on SIGTERM; the agent it started traps it and
+    // needs a second to clean up.
+    let script = format!(
+        "#!/bin/sh\nsh -c 'trap \"sleep 1; touch {}; exit 0\" TERM; while true; do sleep 0.1; done' &\nwait\n",
+        marker.display()
+    );
+    let (mut agent, activity) = exec_agent(dir.path(), &script, |config| {
+        config.interrupt_grace = Duration::from_secs(5);
+    });
+    let stopper = activity.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        kanban_core::AgentControl::stop(&*stopper, kanban_core::StopReason::Fenced);
+    });
+    let result = on_tokio(agent.run_turn(&turn())).unwrap().unwrap();
+    assert_eq!(result.interrupted, Some(true));
+    assert!(
+        marker.exists(),
+        "the agent was killed before it could use its grace period"
+    );
 }

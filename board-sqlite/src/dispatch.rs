@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use kanban_core::rules::{self, ExitHistory, FailurePolicy, NewEvent, Release, STREAK_SCAN_LIMIT};
 use kanban_core::{
     BoardError, Booking, Claim, ClaimGrant, DispatchBoard, ExitReport, NotLive, RunningWorker,
-    SignalReason, WorkerResult,
+    SignalReason, WorkerProcess, WorkerResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
@@ -134,7 +134,8 @@ impl DispatchBoard for SqliteBoard {
             store.read(|conn| {
                 let mut statement = conn.prepare_cached(
                     "SELECT t.id, t.current_run_id, t.claim_lock, t.worker_pid, t.claim_expires,
-                            t.last_heartbeat_at, t.worker_started_at, r.started_at, t.max_runtime_seconds
+                            t.last_heartbeat_at, t.worker_started_at, r.started_at, t.max_runtime_seconds,
+                            r.worker_seal
                        FROM tasks t JOIN task_runs r ON r.id = t.current_run_id
                       WHERE t.status = 'running' AND t.claim_lock IS NOT NULL
                       ORDER BY t.current_run_id",
@@ -154,6 +155,7 @@ impl DispatchBoard for SqliteBoard {
                         worker_started_at: row.get(6)?,
                         run_started_at: row.get(7)?,
                         max_runtime_seconds: row.get(8)?,
+                        seal_digest: row.get(9)?,
                     })
                 })?;
                 rows.collect()
@@ -195,13 +197,9 @@ impl DispatchBoard for SqliteBoard {
         .await
     }
 
-    async fn record_spawn(
-        &self,
-        claim: &Claim,
-        pid: u32,
-        started_at: Option<i64>,
-    ) -> Result<(), BoardError> {
+    async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError> {
         let claim = claim.clone();
+        let process = process.clone();
         self.call(move |store| {
             store.write(|tx, now| {
                 let changed = tx
@@ -209,7 +207,13 @@ impl DispatchBoard for SqliteBoard {
                         "UPDATE tasks SET worker_pid = ?4, worker_started_at = ?5
                           WHERE id = ?1 AND status = 'running' AND current_run_id = ?2 AND claim_lock = ?3",
                     )?
-                    .execute(params![claim.task_id, claim.run_id, claim.claim_lock, pid, started_at])?;
+                    .execute(params![
+                        claim.task_id,
+                        claim.run_id,
+                        claim.claim_lock,
+                        process.pid,
+                        process.started_at
+                    ])?;
                 if changed != 1 {
                     return Err(BoardError::LeaseLost {
                         task_id: claim.task_id.clone(),
@@ -218,13 +222,13 @@ impl DispatchBoard for SqliteBoard {
                     .into());
                 }
                 tx.prepare_cached(
-                    "UPDATE task_runs SET worker_pid = ?2, worker_started_at = ?3 WHERE id = ?1",
+                    "UPDATE task_runs SET worker_pid = ?2, worker_started_at = ?3, worker_seal = ?4 WHERE id = ?1",
                 )?
-                .execute(params![claim.run_id, pid, started_at])?;
+                .execute(params![claim.run_id, process.pid, process.started_at, process.seal_digest])?;
                 let event = NewEvent::new(
                     "spawned",
                     Some(claim.run_id),
-                    json!({"pid": pid, "started_at": started_at}),
+                    json!({"pid": process.pid, "started_at": process.started_at}),
                 );
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(())

@@ -93,10 +93,12 @@ CREATE INDEX IF NOT EXISTS idx_runs_task         ON task_runs(task_id, started_a
     // 2: a rate-limited run can hold its card for the provider's Retry-After.
     "ALTER TABLE task_runs ADD COLUMN hold_until INTEGER;",
     // 3: a card is held until `not_before` (backoff, cooldown, Retry-After),
-    // decided by core when the run is booked; a run keeps its lease length.
+    // decided by core when the run is booked; a run keeps its lease length
+    // and the digest of the seal its worker signs its exit trailer with.
     r#"
 ALTER TABLE tasks ADD COLUMN not_before INTEGER;
 ALTER TABLE task_runs ADD COLUMN lease_ttl INTEGER;
+ALTER TABLE task_runs ADD COLUMN worker_seal TEXT;
 UPDATE tasks SET not_before = (SELECT MAX(r.hold_until) FROM task_runs r WHERE r.task_id = tasks.id)
  WHERE status = 'ready';
 "#,

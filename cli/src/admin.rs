@@ -38,7 +38,7 @@ pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> any
         max_retries: args.max_retries,
         idempotency_key: args.idempotency_key.clone(),
         start_blocked: args.blocked,
-        max_runtime_seconds: None,
+        max_runtime_seconds: args.max_runtime,
     };
     let id = block_on(board.create_task(&new))?;
     if args.json {

@@ -1,8 +1,11 @@
 //! The command line.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+use crate::duration::{parse_duration, parse_positive_seconds};
 
 /// Run AI-agent workers off a kanban board, recovering failed turns in place.
 ///
@@ -85,8 +88,8 @@ pub(crate) enum Command {
     /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent ./agent.sh
     Claim {
         id: String,
-        /// The lease in seconds (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 900).
-        #[arg(long, value_name = "SECONDS")]
+        /// The lease (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
+        #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
         ttl: Option<i64>,
         /// The claim as one JSON object instead of shell exports.
         #[arg(long)]
@@ -182,9 +185,9 @@ pub(crate) enum Command {
     ///
     /// Example: kanban watch --interval 2
     Watch {
-        /// Seconds between refreshes.
-        #[arg(long, default_value_t = 1.0)]
-        interval: f64,
+        /// Time between refreshes (seconds, or 500ms, 2m…).
+        #[arg(long, default_value = "1", value_name = "DURATION", value_parser = parse_duration)]
+        interval: Duration,
         /// Print one snapshot and exit.
         #[arg(long)]
         once: bool,
@@ -209,13 +212,15 @@ pub(crate) struct DispatchArgs {
     /// Exit once nothing runs and nothing can be claimed.
     #[arg(long)]
     pub(crate) until_idle: bool,
-    /// Seconds between ticks.
-    #[arg(long, default_value_t = 60.0, value_name = "S")]
-    pub(crate) interval: f64,
-    /// Cards running at once, at most.
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub(crate) max_in_progress: usize,
-    /// The agent command workers run (passed to `kanban worker --agent`).
+    /// Time between ticks (seconds, or 500ms, 2m…); ticks come sooner when a
+    /// worker exits, and at least three times per lease.
+    #[arg(long, default_value = "60", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) interval: Duration,
+    /// Workers of this host running at once, at most.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) max_in_progress: u32,
+    /// The agent workers run: a command (run with `sh -c` once per turn) or
+    /// `http:URL?model=M…`. Checked before the first claim.
     #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
     pub(crate) agent: Option<String>,
     /// The goal judge command workers use.
@@ -224,28 +229,36 @@ pub(crate) struct DispatchArgs {
     /// The workers' in-place recovery backoff (passed to `kanban worker`).
     #[arg(long, value_name = "S[,S...]", overrides_with = "recovery_delays")]
     pub(crate) recovery_delays: Option<String>,
-    /// The lease of each claim in seconds (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 900).
-    #[arg(long, value_name = "SECONDS")]
+    /// The lease of each claim (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
     pub(crate) ttl: Option<i64>,
-    /// Seconds a card that hit a rate limit (exit 75) waits before its next worker.
+    /// How long a card that hit a rate limit (exit 75) waits before its next worker.
     #[arg(
         long,
-        default_value_t = 300,
-        value_name = "SECONDS",
-        env = "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS"
+        default_value = "300",
+        value_name = "DURATION",
+        env = "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
+        value_parser = parse_duration
     )]
-    pub(crate) rate_limit_cooldown: i64,
-    /// Counted failures that block a card naming no --max-retries of its own (default 2).
-    #[arg(long, value_name = "N")]
-    pub(crate) failure_limit: Option<u32>,
-    /// Seconds a card waits after its first counted failure (a crash, a
-    /// timeout, a lost lease) before it is claimed again; the wait doubles per
-    /// failure in a row, up to an hour, plus up to a quarter of jitter. 0: none.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
-    pub(crate) retry_backoff: i64,
-    /// Seconds workers get to stop after a shutdown signal.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    pub(crate) grace: u64,
+    pub(crate) rate_limit_cooldown: Duration,
+    /// Counted failures that block a card naming no --max-retries of its own.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) failure_limit: u32,
+    /// The wait after a card's first counted failure (a crash, a time-out, a
+    /// lost lease) before it is claimed again; it doubles per failure in a
+    /// row, up to an hour, plus up to a quarter of jitter. 0: none.
+    #[arg(long, default_value = "30", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) retry_backoff: Duration,
+    /// A turn of a command agent is stopped after this long.
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) turn_timeout: Duration,
+    /// The longest a run may take, for cards naming no limit of their own
+    /// (`kanban add --max-runtime`); past it the run is stopped and counted.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
+    pub(crate) max_runtime: Option<i64>,
+    /// How long workers get to stop after SIGTERM before SIGKILL.
+    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) grace: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -267,9 +280,13 @@ pub(crate) struct AddArgs {
     /// Goal-mode turns per run (default 20).
     #[arg(long, value_name = "N")]
     pub(crate) goal_max_turns: Option<u32>,
-    /// Counted failures before the card is blocked (default 2).
-    #[arg(long, value_name = "N")]
+    /// Counted failures before the card is blocked (default: the dispatcher's --failure-limit, 2).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) max_retries: Option<u32>,
+    /// The longest one run of this card may take (90s, 30m, 2h…); past it
+    /// the run is stopped and counted as timed out.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
+    pub(crate) max_runtime: Option<i64>,
     /// A second add with the same key returns the first card's id.
     #[arg(long, value_name = "KEY")]
     pub(crate) idempotency_key: Option<String>,
@@ -294,9 +311,21 @@ pub(crate) struct WorkerArgs {
     /// The in-place recovery backoff in seconds; the last repeats.
     #[arg(long, value_name = "S[,S...]", value_delimiter = ',', default_values_t = [15u64, 45, 90], action = clap::ArgAction::Set, overrides_with = "recovery_delays")]
     pub(crate) recovery_delays: Vec<u64>,
-    /// Seconds an interrupted agent gets before its process group is killed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    pub(crate) grace: u64,
+    /// How long a stopped agent's process group gets before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10", value_parser = parse_duration)]
+    pub(crate) grace: Duration,
+    /// A turn of a command agent is stopped after this long.
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) turn_timeout: Duration,
+    /// The longest the run may take when the card names no limit.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
+    pub(crate) max_runtime: Option<i64>,
+    /// Counted failures that block the card (the dispatcher's --failure-limit).
+    #[arg(long, default_value_t = 2, value_name = "N", hide = true)]
+    pub(crate) failure_limit: u32,
+    /// The dispatcher's --retry-backoff, for a run this worker settles itself.
+    #[arg(long, default_value = "30", value_name = "DURATION", value_parser = parse_duration, hide = true)]
+    pub(crate) retry_backoff: Duration,
 }
 
 #[derive(Debug, Args)]

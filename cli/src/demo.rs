@@ -144,7 +144,7 @@ pub(crate) fn summary_rows(
         let now = kanban_core::Clock::now(&SystemClock);
         let status = match (view.task.status, view.task.not_before) {
             (kanban_core::TaskStatus::Ready, Some(at)) if at > now => {
-                format!("ready, held {} s", at - now)
+                format!("ready, retry in {} s", at - now)
             }
             (status, _) => status.as_str().to_owned(),
         };

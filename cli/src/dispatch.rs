@@ -11,8 +11,8 @@ use anyhow::Context;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    Clock, DEFAULT_FAILURE_LIMIT, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher,
-    Environment, RunMode, claim_ttl_seconds,
+    Clock, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, RunMode,
+    claim_ttl_seconds,
 };
 use nix::fcntl::{Flock, FlockArg};
 
@@ -38,6 +38,7 @@ impl DispatchPlan {
         board_slug: String,
         env: &Environment,
     ) -> Self {
+        let seconds = |duration: Duration| duration.as_secs_f64().to_string();
         let mut worker_args = Vec::new();
         if let Some(agent) = &args.agent {
             worker_args.extend(["--agent".to_owned(), agent.clone()]);
@@ -48,9 +49,21 @@ impl DispatchPlan {
         if let Some(delays) = &args.recovery_delays {
             worker_args.extend(["--recovery-delays".to_owned(), delays.clone()]);
         }
-        // Workers give their agents half the dispatcher's grace, so that a
-        // shutdown's interrupted workers exit while it still waits for them.
-        worker_args.extend(["--grace".to_owned(), (args.grace / 2).max(1).to_string()]);
+        if let Some(limit) = args.max_runtime {
+            worker_args.extend(["--max-runtime".to_owned(), limit.to_string()]);
+        }
+        worker_args.extend([
+            // Workers give their agents half the dispatcher's grace, so that
+            // a stopped worker settles while the dispatcher still waits.
+            "--grace".to_owned(),
+            seconds(args.grace / 2),
+            "--turn-timeout".to_owned(),
+            seconds(args.turn_timeout),
+            "--failure-limit".to_owned(),
+            args.failure_limit.to_string(),
+            "--retry-backoff".to_owned(),
+            seconds(args.retry_backoff),
+        ]);
         let mode = match (args.once, args.until_idle) {
             (true, _) => RunMode::Once,
             (false, true) => RunMode::UntilIdle,
@@ -62,19 +75,85 @@ impl DispatchPlan {
             mode,
             settings: DispatchSettings {
                 ttl_seconds: claim_ttl_seconds(args.ttl, env),
-                max_in_progress: args.max_in_progress.max(1),
+                max_in_progress: usize::try_from(args.max_in_progress).unwrap_or(1),
                 failure_policy: FailurePolicy {
-                    failure_limit: args.failure_limit.unwrap_or(DEFAULT_FAILURE_LIMIT),
-                    rate_limit_cooldown: args.rate_limit_cooldown,
-                    backoff_base_seconds: args.retry_backoff,
+                    failure_limit: args.failure_limit,
+                    rate_limit_cooldown: i64::try_from(args.rate_limit_cooldown.as_secs())
+                        .unwrap_or(i64::MAX),
+                    backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs())
+                        .unwrap_or(i64::MAX),
                 },
-                interval: Duration::from_secs_f64(args.interval.max(0.05)),
-                grace: Duration::from_secs(args.grace),
-                max_runtime_seconds: None,
+                interval: args.interval.max(Duration::from_millis(50)),
+                grace: args.grace,
+                max_runtime_seconds: args.max_runtime,
             },
             worker_args,
             worker_env: Vec::new(),
         }
+    }
+}
+
+/// The first word of a shell command, unquoted.
+fn first_word(command: &str) -> Option<String> {
+    let command = command.trim_start();
+    let quote = command.chars().next().filter(|c| *c == '\'' || *c == '"');
+    match quote {
+        Some(quote) => command[1..].split(quote).next().map(str::to_owned),
+        None => command.split_whitespace().next().map(str::to_owned),
+    }
+}
+
+/// Checks the agent before anything is claimed: a missing or mistyped agent
+/// is the dispatcher's configuration, and no card may pay for it.
+pub(crate) fn validate_agent(agent: Option<&str>, env: &Environment) -> Result<(), String> {
+    let Some(agent) = agent.map(str::trim).filter(|agent| !agent.is_empty()) else {
+        return Err(
+            "dispatch needs an agent: pass --agent CMD or set KANBAN_AGENT (see docs/agent-protocol.md)"
+                .to_owned(),
+        );
+    };
+    if agent.starts_with("http:") {
+        return kanban_agent_port::HttpAgentConfig::parse(agent, env)
+            .map(|_| ())
+            .map_err(|error| format!("--agent {agent:?}: {error}"));
+    }
+    let Some(program) = first_word(agent) else {
+        return Err(format!("--agent {agent:?} names no command"));
+    };
+    let executable = |path: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        path.metadata()
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = Path::new(&program);
+        if !path.exists() {
+            return Err(format!(
+                "the agent {program} does not exist; check the path given to --agent"
+            ));
+        }
+        if !executable(path) {
+            return Err(format!(
+                "the agent {program} is not an executable file; make it one (chmod +x) or run it through an interpreter (--agent 'sh {program}')"
+            ));
+        }
+        return Ok(());
+    }
+    const SHELL_WORDS: [&str; 6] = ["exec", "env", "cd", "set", "export", "eval"];
+    if SHELL_WORDS.contains(&program.as_str()) {
+        return Ok(());
+    }
+    let found = env
+        .get("PATH")
+        .unwrap_or("/usr/bin:/bin")
+        .split(':')
+        .any(|dir| executable(&Path::new(dir).join(&program)));
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "the agent command {program} is not on PATH; give its full path to --agent"
+        ))
     }
 }
 

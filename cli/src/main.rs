@@ -8,6 +8,7 @@ mod args;
 mod board_path;
 mod demo;
 mod dispatch;
+mod duration;
 mod mcp;
 mod output;
 mod prove;
@@ -91,6 +92,10 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             runtime::install_signal_handlers(interrupt)?;
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
+            if let Err(problem) = dispatch::validate_agent(args.agent.as_deref(), env) {
+                eprintln!("error: {problem}; nothing was claimed");
+                return Ok(78);
+            }
             let plan = dispatch::DispatchPlan::from_args(&args, db, slug, env);
             dispatch::run(&plan, interrupt)
         }

@@ -1,11 +1,9 @@
 //! The real adapters of time and signals.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::AtomicUsize;
 
 use async_trait::async_trait;
-use kanban_core::Sleeper;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// The first SIGINT or SIGTERM is stored in `interrupt` (its number) for
@@ -19,27 +17,6 @@ pub(crate) fn install_signal_handlers(interrupt: &Arc<AtomicUsize>) -> anyhow::R
         signal_hook::flag::register_usize(signal, interrupt.clone(), signal as usize)?;
     }
     Ok(())
-}
-
-/// Sleeps in short slices, and stops early when an interrupt arrives: a
-/// worker told to stop does not sit out a 90 s backoff.
-#[derive(Debug, Clone)]
-pub(crate) struct InterruptibleSleeper {
-    pub(crate) interrupt: Arc<AtomicUsize>,
-}
-
-#[async_trait]
-impl Sleeper for InterruptibleSleeper {
-    async fn sleep(&self, duration: Duration) {
-        let deadline = std::time::Instant::now() + duration;
-        while self.interrupt.load(Ordering::SeqCst) == 0 {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            std::thread::sleep(left.min(Duration::from_millis(100)));
-        }
-    }
 }
 
 /// Runs a future to completion on this thread: every adapter here is

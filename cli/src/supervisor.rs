@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kanban_core::{
     Claim, EnvironmentFault, ExitWitness, RunLog, StopSignal, Supervisor, Wakeups, WorkerExit,
-    WorkerProcess, exit_code_from_trailer, vars,
+    WorkerProcess, last_trailer, vars,
 };
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use sha2::{Digest, Sha256};
 
 /// How much of a card's log is read back for a trailer and an output tail.
 const LOG_WINDOW: u64 = 64 * 1024;
@@ -58,6 +59,15 @@ pub(crate) fn alive(pid: i64, started_at: Option<i64>) -> bool {
     let running =
         i32::try_from(pid).is_ok_and(|pid| pid > 0 && kill(Pid::from_raw(pid), None).is_ok());
     running && started_at.is_none_or(|recorded| process_start(pid) == Some(recorded))
+}
+
+/// The hex SHA-256 digest of a worker's seal: what the board keeps, so that
+/// the seal itself is never written where an agent could read it.
+pub(crate) fn seal_digest(seal: &str) -> String {
+    Sha256::digest(seal.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// Sixteen random hex digits from the kernel.
@@ -315,8 +325,10 @@ impl Supervisor for ProcessSupervisor {
             .map_err(unwritable)?;
         writeln!(file, "\n{}", run_marker(claim.run_id)).map_err(unwritable)?;
         let stdout = file.try_clone().map_err(unwritable)?;
+        let seal = format!("{}{}", random_hex(), random_hex());
         let mut command = tokio::process::Command::new(&self.exe);
         command
+            .env(crate::worker::SEAL_VAR, &seal)
             .arg("worker")
             .args(&self.worker_args)
             .envs(claim.to_env_pairs())
@@ -370,7 +382,11 @@ impl Supervisor for ProcessSupervisor {
                 .push(WorkerExit { pid, witness });
             wake.notify_one();
         });
-        Ok(WorkerProcess { pid, started_at })
+        Ok(WorkerProcess {
+            pid,
+            started_at,
+            seal_digest: Some(seal_digest(&seal)),
+        })
     }
 
     async fn reap(&self) -> Vec<WorkerExit> {
@@ -417,10 +433,26 @@ impl Supervisor for ProcessSupervisor {
         kill_groups(processes_of(claim, Runs::Earlier));
     }
 
-    async fn run_log(&self, claim: &Claim) -> RunLog {
+    async fn run_log(&self, claim: &Claim, expected: Option<&str>) -> RunLog {
         let since = log_since_marker(&self.log_path(&claim.task_id), claim.run_id);
+        // Only the worker's own trailer counts: one signed with its seal. A
+        // line an agent printed, even a copy of an old trailer, is not.
+        let trailer = last_trailer(&since, |seal| match (expected, seal) {
+            (Some(digest), Some(seal)) => seal_digest(seal) == digest,
+            (Some(_), None) => false,
+            (None, _) => true,
+        });
         RunLog {
-            trailer_code: exit_code_from_trailer(&since),
+            trailer_code: trailer.as_ref().map(|trailer| trailer.code),
+            fault: trailer
+                .and_then(|trailer| trailer.fault)
+                .map(|(configuration, text)| {
+                    if configuration {
+                        EnvironmentFault::Configuration(text)
+                    } else {
+                        EnvironmentFault::Transient(text)
+                    }
+                }),
             output_tail: output_tail(&since),
         }
     }

@@ -77,7 +77,7 @@ fn snapshot(board: &kanban_board_sqlite::SqliteBoard) -> anyhow::Result<String> 
 pub(crate) fn watch(
     global: &GlobalArgs,
     env: &Environment,
-    interval: f64,
+    interval: Duration,
     once: bool,
 ) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
@@ -95,6 +95,6 @@ pub(crate) fn watch(
         if once {
             return Ok(0);
         }
-        std::thread::sleep(Duration::from_secs_f64(interval.max(0.1)));
+        std::thread::sleep(interval.max(Duration::from_millis(100)));
     }
 }

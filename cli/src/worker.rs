@@ -1,37 +1,78 @@
-//! `kanban worker` and `kanban turn`.
+//! `kanban worker` and `kanban turn`: wiring core's worker life to the
+//! board, the agent, the clock and the process's signals.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
+use async_trait::async_trait;
 use kanban_agent_port::{
-    BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent, HttpAgentConfig, TaskBrief,
+    Activity, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent, HttpAgentConfig,
+    TaskBrief,
 };
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    Board, BoardAdmin, BoardError, Claim, Environment, Frame, GoalSpec, Judge, ProofIdentity,
-    TaskView, TurnInput, TurnKind, TurnOutcome, TurnRunner, WORKER_EXIT_TRAILER, WorkerPorts,
-    WorkerSettings, WorkerSetup, heartbeat_interval_seconds, outcome_exit_code, run_worker_turns,
-    vars,
+    BoardAdmin, BoardError, Claim, Environment, EnvironmentFault, Frame, GoalSpec, Judge,
+    ProofIdentity, Sleeper, TaskView, Trailer, TurnInput, TurnKind, TurnOutcome, TurnRunner,
+    WorkerLife, WorkerPorts, WorkerSettings, WorkerSetup, heartbeat_interval_seconds,
+    outcome_exit_code, run_worker, vars,
 };
 
 use crate::args::WorkerArgs;
-use crate::runtime::{InterruptibleSleeper, block_on};
+use crate::runtime::TokioOffload;
+
+/// The variable a dispatcher hands its worker the secret seal in. The
+/// worker signs its exit trailer with it; its agents never see it.
+pub(crate) const SEAL_VAR: &str = "KANBAN_WORKER_SEAL";
+
+/// How a worker process ended.
+struct WorkerEnd {
+    code: i32,
+    reply: String,
+    /// A fault of the environment that kept the worker from its card.
+    fault: Option<EnvironmentFault>,
+}
+
+impl WorkerEnd {
+    fn fault(fault: EnvironmentFault) -> Self {
+        Self {
+            code: 75,
+            reply: String::new(),
+            fault: Some(fault),
+        }
+    }
+}
 
 /// Runs the worker and writes its two closing lines; returns the exit code.
 pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<AtomicUsize>) -> i32 {
-    let (code, reply) = match run_worker(env, args, interrupt) {
-        Ok(done) => done,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            (1, String::new())
+    let seal = env.get_trimmed(SEAL_VAR).map(str::to_owned);
+    let ended = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run_worker_process(env, args, interrupt)));
+    let end = ended.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        WorkerEnd {
+            code: 1,
+            reply: String::new(),
+            fault: None,
         }
+    });
+    // The last stdout line is the reply; the last stderr line is the
+    // trailer, signed with the seal only this worker was given.
+    println!("{}", end.reply.replace('\n', " ").trim());
+    let trailer = Trailer {
+        code: end.code,
+        seal,
+        fault: end.fault.map(|fault| {
+            let configuration = matches!(fault, EnvironmentFault::Configuration(_));
+            (configuration, fault.to_string())
+        }),
     };
-    // The last stdout line is the reply; the last stderr line is the trailer
-    // that a dispatcher reads back from the log when it has no wait status.
-    println!("{}", reply.replace('\n', " ").trim());
-    eprintln!("\n{WORKER_EXIT_TRAILER}{code}");
-    code
+    eprintln!("\n{}", trailer.line());
+    end.code
 }
 
 /// The environment every agent process gets on top of ours.
@@ -66,59 +107,6 @@ fn claim_ttl(view: &TaskView, claim: &Claim) -> i64 {
         .unwrap_or(kanban_core::DEFAULT_CLAIM_TTL_SECONDS)
 }
 
-/// Keeps the lease alive while a turn's process runs, and only then: the
-/// recovery backoff deliberately lets the lease run down.
-struct Heartbeater {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Heartbeater {
-    fn start(
-        claim: Claim,
-        interval: Duration,
-        turn_active: Arc<AtomicBool>,
-    ) -> anyhow::Result<Self> {
-        let board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut last = Instant::now();
-            let mut was_active = false;
-            while !stopping.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(100));
-                let active = turn_active.load(Ordering::SeqCst);
-                if active && !was_active {
-                    last = Instant::now(); // a turn just started: count from here
-                }
-                was_active = active;
-                if active && last.elapsed() >= interval {
-                    last = Instant::now();
-                    match block_on(
-                        board.heartbeat(&claim, Some("worker: turn in progress".to_owned())),
-                    ) {
-                        Ok(expires) => tracing::debug!("lease extended to {expires}"),
-                        Err(error) => tracing::warn!("heartbeat refused: {error}"),
-                    }
-                }
-            }
-        });
-        Ok(Self {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Heartbeater {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 fn reply_of(outcome: &TurnOutcome) -> String {
     match outcome {
         Ok(Some(result)) => result.reply().to_owned(),
@@ -127,34 +115,74 @@ fn reply_of(outcome: &TurnOutcome) -> String {
     }
 }
 
-fn run_worker(
+/// Sleeps on the runtime's timer, and stops early when the worker must
+/// stop: a worker told to stop does not sit out a 90 s backoff.
+#[derive(Debug)]
+struct StoppableSleeper {
+    activity: Arc<Activity>,
+}
+
+#[async_trait]
+impl Sleeper for StoppableSleeper {
+    async fn sleep(&self, duration: Duration) {
+        // Always one slice at least: a loop that sleeps must yield, even
+        // once the worker was told to stop.
+        let deadline = tokio::time::Instant::now() + duration;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+            if left <= Duration::from_millis(100) || self.activity.stop_reason().is_some() {
+                break;
+            }
+        }
+    }
+}
+
+fn environment_fault(error: &BoardError) -> EnvironmentFault {
+    EnvironmentFault::from_board(error)
+        .unwrap_or_else(|| EnvironmentFault::Transient(error.to_string()))
+}
+
+async fn run_worker_process(
     env: &Environment,
     args: &WorkerArgs,
     interrupt: Arc<AtomicUsize>,
-) -> anyhow::Result<(i32, String)> {
+) -> anyhow::Result<WorkerEnd> {
     let claim = Claim::from_env(env)?;
     let Some(agent) = args.agent.clone() else {
         anyhow::bail!(
             "no agent to run: pass --agent CMD or set KANBAN_AGENT (see docs/agent-protocol.md)"
         );
     };
-    let board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
-    let view = match block_on(board.show_task(&claim.task_id)) {
+    let clock = Arc::new(SystemClock);
+    let board = match SqliteBoard::open(&claim.db, clock.clone()) {
+        Ok(board) => board.with_offload(Arc::new(TokioOffload)),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(WorkerEnd::fault(environment_fault(&error)));
+        }
+    };
+    let view = match board.show_task(&claim.task_id).await {
         Ok(view) => view,
         Err(BoardError::TaskNotFound(id)) => {
             anyhow::bail!("task {id} is not on the board {}", claim.db)
         }
-        Err(error) => return Err(error.into()),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(WorkerEnd::fault(environment_fault(&error)));
+        }
     };
-    let pid = std::process::id();
-    block_on(board.bind_worker(&claim, pid))
-        .map_err(|error| anyhow::anyhow!("cannot start work: {error}"))?;
     let interval = Duration::from_secs(heartbeat_interval_seconds(claim_ttl(&view, &claim)));
     let task = view.task;
-
+    let run_limit = task
+        .max_runtime_seconds
+        .or(args.max_runtime)
+        .and_then(|seconds| u64::try_from(seconds).ok())
+        .map(Duration::from_secs);
     let goal_mode = task.goal_mode || env.get_trimmed(vars::GOAL_MODE) == Some("1");
     let mut settings = WorkerSettings::from_env(env);
     settings.recovery_delays_seconds = args.recovery_delays.clone();
+    let pid = std::process::id();
     let setup = WorkerSetup {
         claim: claim.clone(),
         pid,
@@ -168,42 +196,41 @@ fn run_worker(
         title: task.title.clone(),
         body: task.body.clone().unwrap_or_default(),
     };
+    let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
-    let (mut runner, turn_active): (Box<dyn TurnRunner>, Arc<AtomicBool>) =
-        if agent.starts_with("http:") {
-            let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
-            let tool_board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
-            let tools = BoardTools::new(Arc::new(tool_board), claim.clone(), "worker");
-            let agent = HttpAgent::new(
-                config,
-                Some(&brief),
-                Some(tools),
+    let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
+        let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
+        let tool_board = SqliteBoard::open(&claim.db, clock.clone())?;
+        let tools = BoardTools::new(Arc::new(tool_board), claim.clone(), "worker");
+        Box::new(HttpAgent::new(
+            config,
+            Some(&brief),
+            Some(tools),
+            session_id,
+            activity.clone(),
+        ))
+    } else {
+        Box::new(ExecAgent::new(
+            ExecAgentConfig {
+                command: agent,
+                task: brief,
+                env: agent_env(Some(&claim), env),
+                env_remove: vec![SEAL_VAR.to_owned()],
                 session_id,
-                interrupt.clone(),
-            );
-            let active = agent.turn_active();
-            (Box::new(agent), active)
-        } else {
-            let agent = ExecAgent::new(
-                ExecAgentConfig {
-                    command: agent,
-                    task: brief,
-                    env: agent_env(Some(&claim), env),
-                    session_id,
-                    interrupt_grace: Duration::from_secs(args.grace),
-                    forward_output: true,
-                },
-                interrupt.clone(),
-            );
-            let active = agent.turn_active();
-            (Box::new(agent), active)
-        };
-    let heartbeater = Heartbeater::start(claim.clone(), interval, turn_active)?;
+                interrupt_grace: args.grace,
+                forward_output: true,
+                turn_timeout: Some(args.turn_timeout).filter(|limit| !limit.is_zero()),
+            },
+            activity.clone(),
+        ))
+    };
     let judge = args
         .judge
         .clone()
         .map(|command| CommandJudge::new(command, agent_env(Some(&claim), env)));
-    let sleeper = InterruptibleSleeper { interrupt };
+    let sleeper = StoppableSleeper {
+        activity: activity.clone(),
+    };
     let mut emit = |line: &str| eprintln!("{line}");
     let message = match &task.body {
         Some(body) if !body.trim().is_empty() => {
@@ -211,31 +238,63 @@ fn run_worker(
         }
         _ => format!("work kanban task {}: {}", task.id, task.title),
     };
-    let run = block_on(async {
-        let mut ports = WorkerPorts {
-            board: &board,
-            runner: runner.as_mut(),
-            sleeper: &sleeper,
-            judge: judge.as_ref().map(|j| j as &dyn Judge),
-            emit: &mut emit,
-        };
-        run_worker_turns(
-            Frame {
-                message,
-                worker: Some(setup),
-            },
-            &mut ports,
-        )
-        .await
-    });
-    drop(heartbeater);
+    let mut ports = WorkerPorts {
+        board: &board,
+        runner: runner.as_mut(),
+        sleeper: &sleeper,
+        judge: judge.as_ref().map(|j| j as &dyn Judge),
+        emit: &mut emit,
+    };
+    let life = WorkerLife {
+        clock: &*clock,
+        agent: &*activity,
+        heartbeat_interval: interval,
+        run_limit,
+        failure_policy: FailurePolicy {
+            failure_limit: args.failure_limit,
+            backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs()).unwrap_or(0),
+            ..FailurePolicy::default()
+        },
+    };
+    let frame = Frame {
+        message,
+        worker: Some(setup),
+    };
+    let report = run_worker(frame, pid, &mut ports, &life).await;
+    if let Some(error) = &report.bind_error {
+        eprintln!("error: cannot start work: {error}");
+        let lost = matches!(error, BoardError::LeaseLost { reason, .. } if !reason.only_expired());
+        if !lost && !matches!(error, BoardError::TaskNotFound(_)) {
+            return Ok(WorkerEnd::fault(environment_fault(error)));
+        }
+    }
+    let code = report.exit_code().code();
+    let Some(run) = report.run else {
+        return Ok(WorkerEnd {
+            code,
+            reply: String::new(),
+            fault: None,
+        });
+    };
     tracing::info!(
         "worker done: exit {} after {} turns, {} in-place recoveries",
         run.exit_code,
         run.turns,
         run.recovery_attempts
     );
-    Ok((run.exit_code.code(), reply_of(&run.last)))
+    if let Err(error) = &run.last
+        && error.environment
+    {
+        // The agent could not even be started: the dispatcher's setup, not the card.
+        return Ok(WorkerEnd::fault(EnvironmentFault::Configuration(
+            error.message.clone(),
+        )));
+    }
+    Ok(WorkerEnd {
+        code,
+        reply: reply_of(&run.last),
+        fault: None,
+    })
 }
 
 /// One turn outside any board: no claim, no recovery.
@@ -245,6 +304,10 @@ pub(crate) fn one_turn(
     message: &str,
     interrupt: Arc<AtomicUsize>,
 ) -> anyhow::Result<i32> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let activity = Activity::new(Arc::new(SystemClock), interrupt);
     let session_id = format!("turn-{}", std::process::id());
     let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
@@ -253,7 +316,7 @@ pub(crate) fn one_turn(
             None,
             None,
             session_id.clone(),
-            interrupt,
+            activity,
         ))
     } else {
         Box::new(ExecAgent::new(
@@ -261,11 +324,13 @@ pub(crate) fn one_turn(
                 command: agent.to_owned(),
                 task: TaskBrief::default(),
                 env: agent_env(None, env),
+                env_remove: Vec::new(),
                 session_id: session_id.clone(),
                 interrupt_grace: Duration::from_secs(10),
                 forward_output: false,
+                turn_timeout: None,
             },
-            interrupt,
+            activity,
         ))
     };
     let input = TurnInput {
@@ -273,7 +338,7 @@ pub(crate) fn one_turn(
         kind: TurnKind::Initial,
         turn: 1,
     };
-    let outcome = block_on(runner.run_turn(&input));
+    let outcome = runtime.block_on(runner.run_turn(&input));
     let session = match &outcome {
         Ok(Some(result)) => result.session_id.clone().unwrap_or(session_id),
         _ => session_id,

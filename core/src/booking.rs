@@ -163,11 +163,64 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
     }
 }
 
-/// The exit code of the last `[kanban-worker-exit] rc=N` line in a log tail.
-pub fn exit_code_from_trailer(log_tail: &str) -> Option<i32> {
+/// A worker's exit trailer: `[kanban-worker-exit] rc=N[ seal=S][ fault=KIND:TEXT]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trailer {
+    pub code: i32,
+    /// The seal the worker signed it with.
+    pub seal: Option<String>,
+    /// A fault of the environment the worker reports: `(configuration, text)`.
+    pub fault: Option<(bool, String)>,
+}
+
+impl Trailer {
+    /// The line a worker writes last.
+    pub fn line(&self) -> String {
+        let mut line = format!("{WORKER_EXIT_TRAILER}{}", self.code);
+        if let Some(seal) = &self.seal {
+            line.push_str(&format!(" seal={seal}"));
+        }
+        if let Some((configuration, text)) = &self.fault {
+            let kind = if *configuration {
+                "config"
+            } else {
+                "transient"
+            };
+            line.push_str(&format!(" fault={kind}:{}", text.replace('\n', " ")));
+        }
+        line
+    }
+
+    /// Reads one trailer line.
+    pub fn parse(line: &str) -> Option<Self> {
+        let rest = line.trim_end().strip_prefix(WORKER_EXIT_TRAILER)?;
+        let (code, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        let code = code.parse::<i32>().ok()?;
+        let mut seal = None;
+        if let Some(after) = rest.strip_prefix("seal=") {
+            let (value, tail) = after.split_once(' ').unwrap_or((after, ""));
+            seal = Some(value.to_owned());
+            rest = tail;
+        }
+        let fault = rest.strip_prefix("fault=").and_then(|fault| {
+            let (kind, text) = fault.split_once(':')?;
+            Some((kind == "config", text.to_owned()))
+        });
+        Some(Self { code, seal, fault })
+    }
+}
+
+/// The last trailer in a log tail that `accept` takes (by its seal).
+pub fn last_trailer(log_tail: &str, accept: impl Fn(Option<&str>) -> bool) -> Option<Trailer> {
     log_tail
         .lines()
         .rev()
-        .filter_map(|line| line.trim_end().strip_prefix(WORKER_EXIT_TRAILER))
-        .find_map(|code| code.parse::<i32>().ok())
+        .filter_map(Trailer::parse)
+        .find(|trailer| accept(trailer.seal.as_deref()))
+}
+
+/// The exit code of the last `[kanban-worker-exit] rc=N` line in a log
+/// tail, whatever it is signed with.
+pub fn exit_code_from_trailer(log_tail: &str) -> Option<i32> {
+    last_trailer(log_tail, |_| true).map(|trailer| trailer.code)
 }

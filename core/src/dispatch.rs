@@ -22,6 +22,8 @@ pub struct RunningWorker {
     /// The worker process's start time as recorded at spawn, so a reused pid
     /// is not mistaken for the worker.
     pub worker_started_at: Option<i64>,
+    /// The digest of the seal the worker signs its exit trailer with.
+    pub seal_digest: Option<String>,
     pub claim_expires: Option<i64>,
     pub last_heartbeat_at: Option<i64>,
     /// When the run started.
@@ -91,14 +93,9 @@ pub trait DispatchBoard: Board {
         ttl_seconds: i64,
         claim_lock: &str,
     ) -> Result<Option<ClaimGrant>, BoardError>;
-    /// Records the worker pid and its process start time on the card and its
-    /// run (event `spawned`). Fenced by the run and the claim lock.
-    async fn record_spawn(
-        &self,
-        claim: &Claim,
-        pid: u32,
-        started_at: Option<i64>,
-    ) -> Result<(), BoardError>;
+    /// Records the worker process (pid, start time, seal digest) on the
+    /// card and its run (event `spawned`). Fenced by the run and the claim lock.
+    async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError>;
     /// Records that the dispatcher signals the run's worker and why (event
     /// `worker_signalled`), so whichever dispatcher books its exit knows.
     async fn record_signal(
@@ -137,11 +134,14 @@ pub trait DispatchBoard: Board {
 }
 
 /// A worker process as its supervisor started it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WorkerProcess {
     pub pid: u32,
     /// The process's start time, a fingerprint a reused pid does not match.
     pub started_at: Option<i64>,
+    /// The digest of the secret seal the worker signs its exit trailer
+    /// with: only that worker can write a trailer a dispatcher trusts.
+    pub seal_digest: Option<String>,
 }
 
 /// One exit of a worker this supervisor started.
@@ -156,6 +156,9 @@ pub struct WorkerExit {
 pub struct RunLog {
     /// The exit code of the worker's own sealed trailer, if it wrote one.
     pub trailer_code: Option<i32>,
+    /// The fault of the environment the worker's trailer reported, if any:
+    /// the worker could not work its card for reasons not the card's.
+    pub fault: Option<EnvironmentFault>,
     /// The last lines of the worker's output.
     pub output_tail: String,
 }
@@ -239,8 +242,10 @@ pub trait Supervisor: Send + Sync {
     /// `claim`'s card, before its new run starts: two runs of one card never
     /// have live agents at once on one host.
     async fn sweep_earlier_runs(&self, claim: &Claim);
-    /// What the run's log says.
-    async fn run_log(&self, claim: &Claim) -> RunLog;
+    /// What the run's log says; a trailer counts only when it is signed
+    /// with the seal whose digest is `seal_digest` (or, for a worker
+    /// recorded without one, unsigned).
+    async fn run_log(&self, claim: &Claim, seal_digest: Option<&str>) -> RunLog;
 }
 
 /// What wakes a dispatcher between ticks.

@@ -13,8 +13,8 @@ use std::time::Duration;
 use crate::booking::{Booking, BookingKind, ExitWitness, SignalReason};
 use crate::claim::Claim;
 use crate::dispatch::{
-    DispatchBoard, EnvironmentFault, ExitReport, RunningWorker, StaleClaimAction, StopSignal,
-    Supervisor, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
+    DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker, StaleClaimAction,
+    StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
 };
 use crate::ports::{BoardError, Clock, RunStatus};
 use crate::rules::{FailurePolicy, Release, lease_expired};
@@ -306,7 +306,7 @@ struct Child {
 #[derive(Clone, Debug)]
 struct Stopping {
     claim: Claim,
-    started_at: Option<i64>,
+    process: WorkerProcess,
     reason: SignalReason,
     since_ms: u64,
     killed: bool,
@@ -377,10 +377,10 @@ impl Dispatcher {
     }
 
     /// The workers this dispatcher started that have not been booked yet.
-    pub fn children(&self) -> impl Iterator<Item = (&Claim, WorkerProcess)> {
+    pub fn children(&self) -> impl Iterator<Item = (&Claim, &WorkerProcess)> {
         self.children
             .values()
-            .map(|child| (&child.claim, child.process))
+            .map(|child| (&child.claim, &child.process))
     }
 
     /// The fault that stopped claiming, if one did.
@@ -504,13 +504,8 @@ impl Dispatcher {
     pub async fn shut_down(&mut self) {
         let children: Vec<Child> = self.children.values().cloned().collect();
         for child in &children {
-            self.stop(
-                &child.claim,
-                i64::from(child.process.pid),
-                child.process.started_at,
-                SignalReason::Shutdown,
-            )
-            .await;
+            self.stop(&child.claim, &child.process, SignalReason::Shutdown)
+                .await;
         }
         let since = self.mono();
         let limit = millis(self.settings.grace) + millis(KILL_WAIT);
@@ -689,25 +684,16 @@ impl Dispatcher {
                 }
             };
             if fenced {
-                self.stop(
-                    &child.claim,
-                    i64::from(pid),
-                    child.process.started_at,
-                    SignalReason::Fenced,
-                )
-                .await;
+                self.stop(&child.claim, &child.process, SignalReason::Fenced)
+                    .await;
             }
         }
     }
 
     /// Sends SIGTERM to a worker's group, recording why first.
-    async fn stop(
-        &mut self,
-        claim: &Claim,
-        pid: i64,
-        started_at: Option<i64>,
-        reason: SignalReason,
-    ) {
+    async fn stop(&mut self, claim: &Claim, process: &WorkerProcess, reason: SignalReason) {
+        let pid = i64::from(process.pid);
+        let started_at = process.started_at;
         if self.stopping.contains_key(&pid) {
             return;
         }
@@ -742,7 +728,7 @@ impl Dispatcher {
             pid,
             Stopping {
                 claim: claim.clone(),
-                started_at,
+                process: process.clone(),
                 reason,
                 since_ms,
                 killed: false,
@@ -764,18 +750,22 @@ impl Dispatcher {
             let ours = u32::try_from(pid)
                 .ok()
                 .is_some_and(|pid| self.children.contains_key(&pid));
-            let alive = ours || self.ports.supervisor.alive(pid, stop.started_at);
+            let alive = ours || self.ports.supervisor.alive(pid, stop.process.started_at);
             if !alive {
                 // Not ours, so nobody reaps it: book it from the board.
                 self.stopping.remove(&pid);
-                booked += usize::from(self.book_dead(&stop.claim, Some(stop.reason)).await);
+                let seal = stop.process.seal_digest.clone();
+                booked += usize::from(
+                    self.book_dead(&stop.claim, Some(stop.reason), seal.as_deref())
+                        .await,
+                );
                 continue;
             }
             let elapsed = mono.saturating_sub(stop.since_ms);
             if !stop.killed && elapsed >= grace {
                 self.ports
                     .supervisor
-                    .signal(pid, stop.started_at, StopSignal::Kill);
+                    .signal(pid, stop.process.started_at, StopSignal::Kill);
                 self.ports.supervisor.sweep(&stop.claim).await;
                 self.note(DispatchEvent::Killed {
                     task_id: stop.claim.task_id.clone(),
@@ -825,10 +815,10 @@ impl Dispatcher {
             .children
             .values()
             .find(|child| child.claim == *claim)
-            .map(|child| child.process);
+            .map(|child| child.process.clone());
         let recorded = worker
             .worker_pid
-            .or(child.map(|process| i64::from(process.pid)));
+            .or(child.as_ref().map(|process| i64::from(process.pid)));
         if recorded.is_some_and(|pid| self.stopping.contains_key(&pid)) {
             return 0;
         }
@@ -840,7 +830,8 @@ impl Dispatcher {
             // released as stale, counted.
             if self.lease_ran_out(worker, now, mono) {
                 if let Ok(Some(_)) = self.ports.board.booked_result(claim).await {
-                    return usize::from(self.book_dead(claim, None).await);
+                    let seal = worker.seal_digest.as_deref();
+                    return usize::from(self.book_dead(claim, None, seal).await);
                 }
                 let release = match worker.worker_pid {
                     Some(_) => Release::Expired,
@@ -852,16 +843,11 @@ impl Dispatcher {
             }
             return 0;
         }
-        if let Some(process) = child
+        if let Some(process) = &child
             && worker.worker_pid.is_none()
         {
             // Our own worker whose spawn record failed: record it again.
-            if let Err(error) = self
-                .ports
-                .board
-                .record_spawn(claim, process.pid, process.started_at)
-                .await
-            {
+            if let Err(error) = self.ports.board.record_spawn(claim, process).await {
                 self.board_trouble(&error);
             }
         }
@@ -880,17 +866,23 @@ impl Dispatcher {
         if !ours && u32::try_from(pid).is_ok_and(|pid| self.children.contains_key(&pid)) {
             // Our child of another run carries this pid: the recorded worker
             // is long gone.
-            return usize::from(self.book_dead(claim, None).await);
+            let seal = worker.seal_digest.as_deref();
+            return usize::from(self.book_dead(claim, None, seal).await);
         }
-        let started_at = child.map_or(worker.worker_started_at, |process| process.started_at);
-        if !self.ports.supervisor.alive(pid, started_at) {
+        let process = child.unwrap_or_else(|| WorkerProcess {
+            pid: u32::try_from(pid).unwrap_or(u32::MAX),
+            started_at: worker.worker_started_at,
+            seal_digest: worker.seal_digest.clone(),
+        });
+        if !self.ports.supervisor.alive(pid, process.started_at) {
             // Our own child is booked from its wait status once reaped (it
             // may have ended while this dispatcher was stalled); anyone
             // else's from what it left on the board.
             return if ours {
                 0
             } else {
-                usize::from(self.book_dead(claim, None).await)
+                let seal = worker.seal_digest.as_deref();
+                usize::from(self.book_dead(claim, None, seal).await)
             };
         }
         let limit = worker
@@ -901,14 +893,12 @@ impl Dispatcher {
         if let Some(limit) = limit
             && self.run_seconds(worker, now, mono) > limit.saturating_add(grace)
         {
-            self.stop(claim, pid, worker.worker_started_at, SignalReason::Overrun)
-                .await;
+            self.stop(claim, &process, SignalReason::Overrun).await;
             return 0;
         }
         match stale_claim_action(true, Some(self.silent_seconds(worker, now, mono))) {
             StaleClaimAction::Terminate => {
-                self.stop(claim, pid, worker.worker_started_at, SignalReason::Overrun)
-                    .await;
+                self.stop(claim, &process, SignalReason::Overrun).await;
             }
             StaleClaimAction::Extend => self.renew(worker, pid, now).await,
             StaleClaimAction::Release => {}
@@ -988,8 +978,8 @@ impl Dispatcher {
         witness: ExitWitness,
         source: &'static str,
         signalled: Option<SignalReason>,
+        log: RunLog,
     ) -> ExitReport {
-        let log = self.ports.supervisor.run_log(claim).await;
         // What the worker booked, whoever witnessed the exit.
         let retry_after_seconds = self
             .ports
@@ -1007,6 +997,52 @@ impl Dispatcher {
             policy: self.settings.failure_policy,
             retry_after_seconds,
         }
+    }
+
+    /// Ends the bookkeeping of a worker that ended: a worker that reported
+    /// a fault of the environment has its claim released uncounted and
+    /// halts (or pauses) this dispatcher; any other exit is booked.
+    async fn conclude(
+        &mut self,
+        claim: &Claim,
+        witness: ExitWitness,
+        source: &'static str,
+        signalled: Option<SignalReason>,
+        log: RunLog,
+    ) -> bool {
+        if let Some(fault) = log.fault.clone() {
+            let reason = format!("its worker could not work the card: {fault}");
+            match self
+                .ports
+                .board
+                .release_claim(
+                    claim,
+                    &Release::NotStarted {
+                        reason: reason.clone(),
+                    },
+                    &self.settings.failure_policy,
+                )
+                .await
+            {
+                Ok(true) => {
+                    self.ports.supervisor.sweep(claim).await;
+                    self.note(DispatchEvent::Released {
+                        task_id: claim.task_id.clone(),
+                        counted: false,
+                        why: reason,
+                    });
+                    self.halt(fault);
+                    return true;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    self.board_trouble(&error);
+                    self.halt(fault);
+                }
+            }
+        }
+        let report = self.report(claim, witness, source, signalled, log).await;
+        self.book(claim, report).await
     }
 
     async fn book(&mut self, claim: &Claim, report: ExitReport) -> bool {
@@ -1048,25 +1084,31 @@ impl Dispatcher {
             .stopping
             .remove(&i64::from(exit.pid))
             .map(|stop| stop.reason);
-        let report = self
-            .report(&child.claim, exit.witness, "wait", signalled)
+        let log = self
+            .ports
+            .supervisor
+            .run_log(&child.claim, child.process.seal_digest.as_deref())
             .await;
-        self.book(&child.claim, report).await
+        self.conclude(&child.claim, exit.witness, "wait", signalled, log)
+            .await
     }
 
     /// Books a worker of this host that ended while nobody waited for it:
     /// from its own `worker_result`, else its sealed log trailer.
-    async fn book_dead(&mut self, claim: &Claim, signalled: Option<SignalReason>) -> bool {
+    async fn book_dead(
+        &mut self,
+        claim: &Claim,
+        signalled: Option<SignalReason>,
+        seal_digest: Option<&str>,
+    ) -> bool {
+        let log = self.ports.supervisor.run_log(claim, seal_digest).await;
         let booked = self.ports.board.booked_result(claim).await.ok().flatten();
-        let (witness, source) = match booked {
-            Some(result) => (ExitWitness::Code(result.exit_code), "worker_result"),
-            None => match self.ports.supervisor.run_log(claim).await.trailer_code {
-                Some(code) => (ExitWitness::Code(code), "trailer"),
-                None => (ExitWitness::Unknown, "none"),
-            },
+        let (witness, source) = match (booked, log.trailer_code) {
+            (Some(result), _) => (ExitWitness::Code(result.exit_code), "worker_result"),
+            (None, Some(code)) => (ExitWitness::Code(code), "trailer"),
+            (None, None) => (ExitWitness::Unknown, "none"),
         };
-        let report = self.report(claim, witness, source, signalled).await;
-        self.book(claim, report).await
+        self.conclude(claim, witness, source, signalled, log).await
     }
 
     async fn claim_and_spawn(&mut self, running: &[RunningWorker]) -> usize {
@@ -1114,27 +1156,16 @@ impl Dispatcher {
                 process.pid,
                 Child {
                     claim: claim.clone(),
-                    process,
+                    process: process.clone(),
                     settled_since_ms: None,
                 },
             );
             spawned += 1;
-            match self
-                .ports
-                .board
-                .record_spawn(&claim, process.pid, process.started_at)
-                .await
-            {
+            match self.ports.board.record_spawn(&claim, &process).await {
                 Ok(()) => {}
                 Err(BoardError::LeaseLost { .. }) => {
                     // The claim moved on between the claim and the spawn.
-                    self.stop(
-                        &claim,
-                        i64::from(process.pid),
-                        process.started_at,
-                        SignalReason::Fenced,
-                    )
-                    .await;
+                    self.stop(&claim, &process, SignalReason::Fenced).await;
                 }
                 Err(error) => self.board_trouble(&error),
             }

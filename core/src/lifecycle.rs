@@ -104,6 +104,21 @@ impl WorkerLifeReport {
     }
 }
 
+/// Gives the other futures of the task one chance to run.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
 /// Keeps the lease alive while the agent shows progress, and ends when the
 /// claim is lost or the run overruns. A silent agent gets no heartbeat: its
 /// lease runs down, and a dispatcher that sees it silent long enough stops it.
@@ -116,6 +131,8 @@ async fn watch_run(
     let mut beaten_at = started;
     loop {
         ports.sleeper.sleep(ports.interval).await;
+        // The turns get their turn whatever the sleeper did.
+        yield_now().await;
         let mono = ports.clock.monotonic_millis();
         if let Some(limit) = ports.run_limit
             && mono.saturating_sub(started) >= u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)

@@ -198,6 +198,9 @@ pub struct TurnError {
     pub message: String,
     pub credentials_rate_limited: bool,
     pub credentials_terminal: bool,
+    /// The environment failed the turn (the agent could not even be
+    /// started): not the card's fault.
+    pub environment: bool,
 }
 
 impl TurnError {

@@ -12,7 +12,8 @@
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::{
     Board, BoardAdmin, BoardError, BookingKind, Claim, DispatchBoard, ExitReport, ExitWitness,
-    NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus, WorkerResult,
+    NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus, WorkerProcess,
+    WorkerResult,
 };
 
 use crate::{VirtualClock, block_on};
@@ -601,7 +602,12 @@ pub fn spawn_records<B: BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock)
     let id = create(board, &task("dispatched"));
     let held = next(board).expect("a ready card");
     assert_eq!(held.task_id, id);
-    block_on(board.record_spawn(&held, 4242, Some(777))).unwrap();
+    let process = WorkerProcess {
+        pid: 4242,
+        started_at: Some(777),
+        seal_digest: Some("d1g3st".into()),
+    };
+    block_on(board.record_spawn(&held, &process)).unwrap();
     let workers = block_on(board.running_workers()).unwrap();
     assert_eq!(workers.len(), 1);
     assert_eq!(workers[0].claim, held);
@@ -612,12 +618,13 @@ pub fn spawn_records<B: BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock)
         "the process fingerprint is kept"
     );
     assert_eq!(workers[0].run_started_at, START);
+    assert_eq!(workers[0].seal_digest.as_deref(), Some("d1g3st"));
     let moved = Claim {
         run_id: held.run_id + 1,
         ..held.clone()
     };
     assert_lease_lost(
-        block_on(board.record_spawn(&moved, 1, None)),
+        block_on(board.record_spawn(&moved, &process)),
         "a spawn record for another run",
     );
 }

@@ -36,6 +36,7 @@ struct State {
     processes: BTreeMap<u32, FakeProcess>,
     exits: Vec<WorkerExit>,
     trailers: BTreeMap<i64, i32>,
+    faults: BTreeMap<i64, EnvironmentFault>,
     swept: Vec<(i64, &'static str)>,
     spawn_fault: Option<EnvironmentFault>,
     stop: bool,
@@ -105,6 +106,20 @@ impl FakeHost {
         if ours {
             state.exits.push(WorkerExit { pid, witness });
         }
+    }
+
+    /// Ends process `pid` as a worker that could not work its card for the
+    /// environment's fault, which its trailer reports.
+    pub fn exit_with_fault(&self, pid: u32, fault: EnvironmentFault) {
+        let run_id = self
+            .state()
+            .processes
+            .get(&pid)
+            .map(|process| process.claim.run_id);
+        if let Some(run_id) = run_id {
+            self.state().faults.insert(run_id, fault);
+        }
+        self.exit(pid, ExitWitness::Code(75));
     }
 
     /// Plants a live process of this host working `claim` that this
@@ -198,6 +213,7 @@ impl Supervisor for FakeHost {
         Ok(WorkerProcess {
             pid,
             started_at: Some(i64::from(pid) * 7),
+            seal_digest: Some(format!("seal-{pid}")),
         })
     }
 
@@ -255,9 +271,11 @@ impl Supervisor for FakeHost {
         }
     }
 
-    async fn run_log(&self, claim: &Claim) -> RunLog {
+    async fn run_log(&self, claim: &Claim, _seal_digest: Option<&str>) -> RunLog {
+        let state = self.state();
         RunLog {
-            trailer_code: self.state().trailers.get(&claim.run_id).copied(),
+            trailer_code: state.trailers.get(&claim.run_id).copied(),
+            fault: state.faults.get(&claim.run_id).cloned(),
             output_tail: String::new(),
         }
     }

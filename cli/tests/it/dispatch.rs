@@ -464,7 +464,7 @@ fn the_demo_runs_and_prints_its_summary() {
         "protocol violation",
         "CARD",
         "IN-PLACE RECOVERIES",
-        "ready, cooling down",
+        "ready, retry in",
         "75 (rate limited)",
     ] {
         assert!(

@@ -117,7 +117,15 @@ impl Rig {
             .unwrap()
             .claim;
         let pid = self.host.plant(&claim);
-        block_on(self.board.record_spawn(&claim, pid, None)).unwrap();
+        block_on(self.board.record_spawn(
+            &claim,
+            &kanban_core::WorkerProcess {
+                pid,
+                started_at: None,
+                seal_digest: None,
+            },
+        ))
+        .unwrap();
         (claim, pid)
     }
 }
@@ -445,7 +453,15 @@ fn another_hosts_claim_is_released_only_after_a_whole_unchanged_lease() {
         .unwrap()
         .unwrap()
         .claim;
-    block_on(rig.board.record_spawn(&claim, 4242, None)).unwrap();
+    block_on(rig.board.record_spawn(
+        &claim,
+        &kanban_core::WorkerProcess {
+            pid: 4242,
+            started_at: None,
+            seal_digest: None,
+        },
+    ))
+    .unwrap();
     rig.time.advance(TTL + 1);
     rig.tick();
     assert!(
@@ -546,5 +562,31 @@ fn a_worker_that_survives_sigkill_has_its_reclaim_deferred() {
         rig.status(&id),
         TaskStatus::Running,
         "not released under a live worker"
+    );
+}
+
+#[test]
+fn a_worker_that_reports_an_environment_fault_frees_its_card_uncounted_and_halts() {
+    let mut rig = rig();
+    let id = rig.add("the board went read-only");
+    rig.tick();
+    let pid = rig.host.worker(&id).pid;
+    rig.host.exit_with_fault(
+        pid,
+        EnvironmentFault::Configuration("the board is read-only for the worker".into()),
+    );
+    let end = block_on(rig.dispatcher.run(RunMode::Forever));
+    assert_eq!(end.exit_code(), 78, "the dispatcher stops and says why");
+    let view = rig.card(&id);
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.consecutive_failures, 0, "not the card's fault");
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("released"));
+    assert!(
+        view.runs[0]
+            .error
+            .as_deref()
+            .is_some_and(|error| error.contains("read-only")),
+        "the run says what went wrong: {:?}",
+        view.runs[0].error
     );
 }

@@ -10,7 +10,7 @@ use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::{
     Board, BoardError, Booking, Claim, ClaimGrant, DispatchBoard, ExitReport, NotLive,
-    ProofIdentity, RunStatus, RunningWorker, SignalReason, WorkerResult,
+    ProofIdentity, RunStatus, RunningWorker, SignalReason, WorkerProcess, WorkerResult,
 };
 
 use super::exec::{Shared, yield_now};
@@ -180,14 +180,9 @@ impl DispatchBoard for SimBoard {
         self.gate("claim_next_ready").await?;
         self.inner.claim_next_ready(ttl_seconds, claim_lock).await
     }
-    async fn record_spawn(
-        &self,
-        claim: &Claim,
-        pid: u32,
-        started_at: Option<i64>,
-    ) -> Result<(), BoardError> {
+    async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError> {
         self.gate("record_spawn").await?;
-        self.inner.record_spawn(claim, pid, started_at).await
+        self.inner.record_spawn(claim, process).await
     }
     async fn record_signal(
         &self,

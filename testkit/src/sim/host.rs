@@ -163,6 +163,7 @@ impl Supervisor for SimSupervisor {
         Ok(WorkerProcess {
             pid,
             started_at: Some(fingerprint),
+            seal_digest: None,
         })
     }
 
@@ -198,9 +199,10 @@ impl Supervisor for SimSupervisor {
         self.kill_runs(claim, |run| run != claim.run_id, "kills an earlier run's");
     }
 
-    async fn run_log(&self, claim: &Claim) -> RunLog {
+    async fn run_log(&self, claim: &Claim, _seal_digest: Option<&str>) -> RunLog {
         RunLog {
             trailer_code: self.world.lock().trailers.get(&claim.run_id).copied(),
+            fault: None,
             output_tail: String::new(),
         }
     }

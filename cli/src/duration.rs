@@ -1,0 +1,54 @@
+//! Durations on the command line.
+
+use std::time::Duration;
+
+/// The longest duration any option takes: a year.
+const LONGEST: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Parses a duration: seconds (`90`, `0.5`) or a number with a unit (`90s`,
+/// `30m`, `2h`, `1d`). Negative, non-finite and absurd values (over a
+/// year) are refused with a message that says what is accepted.
+pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let text = raw.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((at, _)) => (&text[..at], &text[at..]),
+        None => (text, "s"),
+    };
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        _ => {
+            return Err(format!(
+                "{raw:?} is not a duration: use seconds (90) or a unit (90s, 30m, 2h, 1d)"
+            ));
+        }
+    };
+    let value: f64 = number.trim().parse().map_err(|_| {
+        format!("{raw:?} is not a duration: use seconds (90) or a unit (90s, 30m, 2h, 1d)")
+    })?;
+    let seconds = value * scale;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!(
+            "{raw:?} is not a duration: it must be a finite number, 0 or more"
+        ));
+    }
+    if seconds > LONGEST.as_secs_f64() {
+        return Err(format!(
+            "{raw:?} is too long: at most {} days",
+            LONGEST.as_secs() / 86_400
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Parses a duration of at least one second, as whole seconds.
+pub(crate) fn parse_positive_seconds(raw: &str) -> Result<i64, String> {
+    let duration = parse_duration(raw)?;
+    if duration < Duration::from_secs(1) {
+        return Err(format!("{raw:?} is too short: at least 1 second"));
+    }
+    i64::try_from(duration.as_secs()).map_err(|_| format!("{raw:?} is too long"))
+}
