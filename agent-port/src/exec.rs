@@ -19,7 +19,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::activity::Activity;
-use crate::protocol::{AgentExit, settle_turn};
+use crate::protocol::{AgentExit, ResultLine, parse_result_line, settle_turn};
 
 /// The most of an agent's stdout a turn keeps: its result line is the last
 /// JSON line, so a bounded tail is all that is ever read, whatever it prints.
@@ -328,7 +328,27 @@ impl TurnRunner for ExecAgent {
             Some(Stopped::By(_)) => {
                 settle_turn(&text, AgentExit::Interrupted, &self.config.session_id)
             }
-            None => settle_turn(&text, exit, &self.config.session_id),
+            None => match exit {
+                // `sh -c` could not find or execute the command and the
+                // agent never answered: the setup failed, not the card.
+                AgentExit::Code(code @ (126 | 127))
+                    if matches!(parse_result_line(&text), ResultLine::Absent) =>
+                {
+                    Err(TurnError {
+                        environment: true,
+                        ..TurnError::new(format!(
+                            "cannot run the agent `{}`: the shell exited {code} ({})",
+                            self.config.command,
+                            if code == 127 {
+                                "command not found"
+                            } else {
+                                "not executable"
+                            }
+                        ))
+                    })
+                }
+                _ => settle_turn(&text, exit, &self.config.session_id),
+            },
         }
     }
 }

@@ -126,7 +126,12 @@ pub fn settle_turn(stdout: &str, exit: AgentExit, session_id: &str) -> TurnOutco
                     false,
                     format!("the agent was killed by signal {signal}"),
                 ),
-                AgentExit::Interrupted => unreachable!("handled above"),
+                // Settled by the outer match; kept total so no input panics.
+                AgentExit::Interrupted => failed(
+                    FailureReason::Unknown,
+                    false,
+                    "the turn was interrupted".to_owned(),
+                ),
             },
         },
     };

@@ -134,7 +134,7 @@ fn a_chatty_agent_cannot_deadlock_the_worker_on_its_pipes() {
 }
 
 #[test]
-fn an_agent_that_cannot_start_is_a_runner_error() {
+fn an_agent_the_shell_cannot_find_is_the_environments_fault() {
     let mut agent = ExecAgent::new(
         ExecAgentConfig {
             command: "exit 127".into(),
@@ -153,9 +153,38 @@ fn an_agent_that_cannot_start_is_a_runner_error() {
         kind: TurnKind::Initial,
         turn: 1,
     }))
+    .unwrap_err();
+    assert!(result.environment, "{result:?}");
+    assert!(
+        result.message.contains("command not found"),
+        "{}",
+        result.message
+    );
+}
+
+#[test]
+fn an_agent_that_answers_before_exiting_127_is_judged_by_its_answer() {
+    let mut agent = ExecAgent::new(
+        ExecAgentConfig {
+            command: r#"echo '{"failed": true, "error": "tool missing"}'; exit 127"#.into(),
+            task: TaskBrief::default(),
+            env: Vec::new(),
+            env_remove: Vec::new(),
+            session_id: "s".into(),
+            interrupt_grace: Duration::from_secs(1),
+            forward_output: false,
+            turn_timeout: None,
+        },
+        activity(),
+    );
+    let result = on_tokio(agent.run_turn(&TurnInput {
+        message: "go".into(),
+        kind: TurnKind::Initial,
+        turn: 1,
+    }))
     .unwrap()
     .unwrap();
-    assert!(result.error.unwrap().contains("exited 127"));
+    assert_eq!(result.error.as_deref(), Some("tool missing"));
 }
 
 #[test]

@@ -350,6 +350,10 @@ impl DispatchBoard for SqliteBoard {
         .await
     }
 
+    async fn check_health(&self) -> Result<(), BoardError> {
+        self.store.check_health()
+    }
+
     async fn promote_ready(&self) -> Result<usize, BoardError> {
         self.call(move |store| {
             // Most ticks have nothing to promote: look before taking the write lock.

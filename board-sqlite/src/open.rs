@@ -117,6 +117,16 @@ pub(crate) struct Store {
     pub(crate) path: PathBuf,
     conn: Mutex<Connection>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The board file's device and inode when it was opened (none in memory).
+    pub(crate) identity: Option<(u64, u64)>,
+}
+
+/// A file's identity: its device and inode.
+pub(crate) fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
 }
 
 impl Store {
@@ -153,10 +163,12 @@ impl Store {
             .map_err(fail)?;
         conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(fail)?;
+        let identity = file_identity(&path);
         let store = Self {
             path,
             conn: Mutex::new(conn),
             clock,
+            identity,
         };
         store.migrate()?;
         Ok(store)
@@ -224,6 +236,29 @@ impl Store {
             }
             Ok(())
         })
+    }
+
+    /// Checks that the file on disk is still the board this store opened,
+    /// with its write-ahead log: a board replaced, moved or stripped of its
+    /// `-wal` while in use is unsafe to write.
+    pub(crate) fn check_health(&self) -> Result<(), BoardError> {
+        let Some(identity) = self.identity else {
+            return Ok(());
+        };
+        let unusable = |message: &str| BoardError::Unusable {
+            path: self.db(),
+            message: message.to_owned(),
+        };
+        if file_identity(&self.path) != Some(identity) {
+            return Err(unusable("was replaced, moved or deleted while in use"));
+        }
+        let wal = PathBuf::from(format!("{}-wal", self.path.display()));
+        if !wal.exists() {
+            return Err(unusable(
+                "lost its write-ahead log (the -wal file was deleted while in use)",
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction, retrying the whole

@@ -1,14 +1,23 @@
-//! The terminal board calls an agent makes from inside a turn. Each reads
-//! the claim carrier and goes through a fenced write: a stale worker is
-//! refused, exits 1, and the board keeps its state.
+//! The board calls an agent makes from inside a turn. Each reads the claim
+//! carrier and goes through a fenced write: a stale worker is refused,
+//! exits 1, and the board keeps its state.
+//!
+//! Two refusals are not the card's doing, and exit 75 instead (so an agent
+//! that passes its board call's code on never has its card charged): the
+//! board failing (busy, full, unreadable), and a lease that only ran out
+//! (the card is still this run's) and was not renewed within 90 s.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{Board, BoardError, Claim, Environment};
+use kanban_core::{BIND_PATIENCE, Board, BoardError, Claim, Environment};
 
 use crate::runtime::block_on;
+
+/// The exit code of a board call the environment failed.
+const ENVIRONMENT: i32 = 75;
 
 fn carrier(env: &Environment) -> anyhow::Result<(Claim, SqliteBoard)> {
     let claim = Claim::from_env(env).context("this command works a claimed card")?;
@@ -16,12 +25,56 @@ fn carrier(env: &Environment) -> anyhow::Result<(Claim, SqliteBoard)> {
     Ok((claim, board))
 }
 
-fn refused(error: BoardError) -> anyhow::Error {
-    match error {
-        BoardError::LeaseLost { .. } => anyhow::anyhow!(
-            "{error}\nhint: the card was reclaimed, settled or its lease ran out; `kanban show TASK` tells which"
-        ),
-        other => other.into(),
+/// Runs one fenced call, waiting out a lapsed lease and passing board
+/// faults: the dispatcher renews a live worker's lease within a tick.
+fn fenced<T>(
+    mut call: impl FnMut() -> Result<T, BoardError>,
+    done: impl FnOnce(T),
+) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    loop {
+        let error = match call() {
+            Ok(value) => {
+                done(value);
+                return Ok(0);
+            }
+            Err(error) => error,
+        };
+        let passing = match &error {
+            BoardError::LeaseLost { reason, .. } => reason.only_expired(),
+            BoardError::TaskNotFound(_)
+            | BoardError::InvalidInput(_)
+            | BoardError::InvalidTransition { .. } => false,
+            _ => true,
+        };
+        if !passing {
+            return Err(match error {
+                BoardError::LeaseLost { .. } => anyhow::anyhow!(
+                    "{error}\nhint: the card was reclaimed, settled or taken by a newer run; `kanban show TASK` tells which"
+                ),
+                other => other.into(),
+            });
+        }
+        if started.elapsed() >= BIND_PATIENCE {
+            eprintln!(
+                "error: {error}\nthe board or the lease failed, not the card: exiting 75 so that the worker books it as such"
+            );
+            return Ok(ENVIRONMENT);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Opens the carrier's board; a board that cannot be opened is the
+/// environment's fault (75), a missing carrier the caller's (1).
+fn open(env: &Environment) -> anyhow::Result<Result<(Claim, SqliteBoard), i32>> {
+    let claim = Claim::from_env(env).context("this command works a claimed card")?;
+    match SqliteBoard::open(&claim.db, Arc::new(SystemClock)) {
+        Ok(board) => Ok(Ok((claim, board))),
+        Err(error) => {
+            eprintln!("error: {error}");
+            Ok(Err(ENVIRONMENT))
+        }
     }
 }
 
@@ -30,30 +83,60 @@ pub(crate) fn complete(
     summary: &str,
     result: Option<String>,
 ) -> anyhow::Result<i32> {
-    let (claim, board) = carrier(env)?;
-    block_on(board.complete(&claim, summary, result)).map_err(refused)?;
-    println!("{} completed", claim.task_id);
-    Ok(0)
+    let (claim, board) = match open(env)? {
+        Ok(opened) => opened,
+        Err(code) => return Ok(code),
+    };
+    fenced(
+        || block_on(board.complete(&claim, summary, result.clone())),
+        |()| println!("{} completed", claim.task_id),
+    )
 }
 
 pub(crate) fn block(env: &Environment, reason: &str) -> anyhow::Result<i32> {
-    let (claim, board) = carrier(env)?;
-    block_on(board.block(&claim, reason)).map_err(refused)?;
-    println!("{} blocked", claim.task_id);
-    Ok(0)
+    let (claim, board) = match open(env)? {
+        Ok(opened) => opened,
+        Err(code) => return Ok(code),
+    };
+    fenced(
+        || block_on(board.block(&claim, reason)),
+        |()| println!("{} blocked", claim.task_id),
+    )
 }
 
 pub(crate) fn heartbeat(env: &Environment, note: Option<String>) -> anyhow::Result<i32> {
     let (claim, board) = carrier(env)?;
-    let expires = block_on(board.heartbeat(&claim, note)).map_err(refused)?;
-    println!("{} lease extended to {expires}", claim.task_id);
-    Ok(0)
+    // A heartbeat is not worth waiting for: one refused is simply not made.
+    match block_on(board.heartbeat(&claim, note)) {
+        Ok(expires) => {
+            println!("{} lease extended to {expires}", claim.task_id);
+            Ok(0)
+        }
+        Err(BoardError::LeaseLost { reason, .. }) if reason.only_expired() => {
+            eprintln!("the lease lapsed; the dispatcher renews it while this worker lives");
+            Ok(ENVIRONMENT)
+        }
+        Err(error @ BoardError::LeaseLost { .. }) => Err(anyhow::anyhow!(
+            "{error}\nhint: the card was reclaimed, settled or taken by a newer run; `kanban show TASK` tells which"
+        )),
+        Err(error) => {
+            eprintln!("error: {error}");
+            Ok(ENVIRONMENT)
+        }
+    }
 }
 
 pub(crate) fn comment(env: &Environment, text: &str) -> anyhow::Result<i32> {
-    let (claim, board) = carrier(env)?;
-    let author = env.get_trimmed("KANBAN_AUTHOR").unwrap_or("worker");
-    block_on(board.comment(&claim, author, text)).map_err(refused)?;
-    println!("{} commented", claim.task_id);
-    Ok(0)
+    let (claim, board) = match open(env)? {
+        Ok(opened) => opened,
+        Err(code) => return Ok(code),
+    };
+    let author = env
+        .get_trimmed("KANBAN_AUTHOR")
+        .unwrap_or("worker")
+        .to_owned();
+    fenced(
+        || block_on(board.comment(&claim, &author, text)),
+        |()| println!("{} commented", claim.task_id),
+    )
 }

@@ -32,7 +32,10 @@ fn failure(reason: &str, error: &str) -> Value {
 
 fn finish(env: &Environment, summary: &str) -> Value {
     match agent_calls::complete(env, summary, None) {
-        Ok(_) => json!({"completed": true, "final_response": summary}),
+        Ok(0) => json!({"completed": true, "final_response": summary}),
+        // The board failed, not the card: a transient failure, as the agent
+        // protocol asks.
+        Ok(_) => failure("server_error", "the board could not take the terminal call"),
         Err(error) => {
             json!({"failed": true, "failure_retryable": false, "failure_reason": "unknown", "error": format!("{error:#}")})
         }

@@ -131,6 +131,12 @@ pub trait DispatchBoard: Board {
     ) -> Result<bool, BoardError>;
     /// Promotes `todo` cards whose parents are all done; returns how many.
     async fn promote_ready(&self) -> Result<usize, BoardError>;
+    /// Checks that the board is still the one it was opened as and safe to
+    /// write (a board file replaced, or its journal deleted, while in use is
+    /// not). An error means: write nothing more.
+    async fn check_health(&self) -> Result<(), BoardError> {
+        Ok(())
+    }
 }
 
 /// A worker process as its supervisor started it.

@@ -118,6 +118,10 @@ pub enum DispatchEvent {
         task_id: String,
         pid: u32,
     },
+    LeftUnbooked {
+        task_id: String,
+        pid: u32,
+    },
 }
 
 impl fmt::Display for DispatchEvent {
@@ -195,6 +199,10 @@ impl fmt::Display for DispatchEvent {
             ),
             Self::Resumed => f.write_str("claiming resumed"),
             Self::BoardTrouble { message } => write!(f, "board call failed: {message}"),
+            Self::LeftUnbooked { task_id, pid } => write!(
+                f,
+                "{task_id} worker {pid} ended; not booked on an unsafe board (its trailer keeps its exit)"
+            ),
             Self::LeftRunning { task_id, pid } => {
                 write!(f, "{task_id} worker {pid} did not stop: left to its lease")
             }
@@ -339,6 +347,8 @@ pub struct Dispatcher {
     paused_until_ms: Option<u64>,
     /// The next pause's length.
     next_pause: Duration,
+    /// The board failed its health check: nothing more is written to it.
+    board_unsafe: bool,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -373,6 +383,7 @@ impl Dispatcher {
             halt: None,
             paused_until_ms: None,
             next_pause: FIRST_PAUSE,
+            board_unsafe: false,
         }
     }
 
@@ -531,6 +542,32 @@ impl Dispatcher {
     /// escalate stops, watch every running card, promote, claim and spawn.
     pub async fn tick(&mut self, claiming: bool) -> TickReport {
         let mut report = TickReport::default();
+        if !self.board_unsafe
+            && let Err(error) = self.ports.board.check_health().await
+        {
+            self.note(DispatchEvent::BoardTrouble {
+                message: error.to_string(),
+            });
+            self.halt(EnvironmentFault::Configuration(format!(
+                "{error}; stop every kanban process on this board, then check it (sqlite3 BOARD 'PRAGMA integrity_check') before dispatching again"
+            )));
+            self.board_unsafe = true;
+        }
+        if self.board_unsafe {
+            // Writing now would land where nobody reads: only reap. A
+            // dispatcher on the repaired board books these workers from
+            // their sealed trailers.
+            for exit in self.ports.supervisor.reap().await {
+                if let Some(child) = self.children.remove(&exit.pid) {
+                    self.stopping.remove(&i64::from(exit.pid));
+                    self.note(DispatchEvent::LeftUnbooked {
+                        task_id: child.claim.task_id,
+                        pid: exit.pid,
+                    });
+                }
+            }
+            return report;
+        }
         self.retry_unbooked().await;
         self.retry_unreleased().await;
         for exit in self.ports.supervisor.reap().await {

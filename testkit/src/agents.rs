@@ -38,10 +38,12 @@ impl AgentTurn {
         self
     }
 
-    /// Finishes the card with a terminal `complete` call before answering.
+    /// Finishes the card with a terminal `complete` call before answering;
+    /// a refused call ends the turn with the call's exit code (75 when the
+    /// board, not the card, failed), as the agent protocol asks.
     pub fn completing(self) -> Self {
         self.after(
-            r#""$KANBAN_BIN" complete --summary "finished by the scripted agent" >&2 || exit 1"#,
+            r#""$KANBAN_BIN" complete --summary "finished by the scripted agent" >&2 || exit $?"#,
         )
     }
 }

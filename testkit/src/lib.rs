@@ -5,6 +5,7 @@
 
 mod agents;
 pub mod board_contract;
+mod census;
 mod fake_host;
 mod http_server;
 mod invariants;
@@ -16,6 +17,7 @@ mod synthetic;
 mod time;
 
 pub use agents::{AgentScript, AgentTurn, WrittenAgent, write_executable, write_judge};
+pub use census::{AgentCensus, CensusReport};
 pub use fake_host::{FakeHost, FakeProcess};
 pub use http_server::{Reply, ScriptedHttpServer};
 pub use invariants::{BoardFigures, check_board_invariants};

@@ -219,6 +219,10 @@ impl DispatchBoard for SimBoard {
         self.gate("release_claim").await?;
         self.inner.release_claim(claim, release, policy).await
     }
+    async fn check_health(&self) -> Result<(), BoardError> {
+        self.inner.check_health().await
+    }
+
     async fn promote_ready(&self) -> Result<usize, BoardError> {
         self.gate("promote_ready").await?;
         self.inner.promote_ready().await
