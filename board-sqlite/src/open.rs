@@ -252,7 +252,17 @@ impl Store {
         if file_identity(&self.path) != Some(identity) {
             return Err(unusable("was replaced, moved or deleted while in use"));
         }
-        let wal = PathBuf::from(format!("{}-wal", self.path.display()));
+        // EROFS for a file system remounted read-only, EACCES for a board
+        // whose permissions changed: either way no write would land.
+        if let Err(errno) = nix::unistd::access(&self.path, nix::unistd::AccessFlags::W_OK) {
+            return Err(unusable(&format!(
+                "cannot be written any more ({}); make it writable again (remount its file system read-write, or fix its permissions)",
+                errno.desc()
+            )));
+        }
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
         if !wal.exists() {
             return Err(unusable(
                 "lost its write-ahead log (the -wal file was deleted while in use)",

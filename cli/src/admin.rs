@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{BoardAdmin, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
+use kanban_core::{BoardAdmin, Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
 
 use crate::args::{AddArgs, GlobalArgs};
 use crate::board_path::{board_path, board_slug, open_board};
-use crate::output::{event_json, run_json, short, table, task_json};
+use crate::output::{event_json, retry_note, run_json, short, table, task_json};
 use crate::runtime::block_on;
 
 pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
@@ -65,6 +65,7 @@ pub(crate) fn list(
     let status = status.map(parse_status).transpose()?;
     let board = open_board(global, env)?;
     let tasks = block_on(board.list_tasks(status))?;
+    let now = SystemClock.now();
     if as_json {
         println!(
             "{}",
@@ -77,7 +78,10 @@ pub(crate) fn list(
         .map(|t| {
             vec![
                 t.id.clone(),
-                t.status.as_str().to_owned(),
+                match retry_note(t.not_before, now) {
+                    Some(note) => format!("{}, {note}", t.status.as_str()),
+                    None => t.status.as_str().to_owned(),
+                },
                 t.priority.to_string(),
                 t.current_run_id
                     .map(|r| r.to_string())
@@ -118,6 +122,9 @@ pub(crate) fn show(
         task.priority,
         task.consecutive_failures
     );
+    if let Some(note) = retry_note(task.not_before, SystemClock.now()) {
+        println!("{note}");
+    }
     if let Some(body) = &task.body {
         println!("\n{body}\n");
     }

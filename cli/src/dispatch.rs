@@ -11,12 +11,13 @@ use anyhow::Context;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    Clock, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, RunMode,
-    claim_ttl_seconds,
+    Clock, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, EnvironmentFault,
+    RunMode, claim_ttl_seconds,
 };
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::args::DispatchArgs;
+use crate::output::time_of_day;
 use crate::runtime::TokioOffload;
 use crate::supervisor::{ProcessSupervisor, WorkerCommand};
 
@@ -157,16 +158,11 @@ pub(crate) fn validate_agent(agent: Option<&str>, env: &Environment) -> Result<(
     }
 }
 
-fn clock_time(epoch: i64) -> String {
-    let day = epoch.rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02}", day / 3600, day % 3600 / 60, day % 60)
-}
-
 /// A dispatcher's line on stdout, stamped with the time of day (UTC).
 pub(crate) fn say(line: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{} {line}", clock_time(SystemClock.now()));
+    let _ = writeln!(out, "{} {line}", time_of_day(SystemClock.now()));
     let _ = out.flush();
 }
 
@@ -219,13 +215,34 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
         .enable_all()
         .build()
         .context("cannot start the dispatcher's runtime")?;
-    let board = SqliteBoard::open(&plan.db, Arc::new(SystemClock))?;
-    let Some(_lock) = take_lock(board.path(), plan.mode != RunMode::Once, interrupt)? else {
+    // Nothing is claimed until the board, its lock and the log folder are
+    // known good: a setup fault is the environment's, never a card's.
+    let board = match SqliteBoard::open(&plan.db, Arc::new(SystemClock)) {
+        Ok(board) => board,
+        Err(error) => {
+            let fault = EnvironmentFault::from_board(&error)
+                .unwrap_or_else(|| EnvironmentFault::Configuration(error.to_string()));
+            return Ok(refuse_to_start(&fault));
+        }
+    };
+    let lock = match take_lock(board.path(), plan.mode != RunMode::Once, interrupt) {
+        Ok(lock) => lock,
+        Err(error) => {
+            return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
+                "{error:#}"
+            ))));
+        }
+    };
+    let Some(_lock) = lock else {
         return Ok(0);
     };
     let logs = board.path().parent().unwrap_or(Path::new(".")).join("logs");
-    std::fs::create_dir_all(&logs)
-        .with_context(|| format!("cannot create the log folder {}", logs.display()))?;
+    if let Err(error) = std::fs::create_dir_all(&logs) {
+        return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
+            "cannot create the log folder {}: {error}; make the board's folder writable",
+            logs.display()
+        ))));
+    }
     let exe = std::env::current_exe().context("cannot find the kanban binary to run workers")?;
     let supervisor = Arc::new(ProcessSupervisor::new(
         WorkerCommand {
@@ -251,4 +268,10 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
         eprintln!("error: the dispatcher stopped: {fault}");
     }
     Ok(end.exit_code())
+}
+
+/// Says why the dispatcher cannot start; returns its exit code.
+fn refuse_to_start(fault: &EnvironmentFault) -> i32 {
+    eprintln!("error: {fault}; nothing was claimed");
+    DispatchEnd::Halted(fault.clone()).exit_code()
 }

@@ -95,3 +95,82 @@ pub(crate) fn short(text: &str, limit: usize) -> String {
     out.push('…');
     out
 }
+
+/// `epoch` as a UTC date and time: `2026-12-02 20:49:03Z`.
+pub(crate) fn utc_time(epoch: i64) -> String {
+    let days = epoch.div_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {}Z", time_of_day(epoch))
+}
+
+/// The UTC time of day of `epoch`: `20:49:03`.
+pub(crate) fn time_of_day(epoch: i64) -> String {
+    let second = epoch.rem_euclid(86_400);
+    format!(
+        "{:02}:{:02}:{:02}",
+        second / 3600,
+        second % 3600 / 60,
+        second % 60
+    )
+}
+
+/// When a card held back after a failure may be claimed again, if later
+/// than `now`: `retry at 2026-12-02 20:49:03Z (in 9m 58s)`.
+pub(crate) fn retry_note(not_before: Option<i64>, now: i64) -> Option<String> {
+    let at = not_before.filter(|at| *at > now)?;
+    let wait = at - now;
+    let left = match wait {
+        ..60 => format!("{wait}s"),
+        60..3600 => format!("{}m {}s", wait / 60, wait % 60),
+        _ => format!("{}h {}m", wait / 3600, wait % 3600 / 60),
+    };
+    Some(format!("retry at {} (in {left})", utc_time(at)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{retry_note, utc_time};
+
+    #[test]
+    fn utc_times_match_the_calendar() {
+        for (epoch, expected) in [
+            (0, "1970-01-01 00:00:00Z"),
+            (951_782_400, "2000-02-29 00:00:00Z"),
+            (1_796_244_201, "2026-12-02 20:43:21Z"),
+            (-1, "1969-12-31 23:59:59Z"),
+            (253_402_300_799, "9999-12-31 23:59:59Z"),
+        ] {
+            assert_eq!(utc_time(epoch), expected);
+        }
+        // No panic at the ends of the range.
+        utc_time(i64::MIN / 2);
+        utc_time(i64::MAX / 2);
+    }
+
+    #[test]
+    fn a_retry_note_only_for_a_wait_still_ahead() {
+        assert_eq!(retry_note(None, 100), None);
+        assert_eq!(retry_note(Some(100), 100), None);
+        assert_eq!(
+            retry_note(Some(101), 100).as_deref(),
+            Some("retry at 1970-01-01 00:01:41Z (in 1s)")
+        );
+        assert_eq!(
+            retry_note(Some(100 + 598), 100).as_deref(),
+            Some("retry at 1970-01-01 00:11:38Z (in 9m 58s)")
+        );
+        assert_eq!(
+            retry_note(Some(100 + 7260), 100).as_deref(),
+            Some("retry at 1970-01-01 02:02:40Z (in 2h 1m)")
+        );
+    }
+}

@@ -70,16 +70,16 @@ pub(crate) fn seal_digest(seal: &str) -> String {
         .collect()
 }
 
-/// Sixteen random hex digits from the kernel.
+/// 128 random bits from the kernel, as 32 hex digits.
 pub(crate) fn random_hex() -> String {
-    let mut bytes = [0u8; 8];
-    let read = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    if read.is_err() {
-        // No urandom: the time and pid still make the lock unique here.
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The kernel gave no randomness (it always does on Linux 3.17+):
+        // the time and pid still keep the value unique on this host.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        bytes = (nanos as u64 ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+        bytes = (nanos ^ u128::from(std::process::id()).rotate_left(64)).to_le_bytes();
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -179,6 +179,9 @@ fn kill_groups(pids: Vec<i32>) {
         }
     }
 }
+
+/// How long a sweep of earlier runs waits for their processes to die.
+const SWEEP_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Where a worker's log is read from for live `[kanban]` lines.
 struct Cursor {
@@ -325,7 +328,7 @@ impl Supervisor for ProcessSupervisor {
             .map_err(unwritable)?;
         writeln!(file, "\n{}", run_marker(claim.run_id)).map_err(unwritable)?;
         let stdout = file.try_clone().map_err(unwritable)?;
-        let seal = format!("{}{}", random_hex(), random_hex());
+        let seal = random_hex();
         let mut command = tokio::process::Command::new(&self.exe);
         command
             .env(crate::worker::SEAL_VAR, &seal)
@@ -429,8 +432,21 @@ impl Supervisor for ProcessSupervisor {
         kill_groups(processes_of(claim, Runs::This));
     }
 
-    async fn sweep_earlier_runs(&self, claim: &Claim) {
-        kill_groups(processes_of(claim, Runs::Earlier));
+    async fn sweep_earlier_runs(&self, claim: &Claim) -> bool {
+        // A SIGKILLed process runs on until the kernel tears it down, and a
+        // group may fork while being killed: sweep until nothing is left.
+        let patience = Instant::now() + SWEEP_PATIENCE;
+        loop {
+            let left = processes_of(claim, Runs::Earlier);
+            if left.is_empty() {
+                return true;
+            }
+            if Instant::now() >= patience {
+                return false;
+            }
+            kill_groups(left);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn run_log(&self, claim: &Claim, expected: Option<&str>) -> RunLog {

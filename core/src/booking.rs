@@ -157,6 +157,12 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
         (Some(SignalReason::Shutdown | SignalReason::Fenced), _) => {
             booking(BookingKind::Interrupted, false, false, false)
         }
+        // A worker exits 130 when a signal interrupted it: one we did not
+        // send came from an operator, a host shutdown or a dispatcher that
+        // could not record it (an unsafe board). Not the card's doing, so
+        // not counted (the seed counts it); the respawn waits out the
+        // cooldown, so an agent that interrupts its own worker cannot loop hot.
+        (None, ExitWitness::Code(130)) => booking(BookingKind::Interrupted, false, false, true),
         (None, ExitWitness::Code(_) | ExitWitness::Signal(_) | ExitWitness::Unknown) => {
             counted(BookingKind::Crashed)
         }

@@ -246,8 +246,9 @@ pub trait Supervisor: Send + Sync {
     async fn sweep(&self, claim: &Claim);
     /// Kills every process of this host still working an earlier run of
     /// `claim`'s card, before its new run starts: two runs of one card never
-    /// have live agents at once on one host.
-    async fn sweep_earlier_runs(&self, claim: &Claim);
+    /// have live agents at once on one host. True once none is left alive;
+    /// false when one outlived a bounded wait (the new run must not start).
+    async fn sweep_earlier_runs(&self, claim: &Claim) -> bool;
     /// What the run's log says; a trailer counts only when it is signed
     /// with the seal whose digest is `seal_digest` (or, for a worker
     /// recorded without one, unsigned).

@@ -311,6 +311,13 @@ struct Child {
     settled_since_ms: Option<u64>,
 }
 
+/// Workers being stopped because the board became unsafe to write.
+#[derive(Clone, Copy, Debug)]
+struct WindDown {
+    since_ms: u64,
+    killed: bool,
+}
+
 #[derive(Clone, Debug)]
 struct Stopping {
     claim: Claim,
@@ -347,8 +354,9 @@ pub struct Dispatcher {
     paused_until_ms: Option<u64>,
     /// The next pause's length.
     next_pause: Duration,
-    /// The board failed its health check: nothing more is written to it.
-    board_unsafe: bool,
+    /// The board failed its health check: nothing more is written to it,
+    /// and our workers are wound down.
+    board_unsafe: Option<WindDown>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -383,7 +391,7 @@ impl Dispatcher {
             halt: None,
             paused_until_ms: None,
             next_pause: FIRST_PAUSE,
-            board_unsafe: false,
+            board_unsafe: None,
         }
     }
 
@@ -505,6 +513,15 @@ impl Dispatcher {
                 Duration::from_millis(due.saturating_sub(mono).max(50))
             })
             .chain(pause_end)
+            .chain(
+                self.board_unsafe
+                    .filter(|wind_down| !wind_down.killed)
+                    .map(|wind_down| {
+                        Duration::from_millis(
+                            (wind_down.since_ms + grace).saturating_sub(mono).max(50),
+                        )
+                    }),
+            )
             .chain(std::iter::once(self.settings.interval))
             .min()
             .unwrap_or(self.settings.interval)
@@ -513,7 +530,12 @@ impl Dispatcher {
     /// Stops every worker of ours (SIGTERM, then SIGKILL after the grace
     /// period) and books each exit.
     pub async fn shut_down(&mut self) {
-        let children: Vec<Child> = self.children.values().cloned().collect();
+        // On an unsafe board the wind-down already stopped them, unrecorded.
+        let children: Vec<Child> = if self.board_unsafe.is_none() {
+            self.children.values().cloned().collect()
+        } else {
+            Vec::new()
+        };
         for child in &children {
             self.stop(&child.claim, &child.process, SignalReason::Shutdown)
                 .await;
@@ -542,7 +564,7 @@ impl Dispatcher {
     /// escalate stops, watch every running card, promote, claim and spawn.
     pub async fn tick(&mut self, claiming: bool) -> TickReport {
         let mut report = TickReport::default();
-        if !self.board_unsafe
+        if self.board_unsafe.is_none()
             && let Err(error) = self.ports.board.check_health().await
         {
             self.note(DispatchEvent::BoardTrouble {
@@ -551,21 +573,10 @@ impl Dispatcher {
             self.halt(EnvironmentFault::Configuration(format!(
                 "{error}; stop every kanban process on this board, then check it (sqlite3 BOARD 'PRAGMA integrity_check') before dispatching again"
             )));
-            self.board_unsafe = true;
+            self.begin_wind_down();
         }
-        if self.board_unsafe {
-            // Writing now would land where nobody reads: only reap. A
-            // dispatcher on the repaired board books these workers from
-            // their sealed trailers.
-            for exit in self.ports.supervisor.reap().await {
-                if let Some(child) = self.children.remove(&exit.pid) {
-                    self.stopping.remove(&i64::from(exit.pid));
-                    self.note(DispatchEvent::LeftUnbooked {
-                        task_id: child.claim.task_id,
-                        pid: exit.pid,
-                    });
-                }
-            }
+        if self.board_unsafe.is_some() {
+            self.wind_down().await;
             return report;
         }
         self.retry_unbooked().await;
@@ -728,6 +739,59 @@ impl Dispatcher {
     }
 
     /// Sends SIGTERM to a worker's group, recording why first.
+    /// The board cannot be written safely: every worker of ours is asked to
+    /// stop now (its work could not be recorded), without a word written to
+    /// the board. A dispatcher on the repaired board books them from their
+    /// sealed trailers.
+    fn begin_wind_down(&mut self) {
+        for child in self.children.values() {
+            self.ports.supervisor.signal(
+                i64::from(child.process.pid),
+                child.process.started_at,
+                StopSignal::Terminate,
+            );
+            self.note(DispatchEvent::Stopping {
+                task_id: child.claim.task_id.clone(),
+                pid: i64::from(child.process.pid),
+                reason: SignalReason::Shutdown,
+            });
+        }
+        // Stops of other hosts' workers were board business: forgotten.
+        self.stopping.clear();
+        self.board_unsafe = Some(WindDown {
+            since_ms: self.mono(),
+            killed: false,
+        });
+    }
+
+    /// Reaps the workers of a wind-down, killing their groups once the
+    /// grace period is over.
+    async fn wind_down(&mut self) {
+        for exit in self.ports.supervisor.reap().await {
+            if let Some(child) = self.children.remove(&exit.pid) {
+                self.note(DispatchEvent::LeftUnbooked {
+                    task_id: child.claim.task_id,
+                    pid: exit.pid,
+                });
+            }
+        }
+        let mono = self.mono();
+        let grace = millis(self.settings.grace);
+        if let Some(wind_down) = &mut self.board_unsafe
+            && !wind_down.killed
+            && mono.saturating_sub(wind_down.since_ms) >= grace
+        {
+            wind_down.killed = true;
+            for child in self.children.values() {
+                self.ports.supervisor.signal(
+                    i64::from(child.process.pid),
+                    child.process.started_at,
+                    StopSignal::Kill,
+                );
+            }
+        }
+    }
+
     async fn stop(&mut self, claim: &Claim, process: &WorkerProcess, reason: SignalReason) {
         let pid = i64::from(process.pid);
         let started_at = process.started_at;
@@ -1172,8 +1236,10 @@ impl Dispatcher {
                 }
             };
             let claim = grant.claim;
-            if grant.rerun {
-                self.ports.supervisor.sweep_earlier_runs(&claim).await;
+            if grant.rerun && !self.ports.supervisor.sweep_earlier_runs(&claim).await {
+                let reason = "a process of an earlier run of this card would not die".to_owned();
+                self.release(&claim, Release::NotStarted { reason }).await;
+                continue;
             }
             let process = match self.ports.supervisor.spawn(&claim, grant.goal_mode).await {
                 Ok(process) => process,

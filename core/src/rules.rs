@@ -339,7 +339,7 @@ pub fn booking_error(kind: BookingKind, witness: ExitWitness, output_tail: &str)
         BookingKind::ProtocolViolation => "worker exited cleanly (rc=0) without kanban complete or kanban block: protocol violation; a run without a terminal board call counts as unfinished".to_owned(),
         BookingKind::RateLimited => "worker hit a transient provider wall (rc=75); requeued after the cooldown".to_owned(),
         BookingKind::TerminalProvider => "worker hit a provider failure that needs a human (rc=78)".to_owned(),
-        BookingKind::Interrupted => format!("worker was stopped by the dispatcher and {how}"),
+        BookingKind::Interrupted => format!("worker was interrupted and {how}"),
         BookingKind::TimedOut => format!("worker overran its time and was stopped; it {how}"),
         BookingKind::Crashed | BookingKind::Settled => format!("worker {how}"),
     };

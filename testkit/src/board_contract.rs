@@ -789,7 +789,8 @@ pub fn max_retries_bounds_violations<B: BoardAdmin + DispatchBoard>(board: &B, _
 }
 
 /// A stop's recorded reason decides its booking, whoever books it: a
-/// shutdown is not the card's fault, an overrun is.
+/// shutdown is not the card's fault, an overrun is; an interrupt nobody
+/// recorded is not counted either.
 pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
     board: &B,
     _: &VirtualClock,
@@ -823,9 +824,23 @@ pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
     let held = claim(board, &id, "host:d");
     let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
     assert_eq!(
+        (booking.kind, booking.counts_failure, booking.cooldown),
+        (BookingKind::Interrupted, false, true),
+        "a 130 we did not ask for (an operator, a host shutdown) is not the card's: uncounted, after the cooldown"
+    );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.consecutive_failures, 0);
+    assert!(
+        view.task.not_before.is_some(),
+        "the respawn waits: an agent that interrupts its own worker cannot loop hot"
+    );
+    let id = create(board, &task("killed by somebody"));
+    let held = claim(board, &id, "host:d");
+    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Signal(9)))).unwrap();
+    assert_eq!(
         (booking.kind, booking.counts_failure),
         (BookingKind::Crashed, true),
-        "a 130 nobody asked for is a crash"
+        "a worker killed outright by a signal we did not send crashed"
     );
 }
 

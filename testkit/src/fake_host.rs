@@ -261,14 +261,17 @@ impl Supervisor for FakeHost {
         self.state().swept.push((claim.run_id, "run"));
     }
 
-    async fn sweep_earlier_runs(&self, claim: &Claim) {
+    async fn sweep_earlier_runs(&self, claim: &Claim) -> bool {
         let mut state = self.state();
         state.swept.push((claim.run_id, "earlier"));
+        let mut cleared = true;
         for process in state.processes.values_mut() {
             if process.claim.task_id == claim.task_id && process.claim.run_id != claim.run_id {
-                process.alive = false;
+                process.alive &= process.unkillable;
+                cleared &= !process.alive;
             }
         }
+        cleared
     }
 
     async fn run_log(&self, claim: &Claim, _seal_digest: Option<&str>) -> RunLog {

@@ -4,14 +4,13 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use kanban_testkit::{AgentScript, AgentTurn, WrittenAgent, write_executable};
-use serde_json::Value;
 
-use crate::{Bench, text};
+use crate::{Bench, reaped, runs, text, wait_for};
 
 const SUCCESS: &str = r#"{"completed": true, "final_response": "all done"}"#;
 
 impl Bench {
-    fn dispatch_command(&self, agent: &std::path::Path, extra: &[&str]) -> Command {
+    pub(crate) fn dispatch_command(&self, agent: &std::path::Path, extra: &[&str]) -> Command {
         let mut command = self.command();
         command
             .arg("--db")
@@ -30,7 +29,7 @@ impl Bench {
         command
     }
 
-    fn dispatch_until_idle(&self, agent: &std::path::Path, extra: &[&str]) -> Output {
+    pub(crate) fn dispatch_until_idle(&self, agent: &std::path::Path, extra: &[&str]) -> Output {
         let output = self
             .dispatch_command(agent, extra)
             .arg("--until-idle")
@@ -53,10 +52,6 @@ impl Bench {
             .map(|e| e["kind"].as_str().unwrap().to_owned())
             .collect()
     }
-}
-
-fn runs(card: &Value) -> Vec<Value> {
-    card["runs"].as_array().unwrap().clone()
 }
 
 fn agent(bench: &Bench, turns: Vec<AgentTurn>) -> WrittenAgent {
@@ -200,17 +195,6 @@ fn a_crash_twice_blocks_at_the_failure_limit() {
     let id = bench.add("patient crasher", &["--max-retries", "3"]);
     bench.dispatch_until_idle(&agent.path, &["--retry-backoff", "0"]);
     assert_eq!(runs(&bench.show(&id)).len(), 3);
-}
-
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -502,16 +486,6 @@ fn watch_once_shows_the_board() {
         shown.contains("ready 1") && shown.contains("last events") && shown.contains("created"),
         "{shown}"
     );
-}
-
-/// True once process `pid` is neither running nor a zombie waiting to be reaped.
-fn reaped(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('X')),
-    }
 }
 
 #[test]

@@ -4,10 +4,10 @@
 //! The read-only and full-disk cases mount a small tmpfs, which needs root;
 //! CI runs as root. Elsewhere they say so and pass nothing off as checked.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use crate::{Bench, text};
+use crate::{Bench, Mount, text};
 
 fn refused(bench: &Bench, db: &Path, args: &[&str], needles: &[&str]) {
     let before = std::fs::read(db).ok();
@@ -121,50 +121,10 @@ fn a_missing_directory_is_named() {
     assert!(!bench.path().join("no").exists(), "nothing was created");
 }
 
-/// A tmpfs of `size` mounted under the bench, unmounted on drop.
-struct Mount(PathBuf);
-
-impl Mount {
-    fn tmpfs(bench: &Bench, size: &str) -> Option<Self> {
-        if !nix::unistd::geteuid().is_root() {
-            println!("skipped: mounting a tmpfs needs root (CI runs as root)");
-            return None;
-        }
-        let point = bench.path().join("mnt");
-        std::fs::create_dir_all(&point).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&point)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount a tmpfs at {}", point.display());
-        Some(Self(point))
-    }
-
-    fn remount_read_only(&self) {
-        assert!(
-            Command::new("mount")
-                .args(["-o", "remount,ro"])
-                .arg(&self.0)
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_board_on_a_read_only_filesystem_is_refused_and_untouched() {
     let bench = Bench::new();
-    let Some(mount) = Mount::tmpfs(&bench, "4m") else {
-        return;
-    };
+    let mount = Mount::tmpfs(&bench, "4m");
     let db = mount.0.join("kanban.db");
     let run = |args: &[&str]| {
         bench
@@ -193,9 +153,7 @@ fn a_board_on_a_read_only_filesystem_is_refused_and_untouched() {
 #[test]
 fn a_full_disk_is_named_and_the_board_stays_whole() {
     let bench = Bench::new();
-    let Some(mount) = Mount::tmpfs(&bench, "400k") else {
-        return;
-    };
+    let mount = Mount::tmpfs(&bench, "400k");
     let db = mount.0.join("kanban.db");
     let run = |args: &[&str]| {
         bench

@@ -212,6 +212,36 @@ fn the_iteration_limit_is_a_terminal_settlement_exit_75_without_recovery() {
 }
 
 #[test]
+fn a_dispatched_run_at_the_iteration_limit_is_timed_out_counted_and_blocks_at_the_limit() {
+    let server = ScriptedHttpServer::start(vec![Reply::tool_call(
+        "kanban_heartbeat",
+        r#"{"note": "still going"}"#,
+    )]);
+    let bench = Bench::new();
+    let id = bench.add("loops forever", &[]);
+    let agent = format!(
+        "http:{}?model=test-model&retries=0&max_iterations=2",
+        server.base_url
+    );
+    let output = bench.dispatch_until_idle(std::path::Path::new(&agent), &["--retry-backoff", "0"]);
+    let card = bench.show(&id);
+    let outcomes: Vec<&str> = card["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["timed_out", "timed_out"],
+        "{}",
+        text(&output.stdout)
+    );
+    assert_eq!(card["task"]["status"], "blocked", "the default limit of 2");
+    assert_eq!(card["task"]["consecutive_failures"], 2);
+}
+
+#[test]
 fn bad_answers_give_typed_failures_with_readable_errors() {
     // A body that is not a chat completion.
     let (_, _, _, output) = run(

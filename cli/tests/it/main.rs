@@ -3,6 +3,7 @@
 
 mod admin;
 mod dispatch;
+mod faults;
 mod hostile;
 mod http;
 mod prove;
@@ -11,6 +12,7 @@ mod worker;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use kanban_core::vars;
 use serde_json::Value;
@@ -151,4 +153,120 @@ pub(crate) fn last_line(bytes: &[u8]) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .to_owned()
+}
+
+pub(crate) fn runs(card: &Value) -> Vec<Value> {
+    card["runs"].as_array().unwrap().clone()
+}
+
+pub(crate) fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// True once process `pid` is neither running nor a zombie waiting to be reaped.
+pub(crate) fn reaped(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('X')),
+    }
+}
+
+/// True once process `pid` runs no more: gone, or a zombie (its parent, or
+/// init, has yet to reap it).
+pub(crate) fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+    }
+}
+
+/// A tmpfs of `size` mounted under the bench, unmounted on drop.
+pub(crate) struct Mount(pub(crate) PathBuf);
+
+impl Mount {
+    /// Mounting needs root: the test fails, rather than skips, without it
+    /// (CI runs as root).
+    pub(crate) fn tmpfs(bench: &Bench, size: &str) -> Self {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test mounts a tmpfs and needs root (run the suite as root, as CI does)"
+        );
+        let point = bench.path().join("mnt");
+        std::fs::create_dir_all(&point).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&point)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount a tmpfs at {}", point.display());
+        Self(point)
+    }
+
+    pub(crate) fn remount(&self, mode: &str) {
+        assert!(
+            Command::new("mount")
+                .args(["-o", &format!("remount,{mode}")])
+                .arg(&self.0)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+
+    pub(crate) fn remount_read_only(&self) {
+        self.remount("ro");
+    }
+
+    /// Makes the folder read-only for every path lookup from now on (a
+    /// read-only bind mount over itself), while files already open stay
+    /// writable: a plain `remount,ro` is refused while SQLite holds the
+    /// board open for writing.
+    pub(crate) fn freeze(&self) {
+        for args in [&["--bind"][..], &["-o", "remount,bind,ro"][..]] {
+            assert!(
+                Command::new("mount")
+                    .args(args)
+                    .arg(&self.0)
+                    .arg(&self.0)
+                    .status()
+                    .unwrap()
+                    .success(),
+                "mount {args:?}"
+            );
+        }
+    }
+
+    /// Undoes [`Mount::freeze`].
+    pub(crate) fn thaw(&self) {
+        assert!(
+            Command::new("umount")
+                .arg(&self.0)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // Every layer: a frozen mount has two.
+        while Command::new("umount")
+            .arg(&self.0)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+        {}
+    }
 }

@@ -8,7 +8,7 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use kanban_testkit::{BoardFigures, check_board_invariants, write_executable};
+use kanban_testkit::{AgentCensus, BoardFigures, check_board_invariants, write_executable};
 
 use crate::{Bench, text};
 
@@ -228,6 +228,8 @@ fn kill_chaos_workers_and_dispatchers_killed_at_random_invariants_hold() {
         .unwrap_or(0x5eed_u64);
     println!("chaos seed {seed} (KANBAN_CHAOS_SEED reproduces it)");
     let mut chaos = Chaos(seed);
+    // Two runs of one card must never have live agents at once, whatever dies.
+    let census = AgentCensus::start(&bench.db, "storm-agent.sh", Duration::from_millis(10));
     let mut dispatcher_child = dispatcher(&bench, &agent, false);
     let (mut worker_kills, mut dispatcher_kills) = (0, 0);
     let mut outputs = Vec::new();
@@ -266,6 +268,12 @@ fn kill_chaos_workers_and_dispatchers_killed_at_random_invariants_hold() {
         text(&drain.stderr)
     );
     outputs.push(drain);
+    let census = census.finish();
+    assert_eq!(
+        census.overlaps,
+        Vec::<String>::new(),
+        "two runs of one card had live agents at once"
+    );
     let said: Vec<String> = outputs
         .iter()
         .flat_map(|o| [text(&o.stdout), text(&o.stderr)])
@@ -288,6 +296,11 @@ fn kill_chaos_workers_and_dispatchers_killed_at_random_invariants_hold() {
         "kill",
         &figures,
         started.elapsed(),
-        &format!(", {worker_kills} workers and {dispatcher_kills} dispatchers SIGKILLed"),
+        &format!(
+            ", {worker_kills} workers and {dispatcher_kills} dispatchers SIGKILLed, {} overlapping agents in {} census samples (peak {} agents)",
+            census.overlaps.len(),
+            census.samples,
+            census.peak_agents
+        ),
     );
 }

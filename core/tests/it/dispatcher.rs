@@ -531,6 +531,27 @@ fn a_rerun_first_kills_what_is_left_of_earlier_runs() {
 }
 
 #[test]
+fn a_rerun_is_not_started_while_an_earlier_runs_process_will_not_die() {
+    let mut rig = rig();
+    let id = rig.add("reclaimed under a stuck worker");
+    rig.tick();
+    let first = rig.host.worker(&id);
+    rig.host.make_stubborn(first.pid);
+    rig.host.make_unkillable(first.pid);
+    block_on(rig.board.reclaim(&id, "operator reclaim")).unwrap();
+    rig.tick();
+    assert_eq!(
+        rig.host.worker(&id).pid,
+        first.pid,
+        "no second worker beside the one that would not die"
+    );
+    assert_eq!(rig.released(), [(id.clone(), false)], "{:?}", rig.events());
+    let card = rig.card(&id);
+    assert_eq!(card.task.status, TaskStatus::Ready);
+    assert_eq!(card.task.consecutive_failures, 0);
+}
+
+#[test]
 fn a_worker_that_survives_sigkill_has_its_reclaim_deferred() {
     let mut rig = rig();
     let id = rig.add("unkillable");

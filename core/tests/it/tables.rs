@@ -68,10 +68,12 @@ fn booking_table_rows() {
     assert_eq!((b.kind, b.blocks), (BookingKind::TerminalProvider, true));
     let b = book_worker_exit(input(ExitWitness::Code(130), true));
     assert_eq!(
-        (b.kind, b.counts_failure),
-        (BookingKind::Crashed, true),
-        "130 from elsewhere is a crash"
+        (b.kind, b.counts_failure, b.blocks, b.cooldown),
+        (BookingKind::Interrupted, false, false, true),
+        "130 from elsewhere is an interrupt the card did not cause, respawned after the cooldown"
     );
+    let b = book_worker_exit(input(ExitWitness::Code(131), true));
+    assert_eq!((b.kind, b.counts_failure), (BookingKind::Crashed, true));
     for witness in [
         ExitWitness::Code(130),
         ExitWitness::Code(1),

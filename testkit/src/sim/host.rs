@@ -195,8 +195,10 @@ impl Supervisor for SimSupervisor {
         self.kill_runs(claim, |run| run == claim.run_id, "sweeps");
     }
 
-    async fn sweep_earlier_runs(&self, claim: &Claim) {
+    async fn sweep_earlier_runs(&self, claim: &Claim) -> bool {
+        // A simulated kill always lands before the next process step.
         self.kill_runs(claim, |run| run != claim.run_id, "kills an earlier run's");
+        true
     }
 
     async fn run_log(&self, claim: &Claim, _seal_digest: Option<&str>) -> RunLog {
