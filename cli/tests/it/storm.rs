@@ -5,7 +5,9 @@
 //!
 //! CI runs a bounded size; `KANBAN_STORM_CARDS=N` runs a larger one.
 
-use std::process::{Child, Stdio};
+use std::io::Read;
+use std::process::{Child, Output, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kanban_testkit::{AgentCensus, BoardFigures, check_board_invariants, write_executable};
@@ -49,7 +51,42 @@ esac
     path
 }
 
-fn dispatcher(bench: &Bench, agent: &std::path::Path, until_idle: bool) -> Child {
+/// A dispatcher whose output is drained as it comes: a chatty dispatcher
+/// must never block on a full pipe while the test waits on another one.
+struct Running {
+    child: Child,
+    stdout: JoinHandle<Vec<u8>>,
+    stderr: JoinHandle<Vec<u8>>,
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+impl Running {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    fn finish(mut self) -> Output {
+        let status = self.child.wait().unwrap();
+        Output {
+            status,
+            stdout: self.stdout.join().unwrap(),
+            stderr: self.stderr.join().unwrap(),
+        }
+    }
+}
+
+fn dispatcher(bench: &Bench, agent: &std::path::Path, until_idle: bool) -> Running {
     let mut command = bench.command();
     command
         .arg("--db")
@@ -66,6 +103,10 @@ fn dispatcher(bench: &Bench, agent: &std::path::Path, until_idle: bool) -> Child
             "1",
             "--recovery-delays",
             "0",
+            // Counted failures are retried at once, so the drain ends every
+            // card done or blocked rather than waiting out a backoff.
+            "--retry-backoff",
+            "0",
             "--agent",
         ])
         .arg(agent)
@@ -75,7 +116,14 @@ fn dispatcher(bench: &Bench, agent: &std::path::Path, until_idle: bool) -> Child
     if until_idle {
         command.arg("--until-idle");
     }
-    command.spawn().unwrap()
+    let mut child = command.spawn().unwrap();
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    Running {
+        child,
+        stdout,
+        stderr,
+    }
 }
 
 fn no_busy_errors(bench: &Bench, outputs: &[String]) {
@@ -140,10 +188,7 @@ fn storm_two_dispatchers_many_workers_invariants_hold() {
     let agent = storm_agent(&bench);
     let first = dispatcher(&bench, &agent, true);
     let second = dispatcher(&bench, &agent, true);
-    let outputs: Vec<_> = [first, second]
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect();
+    let outputs: Vec<_> = [first, second].into_iter().map(Running::finish).collect();
     for output in &outputs {
         assert!(
             output.status.success(),
@@ -242,8 +287,8 @@ fn kill_chaos_workers_and_dispatchers_killed_at_random_invariants_hold() {
     while started.elapsed() < chaos_for {
         std::thread::sleep(Duration::from_millis(150 + chaos.next(300) as u64));
         if chaos.next(4) == 0 {
-            let _ = dispatcher_child.kill();
-            outputs.push(dispatcher_child.wait_with_output().unwrap());
+            dispatcher_child.kill();
+            outputs.push(dispatcher_child.finish());
             dispatcher_kills += 1;
             dispatcher_child = dispatcher(&bench, &agent, false);
         } else {
@@ -258,16 +303,16 @@ fn kill_chaos_workers_and_dispatchers_killed_at_random_invariants_hold() {
     }
     // The chaos stops: the running dispatcher finishes gracefully, then one
     // more drains the board.
-    kill(Pid::from_raw(dispatcher_child.id() as i32), Signal::SIGTERM).unwrap();
-    outputs.push(dispatcher_child.wait_with_output().unwrap());
-    let drain = dispatcher(&bench, &agent, true).wait_with_output().unwrap();
+    kill(Pid::from_raw(dispatcher_child.pid()), Signal::SIGTERM).unwrap();
+    outputs.push(dispatcher_child.finish());
+    let drained = dispatcher(&bench, &agent, true).finish();
     assert!(
-        drain.status.success(),
+        drained.status.success(),
         "{}\n{}",
-        text(&drain.stdout),
-        text(&drain.stderr)
+        text(&drained.stdout),
+        text(&drained.stderr)
     );
-    outputs.push(drain);
+    outputs.push(drained);
     let census = census.finish();
     assert_eq!(
         census.overlaps,
