@@ -209,7 +209,8 @@ pub(crate) struct DispatchArgs {
     /// One tick, then exit.
     #[arg(long, conflicts_with = "until_idle")]
     pub(crate) once: bool,
-    /// Exit once nothing runs and nothing can be claimed.
+    /// Exit once nothing runs and nothing can be claimed now (cards waiting out a cooldown or a
+    /// backoff do not keep it running; `ls` says when they come back).
     #[arg(long)]
     pub(crate) until_idle: bool,
     /// Time between ticks (seconds, or 500ms, 2m…); ticks come sooner when a

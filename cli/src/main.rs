@@ -4,6 +4,7 @@
 
 mod admin;
 mod agent_calls;
+mod agent_check;
 mod args;
 mod board_path;
 mod demo;
@@ -92,7 +93,7 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             runtime::install_signal_handlers(interrupt)?;
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
-            if let Err(problem) = dispatch::validate_agent(args.agent.as_deref(), env) {
+            if let Err(problem) = agent_check::validate_agent(args.agent.as_deref(), env) {
                 eprintln!("error: {problem}; nothing was claimed");
                 return Ok(78);
             }
