@@ -141,3 +141,14 @@ fn core_depends_on_no_async_runtime() {
         assert!(!dependencies.contains(runtime), "core depends on {runtime}");
     }
 }
+
+#[test]
+fn only_the_process_adapters_signal_processes() {
+    // The dispatcher decides whom to stop; `Supervisor` (cli) and the agent
+    // adapters (agent-port) are the only code that sends a signal.
+    let found = offenders(
+        &["core/src", "board-sqlite/src"],
+        &["killpg", "nix::sys::signal", "libc::kill", "Command::new"],
+    );
+    assert!(found.is_empty(), "{found:#?}");
+}
