@@ -16,8 +16,8 @@ use crate::activity::Activity;
 use crate::exec::TaskBrief;
 use crate::tools::{BoardTools, board_tool_specs};
 
-/// How to reach the model.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How to reach the model. `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct HttpAgentConfig {
     /// The API root, such as `http://127.0.0.1:8080/v1`; requests go to `BASE/chat/completions`.
     pub base_url: String,
@@ -35,12 +35,55 @@ pub struct HttpAgentConfig {
     pub timeout: Duration,
 }
 
+impl std::fmt::Debug for HttpAgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpAgentConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("stream", &self.stream)
+            .field("max_iterations", &self.max_iterations)
+            .field("provider_retries", &self.provider_retries)
+            .field("retry_delay", &self.retry_delay)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Whether a URL goes to this machine: `localhost`, `127.x.y.z` or `[::1]`.
+fn is_loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = if let Some(bracketed) = host_port.strip_prefix('[') {
+        bracketed.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `text` with every occurrence of `key` replaced, so that a provider that
+/// echoes the key in an error body cannot carry it to the board or the logs.
+pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
+    match key.filter(|key| key.len() >= 4) {
+        Some(key) => text.replace(key, "[redacted]"),
+        None => text.to_owned(),
+    }
+}
+
 impl HttpAgentConfig {
     /// Parses `http:URL[?model=M&key_env=VAR&stream=1&retries=N&max_iterations=N&timeout=S&retry_delay_ms=N]`.
     ///
     /// The key is read from the variable `key_env` names (an error when it
-    /// is named but unset), else from `OPENAI_API_KEY` when set; a local
-    /// server needs none.
+    /// is named but unset), else from `OPENAI_API_KEY` when set, but only for
+    /// an `https://` or loopback URL: the ambient key is never sent in clear
+    /// text across a network. A local server needs none.
     pub fn parse(spec: &str, env: &Environment) -> Result<Self, String> {
         let rest = spec
             .strip_prefix("http:")
@@ -54,7 +97,9 @@ impl HttpAgentConfig {
         let mut config = Self {
             base_url: url.trim_end_matches('/').to_owned(),
             model: String::new(),
-            api_key: env.get_trimmed("OPENAI_API_KEY").map(str::to_owned),
+            api_key: (url.starts_with("https://") || is_loopback(url))
+                .then(|| env.get_trimmed("OPENAI_API_KEY").map(str::to_owned))
+                .flatten(),
             stream: false,
             max_iterations: 20,
             provider_retries: 2,
@@ -70,6 +115,11 @@ impl HttpAgentConfig {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
                 "model" => config.model = value.to_owned(),
+                "key_env" if env.is_unreadable(value) => {
+                    return Err(format!(
+                        "the agent's API key variable {value} is not valid UTF-8: set it to the key's text"
+                    ));
+                }
                 "key_env" => {
                     config.api_key = Some(env.get_trimmed(value).map(str::to_owned).ok_or_else(|| {
                         format!("the agent's API key variable {value} is not set: export {value}=... or drop key_env for a server without keys")
@@ -354,7 +404,15 @@ impl HttpAgent {
         body
     }
 
+    /// One model call; whatever it reports has the key redacted.
     fn call_once(&self) -> Result<Answer, CallFailure> {
+        self.call_once_unredacted().map_err(|mut failure| {
+            failure.detail = redact(&failure.detail, self.config.api_key.as_deref());
+            failure
+        })
+    }
+
+    fn call_once_unredacted(&self) -> Result<Answer, CallFailure> {
         let url = format!("{}/chat/completions", self.config.base_url);
         let mut request = self
             .http
@@ -389,14 +447,25 @@ impl HttpAgent {
                     status,
                     body: &body,
                 }),
+                // Redacted before it is cut, so no prefix of the key survives.
                 detail: format!(
                     "HTTP {status}: {}",
-                    body.chars().take(300).collect::<String>()
+                    redact(&body, self.config.api_key.as_deref())
+                        .chars()
+                        .take(300)
+                        .collect::<String>()
                 ),
                 retry_after,
             });
         }
-        if self.config.stream {
+        // A server that ignores `stream: true` and answers with one JSON
+        // body is read as that body.
+        let json_answer = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|kind| kind.to_ascii_lowercase().starts_with("application/json"));
+        if self.config.stream && !json_answer {
             return parse_stream(response.into_body().into_reader());
         }
         let body = response

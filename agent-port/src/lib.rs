@@ -18,6 +18,9 @@ pub use activity::Activity;
 pub use exec::{EXIT_DRAIN, ExecAgent, ExecAgentConfig, STDOUT_TAIL_BYTES, TaskBrief};
 pub use http::{HttpAgent, HttpAgentConfig, parse_chat_completion, parse_chat_stream};
 pub use judge::{CommandJudge, parse_verdict};
-pub use mcp::{MCP_PROTOCOL_VERSION, McpServer};
+pub use mcp::{
+    MCP_MAX_LINE_BYTES, MCP_PROTOCOL_VERSION, MCP_PROTOCOL_VERSIONS, McpServer,
+    unreadable_line_answer,
+};
 pub use protocol::{AgentExit, ResultLine, STDOUT_TAIL_CHARS, parse_result_line, settle_turn};
 pub use tools::{BoardTools, ToolBoard, ToolOutcome, ToolSpec, board_tool_specs};

@@ -5,8 +5,28 @@ use serde_json::{Value, json};
 
 use crate::tools::{BoardTools, board_tool_specs};
 
-/// The protocol revision answered when a client names none.
+/// The protocol revision answered when a client names none, or one this
+/// server does not speak.
 pub const MCP_PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// The revisions this server speaks; a client asking for one gets it.
+pub const MCP_PROTOCOL_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The longest request line served: 4 MiB. A longer one is refused
+/// without being held in memory.
+pub const MCP_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The answer to a line that could not be read: over [`MCP_MAX_LINE_BYTES`]
+/// or not UTF-8. The server keeps serving.
+pub fn unreadable_line_answer(too_long: bool) -> String {
+    let message = if too_long {
+        format!("invalid request: a message is at most {MCP_MAX_LINE_BYTES} bytes")
+    } else {
+        "parse error: the message is not UTF-8".to_owned()
+    };
+    let code = if too_long { -32600 } else { -32700 };
+    failure(&Value::Null, code, &message).to_string()
+}
 
 fn reply(id: &Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
@@ -52,7 +72,11 @@ impl McpServer {
             "initialize" => reply(
                 &id,
                 json!({
-                    "protocolVersion": message.pointer("/params/protocolVersion").and_then(Value::as_str).unwrap_or(MCP_PROTOCOL_VERSION),
+                    "protocolVersion": message
+                        .pointer("/params/protocolVersion")
+                        .and_then(Value::as_str)
+                        .filter(|asked| MCP_PROTOCOL_VERSIONS.contains(asked))
+                        .unwrap_or(MCP_PROTOCOL_VERSION),
                     "capabilities": {"tools": {"listChanged": false}},
                     "serverInfo": {"name": "kanban", "version": env!("CARGO_PKG_VERSION")},
                     "instructions": "Board tools for the card this worker holds. End your work with kanban_complete or kanban_block.",

@@ -110,6 +110,40 @@ fn text_argument<'a>(arguments: &'a Value, name: &str) -> Result<Option<&'a str>
     }
 }
 
+/// Refuses an argument the tool's schema does not name, as its
+/// `additionalProperties: false` promises: a `task_id` naming another card
+/// must not be quietly ignored, as if the call had acted on it.
+fn check_arguments(name: &str, arguments: &Value) -> Result<(), ToolOutcome> {
+    let Some(spec) = board_tool_specs(true)
+        .into_iter()
+        .find(|spec| spec.name == name)
+    else {
+        return Ok(()); // an unknown tool is named as such below
+    };
+    let known: Vec<&String> = spec.schema["properties"]
+        .as_object()
+        .map(|properties| properties.keys().collect())
+        .unwrap_or_default();
+    let Some(given) = arguments.as_object() else {
+        return Ok(());
+    };
+    if let Some(unknown) = given.keys().find(|key| !known.contains(key)) {
+        let accepted = if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known
+                .iter()
+                .map(|key| key.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(ToolOutcome::error(format!(
+            "unknown argument `{unknown}` for {name}: it acts on your own card only; its arguments are {accepted}"
+        )));
+    }
+    Ok(())
+}
+
 fn required<'a>(arguments: &'a Value, name: &str) -> Result<&'a str, ToolOutcome> {
     text_argument(arguments, name)?
         .filter(|text| !text.trim().is_empty())
@@ -172,6 +206,7 @@ impl BoardTools {
     }
 
     async fn dispatch(&self, name: &str, arguments: &Value) -> Result<ToolOutcome, ToolOutcome> {
+        check_arguments(name, arguments)?;
         let claim = &self.claim;
         Ok(match name {
             "kanban_complete" => {

@@ -457,3 +457,100 @@ fn a_stopped_agent_gets_its_grace_period_even_after_its_shell_dies() {
         "the agent was killed before it could use its grace period"
     );
 }
+
+fn call(server: &McpServer, line: serde_json::Value) -> serde_json::Value {
+    let answer = block_on(server.handle_line(&line.to_string())).unwrap();
+    serde_json::from_str(&answer).unwrap()
+}
+
+#[test]
+fn an_mcp_call_naming_another_card_or_any_unknown_argument_is_refused() {
+    let (server, board, task_id) = mcp_fixture();
+    let before = block_on(board.show_task(&task_id)).unwrap();
+    for (tool, arguments) in [
+        (
+            "kanban_complete",
+            serde_json::json!({"summary": "done", "task_id": "t_other"}),
+        ),
+        (
+            "kanban_comment",
+            serde_json::json!({"text": "hi", "author": "mallory"}),
+        ),
+        ("kanban_show", serde_json::json!({"task_id": "t_other"})),
+    ] {
+        let answer = call(
+            &server,
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}),
+        );
+        assert_eq!(
+            answer.pointer("/result/isError"),
+            Some(&serde_json::json!(true)),
+            "{tool}: {answer}"
+        );
+        let said = answer
+            .pointer("/result/content/0/text")
+            .unwrap()
+            .as_str()
+            .unwrap();
+        assert!(said.contains("unknown argument"), "{said}");
+    }
+    let after = block_on(board.show_task(&task_id)).unwrap();
+    assert_eq!(after.task, before.task);
+    assert_eq!(after.events.len(), before.events.len());
+}
+
+#[test]
+fn mcp_answers_with_a_protocol_version_it_speaks() {
+    let (server, _, _) = mcp_fixture();
+    let initialize = |version: &str| {
+        call(
+            &server,
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": version}}),
+        )["result"]["protocolVersion"]
+            .clone()
+    };
+    assert_eq!(initialize("2024-11-05"), "2024-11-05");
+    assert_eq!(initialize("2025-06-18"), "2025-06-18");
+    assert_eq!(
+        initialize("1999-01-01"),
+        kanban_agent_port::MCP_PROTOCOL_VERSION
+    );
+}
+
+#[test]
+fn the_ambient_key_goes_only_to_https_or_loopback_and_debug_never_shows_a_key() {
+    use kanban_agent_port::HttpAgentConfig;
+    let env = kanban_core::Environment::new().with("OPENAI_API_KEY", "sk-ambient-secret");
+    let key = |url: &str| {
+        HttpAgentConfig::parse(&format!("http:{url}?model=m"), &env)
+            .unwrap()
+            .api_key
+    };
+    assert_eq!(
+        key("http://10.1.2.3:8080/v1"),
+        None,
+        "clear text across a network"
+    );
+    assert_eq!(key("http://example.com/v1"), None);
+    for url in [
+        "https://api.example.com/v1",
+        "http://127.0.0.1:8080/v1",
+        "http://localhost/v1",
+        "http://[::1]:9000/v1",
+    ] {
+        assert_eq!(key(url).as_deref(), Some("sk-ambient-secret"), "{url}");
+    }
+    // A key named explicitly is the operator's choice, whatever the URL.
+    let named = HttpAgentConfig::parse(
+        "http:http://10.1.2.3/v1?model=m&key_env=MY_KEY",
+        &env.clone().with("MY_KEY", "sk-named-secret"),
+    )
+    .unwrap();
+    assert_eq!(named.api_key.as_deref(), Some("sk-named-secret"));
+    let shown = format!("{named:?} {env:?}");
+    assert!(
+        !shown.contains("sk-named-secret") && !shown.contains("sk-ambient-secret"),
+        "{shown}"
+    );
+    assert!(shown.contains("OPENAI_API_KEY"), "names are shown: {shown}");
+}

@@ -186,7 +186,12 @@ impl DispatchBoard for SqliteBoard {
                         .query_map(params![now], |row| row.get(0))?
                         .collect::<rusqlite::Result<_>>()?
                 };
-                for id in candidates {
+                // An id no kanban wrote (`../x`) is never claimed: ids name
+                // log files and reach workers' environments.
+                for id in candidates
+                    .into_iter()
+                    .filter(|id| kanban_core::is_valid_task_id(id))
+                {
                     if let Some(grant) = claim_in(tx, &db, &id, ttl_seconds, &claim_lock, now)? {
                         return Ok(Some(grant));
                     }

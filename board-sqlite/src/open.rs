@@ -112,6 +112,59 @@ fn check_header(path: &Path) -> Result<(), BoardError> {
     Ok(())
 }
 
+/// What a path names, checked before SQLite touches it: the one canonical,
+/// absolute path of a regular file with a single name.
+///
+/// A second name (a hard link, or a symlink SQLite would not resolve) gives
+/// SQLite a second lock and journal for the same bytes, which corrupts the
+/// board; a FIFO would hang the open, and a folder is not a board.
+pub(crate) fn inspect(path: &Path, allow_empty: bool) -> Result<PathBuf, BoardError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let unusable = |message: String| BoardError::Unusable {
+        path: path.display().to_string(),
+        message,
+    };
+    let canonical = match std::fs::canonicalize(path) {
+        Ok(canonical) => canonical,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(unusable(
+                "does not exist; create the board with `kanban init`, or name another with --db"
+                    .to_owned(),
+            ));
+        }
+        Err(error) => return Err(unusable(format!("cannot be resolved: {error}"))),
+    };
+    let meta = std::fs::metadata(&canonical)
+        .map_err(|error| unusable(format!("cannot be read: {error}")))?;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return Err(unusable(
+            "is a folder, not a board file; name the file itself (for example FOLDER/kanban.db)"
+                .to_owned(),
+        ));
+    }
+    if kind.is_fifo() || kind.is_socket() || kind.is_block_device() || kind.is_char_device() {
+        return Err(unusable(
+            "is not a regular file (a FIFO, socket or device); a board is a regular SQLite file"
+                .to_owned(),
+        ));
+    }
+    if meta.nlink() > 1 {
+        return Err(unusable(format!(
+            "has {} hard links; a board must have one name, or SQLite keeps a lock and a journal per name and corrupts it: \
+             remove the other names (find / -xdev -samefile {}) or copy the board",
+            meta.nlink(),
+            canonical.display()
+        )));
+    }
+    if meta.len() == 0 && !allow_empty {
+        return Err(unusable(
+            "is empty, not a board; `kanban init` makes it one".to_owned(),
+        ));
+    }
+    Ok(canonical)
+}
+
 /// The board's one connection and its clock.
 pub(crate) struct Store {
     pub(crate) path: PathBuf,
@@ -119,6 +172,103 @@ pub(crate) struct Store {
     pub(crate) clock: Arc<dyn Clock>,
     /// The board file's device and inode when it was opened (none in memory).
     pub(crate) identity: Option<(u64, u64)>,
+    /// An upgraded copy in memory of a board that must not be written.
+    pub(crate) read_only_copy: bool,
+}
+
+/// What `kanban migrate` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    /// The board file, canonical.
+    pub path: PathBuf,
+    /// The schema version found.
+    pub from: i64,
+    /// The schema version now.
+    pub to: i64,
+    /// The copy taken before upgrading; none when nothing was to do.
+    pub backup: Option<PathBuf>,
+}
+
+/// Which boards an open may upgrade in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Migrate {
+    /// Boards of earlier kanban versions; a board of the seed system is
+    /// refused until `kanban migrate`.
+    OwnOnly,
+    /// Any board (`init`, `migrate`, and in-memory copies).
+    All,
+}
+
+fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+}
+
+/// Whether the file already holds tables (a board of another program).
+fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tasks')",
+        [],
+        |row| row.get(0),
+    )
+}
+
+/// A column as `PRAGMA table_info` describes it.
+struct Column {
+    name: String,
+    kind: String,
+    not_null: bool,
+    default: Option<String>,
+}
+
+/// Adds the columns of `reference`'s tables that `tx`'s tables lack: the seed
+/// system's boards predate some of them, and `CREATE TABLE IF NOT EXISTS`
+/// leaves an existing table as it is.
+fn add_missing_columns(tx: &Transaction<'_>, reference: &Connection) -> rusqlite::Result<()> {
+    let columns = |conn: &Connection, table: &str| -> rusqlite::Result<Vec<Column>> {
+        let mut statement = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+        let rows = statement.query_map([], |row| {
+            Ok(Column {
+                name: row.get(1)?,
+                kind: row.get(2)?,
+                not_null: row.get::<_, i64>(3)? != 0,
+                default: row.get(4)?,
+            })
+        })?;
+        rows.collect()
+    };
+    let tables: Vec<String> = {
+        let mut statement = reference.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+        )?;
+        let rows = statement.query_map([], |row| row.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for table in tables {
+        let present: Vec<String> = columns(tx, &table)?
+            .into_iter()
+            .map(|column| column.name)
+            .collect();
+        for Column {
+            name,
+            kind,
+            not_null,
+            default,
+        } in columns(reference, &table)?
+        {
+            if present.contains(&name) {
+                continue;
+            }
+            let mut clause = format!("ALTER TABLE {table} ADD COLUMN {name} {kind}");
+            if let Some(default) = default {
+                if not_null {
+                    clause.push_str(" NOT NULL");
+                }
+                clause.push_str(&format!(" DEFAULT {default}"));
+            }
+            tx.execute_batch(&clause)?;
+        }
+    }
+    Ok(())
 }
 
 /// A file's identity: its device and inode.
@@ -135,23 +285,35 @@ impl Store {
         self.path.display().to_string()
     }
 
-    fn open_with(path: &Path, flags: OpenFlags, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
+    fn open_with(
+        path: &Path,
+        flags: OpenFlags,
+        clock: Arc<dyn Clock>,
+        migrate: Migrate,
+    ) -> Result<Self, BoardError> {
         let fail = |error: rusqlite::Error| storage_error(path, &error);
         let conn = Connection::open_with_flags(path, flags).map_err(fail)?;
-        Self::configure(path.to_owned(), conn, clock)
+        Self::configure(path.to_owned(), conn, clock, migrate)
     }
 
     fn configure(
         path: PathBuf,
         conn: Connection,
         clock: Arc<dyn Clock>,
+        migrate: Migrate,
     ) -> Result<Self, BoardError> {
         let fail = |error: rusqlite::Error| storage_error(&path, &error);
         conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
         // Refuse a newer board before touching it: no pragma that writes runs first.
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(fail)?;
+        let version = schema_version(&conn).map_err(fail)?;
+        if migrate == Migrate::OwnOnly && version == 0 && has_tables(&conn).map_err(fail)? {
+            return Err(BoardError::Unusable {
+                path: path.display().to_string(),
+                message: "was made by the seed system (schema version 0); kanban reads it as it is, \
+                          but writes only after `kanban migrate` upgrades it (a backup is kept beside it)"
+                    .to_owned(),
+            });
+        }
         if version > SCHEMA_VERSION {
             return Err(BoardError::NewerSchema {
                 path: path.display().to_string(),
@@ -169,6 +331,7 @@ impl Store {
             conn: Mutex::new(conn),
             clock,
             identity,
+            read_only_copy: false,
         };
         store.migrate()?;
         Ok(store)
@@ -177,34 +340,136 @@ impl Store {
     /// Creates the board file (and its folder) if needed, and brings its
     /// schema up to date.
     pub(crate) fn create(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let unusable = |message: String| BoardError::Unusable {
+            path: path.display().to_string(),
+            message,
+        };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|error| BoardError::Unusable {
-                path: path.display().to_string(),
-                message: format!("its folder {} cannot be created: {error}", parent.display()),
-            })?;
+            // Folders made here are the owner's alone: boards hold agents' work.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|error| {
+                    unusable(format!(
+                        "its folder {} cannot be created: {error}",
+                        parent.display()
+                    ))
+                })?;
         }
-        if path.exists() {
-            check_header(path)?;
+        if std::fs::symlink_metadata(path).is_err() {
+            // SQLite gives the -wal and -shm files the board file's mode.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|error| unusable(format!("cannot be created: {error}")))?;
         }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        Self::open_with(path, flags, clock)
+        let canonical = inspect(path, true)?;
+        check_header(&canonical)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let store = Self::open_with(&canonical, flags, clock, Migrate::All)?;
+        Ok(store)
     }
 
     /// Opens an existing board file for reading and writing.
     pub(crate) fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
-        if !path.is_file() {
-            return Err(BoardError::Unusable {
-                path: path.display().to_string(),
-                message:
-                    "does not exist; create the board with `kanban init`, or name another with --db"
-                        .to_owned(),
+        let canonical = inspect(path, false)?;
+        check_header(&canonical)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        Self::open_with(&canonical, flags, clock, Migrate::OwnOnly)
+    }
+
+    fn upgrade(path: &Path, clock: Arc<dyn Clock>) -> Result<Upgrade, BoardError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let canonical = inspect(path, false)?;
+        check_header(&canonical)?;
+        let fail = |error: rusqlite::Error| storage_error(&canonical, &error);
+        let file = Connection::open_with_flags(
+            &canonical,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(fail)?;
+        file.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+        let from = schema_version(&file).map_err(fail)?;
+        if from > SCHEMA_VERSION {
+            return Err(BoardError::NewerSchema {
+                path: canonical.display().to_string(),
+                found: from,
+                supported: SCHEMA_VERSION,
             });
         }
-        check_header(path)?;
+        if from == SCHEMA_VERSION {
+            return Ok(Upgrade {
+                path: canonical,
+                from,
+                to: SCHEMA_VERSION,
+                backup: None,
+            });
+        }
+        let mut name = canonical.clone().into_os_string();
+        name.push(format!(".v{from}-{}.backup", clock.now()));
+        let backup = PathBuf::from(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&backup)
+            .map_err(|error| BoardError::Unusable {
+                path: canonical.display().to_string(),
+                message: format!(
+                    "cannot be backed up to {}: {error}; free some space or make its folder writable",
+                    backup.display()
+                ),
+            })?;
+        {
+            let mut copy = Connection::open(&backup).map_err(fail)?;
+            let run = rusqlite::backup::Backup::new(&file, &mut copy).map_err(fail)?;
+            run.run_to_completion(256, Duration::ZERO, None)
+                .map_err(fail)?;
+        }
+        drop(file);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        Self::open_with(path, flags, clock)
+        Self::open_with(&canonical, flags, clock, Migrate::All)?;
+        Ok(Upgrade {
+            path: canonical,
+            from,
+            to: SCHEMA_VERSION,
+            backup: Some(backup),
+        })
+    }
+
+    /// Opens a board for reading only. A board of the seed system (or of an
+    /// older kanban) is read through an upgraded copy in memory, so that the
+    /// file is never written; the copy refuses writes.
+    pub(crate) fn open_for_reading(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
+        let canonical = inspect(path, false)?;
+        check_header(&canonical)?;
+        let fail = |error: rusqlite::Error| storage_error(&canonical, &error);
+        let file = Connection::open_with_flags(
+            &canonical,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(fail)?;
+        file.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+        let version = schema_version(&file).map_err(fail)?;
+        if version == SCHEMA_VERSION {
+            drop(file);
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            return Self::open_with(&canonical, flags, clock, Migrate::OwnOnly);
+        }
+        let mut copy = Connection::open_in_memory().map_err(fail)?;
+        {
+            let backup = rusqlite::backup::Backup::new(&file, &mut copy).map_err(fail)?;
+            backup
+                .run_to_completion(256, Duration::ZERO, None)
+                .map_err(fail)?;
+        }
+        let mut store = Self::configure(canonical, copy, clock, Migrate::All)?;
+        store.read_only_copy = true;
+        Ok(store)
     }
 
     /// A board that lives in this process's memory: the same code and rules
@@ -212,11 +477,11 @@ impl Store {
     pub(crate) fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
         let path = PathBuf::from(MEMORY_BOARD);
         let conn = Connection::open_in_memory().map_err(|error| storage_error(&path, &error))?;
-        Self::configure(path, conn, clock)
+        Self::configure(path, conn, clock, Migrate::All)
     }
 
     fn migrate(&self) -> Result<(), BoardError> {
-        self.write(|tx, _| {
+        self.write_unchecked(|tx, _| {
             let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
             if version > SCHEMA_VERSION {
                 return Err(BoardError::NewerSchema {
@@ -232,6 +497,11 @@ impl Store {
                 .skip(usize::try_from(version).unwrap_or(0))
             {
                 tx.execute_batch(migration)?;
+                if index == 0 {
+                    let reference = Connection::open_in_memory()?;
+                    reference.execute_batch(MIGRATIONS[0])?;
+                    add_missing_columns(tx, &reference)?;
+                }
                 tx.execute_batch(&format!("PRAGMA user_version = {}", index + 1))?;
             }
             Ok(())
@@ -274,6 +544,19 @@ impl Store {
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction, retrying the whole
     /// transaction a bounded number of times while SQLite reports busy.
     pub(crate) fn write<T>(
+        &self,
+        body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
+    ) -> Result<T, BoardError> {
+        if self.read_only_copy {
+            return Err(BoardError::Unusable {
+                path: self.db(),
+                message: "is a board of the seed system, read here through a copy; upgrade it with `kanban migrate` before writing".to_owned(),
+            });
+        }
+        self.write_unchecked(body)
+    }
+
+    fn write_unchecked<T>(
         &self,
         mut body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
     ) -> Result<T, BoardError> {
@@ -364,6 +647,23 @@ impl SqliteBoard {
     /// board written by a newer version are refused and left untouched.
     pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
         Store::open(path.as_ref(), clock).map(Self::from_store)
+    }
+
+    /// Opens a board for reading only: a board of the seed system (schema
+    /// version 0) is read through an upgraded copy in memory and its file is
+    /// never written; writes through it are refused.
+    pub fn open_for_reading(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, BoardError> {
+        Store::open_for_reading(path.as_ref(), clock).map(Self::from_store)
+    }
+
+    /// Upgrades a board file to this build's schema, after copying it to a
+    /// backup beside it (owner-only). A board already up to date is left
+    /// alone and no backup is made, so running it twice is harmless.
+    pub fn upgrade(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Upgrade, BoardError> {
+        Store::upgrade(path.as_ref(), clock)
     }
 
     /// A board in this process's memory, named [`MEMORY_BOARD`] in claims.

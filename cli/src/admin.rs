@@ -8,20 +8,41 @@ use kanban_core::{BoardAdmin, Clock, Environment, NewTask, TaskStatus, claim_ttl
 use serde_json::json;
 
 use crate::args::{AddArgs, GlobalArgs};
-use crate::board_path::{board_path, board_slug, open_board};
+use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading};
+use crate::out::{out, outln};
 use crate::output::{event_json, retry_note, run_json, short, table, task_json};
 use crate::runtime::block_on;
 
 pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
     let path = board_path(global, env)?;
     let existed = path.exists();
-    SqliteBoard::create(&path, Arc::new(SystemClock))?;
+    let board = SqliteBoard::create(&path, Arc::new(SystemClock))?;
     let verb = if existed {
         "board is ready"
     } else {
         "created board"
     };
-    println!("{verb}: {}", path.display());
+    outln!("{verb}: {}", board.path().display());
+    Ok(0)
+}
+
+pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
+    let path = board_path(global, env)?;
+    let upgrade = SqliteBoard::upgrade(&path, Arc::new(SystemClock))?;
+    match &upgrade.backup {
+        None => outln!(
+            "{} is up to date (schema {}); nothing to do",
+            upgrade.path.display(),
+            upgrade.to
+        ),
+        Some(backup) => outln!(
+            "upgraded {} from schema {} to {}; the board as it was is kept at {}",
+            upgrade.path.display(),
+            upgrade.from,
+            upgrade.to,
+            backup.display()
+        ),
+    }
     Ok(0)
 }
 
@@ -42,9 +63,9 @@ pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> any
     };
     let id = block_on(board.create_task(&new))?;
     if args.json {
-        println!("{}", json!({"id": id}));
+        outln!("{}", json!({"id": id}));
     } else {
-        println!("{id}");
+        outln!("{id}");
     }
     Ok(0)
 }
@@ -63,11 +84,11 @@ pub(crate) fn list(
     as_json: bool,
 ) -> anyhow::Result<i32> {
     let status = status.map(parse_status).transpose()?;
-    let board = open_board(global, env)?;
+    let board = open_board_for_reading(global, env)?;
     let tasks = block_on(board.list_tasks(status))?;
     let now = SystemClock.now();
     if as_json {
-        println!(
+        outln!(
             "{}",
             serde_json::Value::Array(tasks.iter().map(task_json).collect())
         );
@@ -90,7 +111,7 @@ pub(crate) fn list(
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(&["ID", "STATUS", "PRIO", "RUN", "TITLE"], &rows)
     );
@@ -103,7 +124,7 @@ pub(crate) fn show(
     id: &str,
     as_json: bool,
 ) -> anyhow::Result<i32> {
-    let board = open_board(global, env)?;
+    let board = open_board_for_reading(global, env)?;
     let view = block_on(board.show_task(id))?;
     if as_json {
         let value = json!({
@@ -111,34 +132,34 @@ pub(crate) fn show(
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
         });
-        println!("{value}");
+        outln!("{value}");
         return Ok(0);
     }
     let task = &view.task;
-    println!("{}  {}", task.id, task.title);
-    println!(
+    outln!("{}  {}", task.id, task.title);
+    outln!(
         "status: {}   priority: {}   failures: {}",
         task.status.as_str(),
         task.priority,
         task.consecutive_failures
     );
     if let Some(note) = retry_note(task.not_before, SystemClock.now()) {
-        println!("{note}");
+        outln!("{note}");
     }
     if let Some(body) = &task.body {
-        println!("\n{body}\n");
+        outln!("\n{body}\n");
     }
     if let Some(lock) = &task.claim_lock {
-        println!(
+        outln!(
             "claim: run {} lock {lock} expires {}",
             task.current_run_id.unwrap_or(0),
             task.claim_expires.unwrap_or(0)
         );
     }
     if let Some(result) = &task.result {
-        println!("result: {}", short(result, 200));
+        outln!("result: {}", short(result, 200));
     }
-    println!("\nruns:");
+    outln!("\nruns:");
     let runs: Vec<Vec<String>> = view
         .runs
         .iter()
@@ -155,12 +176,12 @@ pub(crate) fn show(
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(&["RUN", "STATUS", "OUTCOME", "LOCK", "SUMMARY"], &runs)
     );
-    println!("\nevents:");
-    print!("{}", events_table(&view.events));
+    outln!("\nevents:");
+    out!("{}", events_table(&view.events));
     Ok(0)
 }
 
@@ -192,14 +213,14 @@ pub(crate) fn events(
     id: &str,
     as_json: bool,
 ) -> anyhow::Result<i32> {
-    let board = open_board(global, env)?;
+    let board = open_board_for_reading(global, env)?;
     let view = block_on(board.show_task(id))?;
     if as_json {
         for event in &view.events {
-            println!("{}", event_json(event));
+            outln!("{}", event_json(event));
         }
     } else {
-        print!("{}", events_table(&view.events));
+        out!("{}", events_table(&view.events));
     }
     Ok(0)
 }
@@ -225,7 +246,7 @@ pub(crate) fn claim(
     as_json: bool,
 ) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
-    let ttl = claim_ttl_seconds(ttl, env);
+    let ttl = claim_ttl_seconds(ttl, env).map_err(anyhow::Error::msg)?;
     let Some(grant) = block_on(board.claim_task(id, ttl, &claim_lock_for_this_process("claim")))?
     else {
         let status = block_on(board.show_task(id))?.task.status;
@@ -237,15 +258,15 @@ pub(crate) fn claim(
     let slug = board_slug(global, env)?;
     let claim = &grant.claim;
     if as_json {
-        println!(
+        outln!(
             "{}",
             json!({"task_id": claim.task_id, "run_id": claim.run_id, "claim_lock": claim.claim_lock, "claim_expires": grant.claim_expires, "db": claim.db, "board": slug})
         );
     } else {
         for (name, value) in claim.to_env_pairs() {
-            println!("export {name}={}", shell_quote(&value));
+            outln!("export {name}={}", shell_quote(&value));
         }
-        println!("export {}={}", vars::BOARD, shell_quote(&slug));
+        outln!("export {}={}", vars::BOARD, shell_quote(&slug));
     }
     Ok(0)
 }
@@ -253,7 +274,7 @@ pub(crate) fn claim(
 pub(crate) fn unblock(global: &GlobalArgs, env: &Environment, id: &str) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
     block_on(board.unblock(id))?;
-    println!(
+    outln!(
         "{id} unblocked: {}",
         block_on(board.show_task(id))?.task.status.as_str()
     );
@@ -268,7 +289,7 @@ pub(crate) fn reclaim(
 ) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
     block_on(board.reclaim(id, reason))?;
-    println!(
+    outln!(
         "{id} reclaimed: {}",
         block_on(board.show_task(id))?.task.status.as_str()
     );

@@ -14,6 +14,7 @@ use anyhow::Context;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::{BIND_PATIENCE, Board, BoardError, Claim, Environment};
 
+use crate::out::{errln, outln};
 use crate::runtime::block_on;
 
 /// The exit code of a board call the environment failed.
@@ -56,7 +57,7 @@ fn fenced<T>(
             });
         }
         if started.elapsed() >= BIND_PATIENCE {
-            eprintln!(
+            errln!(
                 "error: {error}\nthe board or the lease failed, not the card: exiting 75 so that the worker books it as such"
             );
             return Ok(ENVIRONMENT);
@@ -72,7 +73,7 @@ fn open(env: &Environment) -> anyhow::Result<Result<(Claim, SqliteBoard), i32>> 
     match SqliteBoard::open(&claim.db, Arc::new(SystemClock)) {
         Ok(board) => Ok(Ok((claim, board))),
         Err(error) => {
-            eprintln!("error: {error}");
+            errln!("error: {error}");
             Ok(Err(ENVIRONMENT))
         }
     }
@@ -89,7 +90,7 @@ pub(crate) fn complete(
     };
     fenced(
         || block_on(board.complete(&claim, summary, result.clone())),
-        |()| println!("{} completed", claim.task_id),
+        |()| outln!("{} completed", claim.task_id),
     )
 }
 
@@ -100,7 +101,7 @@ pub(crate) fn block(env: &Environment, reason: &str) -> anyhow::Result<i32> {
     };
     fenced(
         || block_on(board.block(&claim, reason)),
-        |()| println!("{} blocked", claim.task_id),
+        |()| outln!("{} blocked", claim.task_id),
     )
 }
 
@@ -109,18 +110,18 @@ pub(crate) fn heartbeat(env: &Environment, note: Option<String>) -> anyhow::Resu
     // A heartbeat is not worth waiting for: one refused is simply not made.
     match block_on(board.heartbeat(&claim, note)) {
         Ok(expires) => {
-            println!("{} lease extended to {expires}", claim.task_id);
+            outln!("{} lease extended to {expires}", claim.task_id);
             Ok(0)
         }
         Err(BoardError::LeaseLost { reason, .. }) if reason.only_expired() => {
-            eprintln!("the lease lapsed; the dispatcher renews it while this worker lives");
+            errln!("the lease lapsed; the dispatcher renews it while this worker lives");
             Ok(ENVIRONMENT)
         }
         Err(error @ BoardError::LeaseLost { .. }) => Err(anyhow::anyhow!(
             "{error}\nhint: the card was reclaimed, settled or taken by a newer run; `kanban show TASK` tells which"
         )),
         Err(error) => {
-            eprintln!("error: {error}");
+            errln!("error: {error}");
             Ok(ENVIRONMENT)
         }
     }
@@ -137,6 +138,6 @@ pub(crate) fn comment(env: &Environment, text: &str) -> anyhow::Result<i32> {
         .to_owned();
     fenced(
         || block_on(board.comment(&claim, &author, text)),
-        |()| println!("{} commented", claim.task_id),
+        |()| outln!("{} commented", claim.task_id),
     )
 }

@@ -51,6 +51,15 @@ pub(crate) enum Command {
     ///
     /// Example: kanban --db ./kanban.db init
     Init,
+    /// Upgrade a board to this version's schema, keeping a backup beside it.
+    ///
+    /// A board made by the seed system (schema version 0) is read as it is by
+    /// ls, show, events, watch and prove, but kanban writes to it only after
+    /// this. The backup is BOARD.vN-TIME.backup, owner-only. Running it on a
+    /// board that is up to date does nothing.
+    ///
+    /// Example: kanban --db ./kanban.db migrate
+    Migrate,
     /// Add a card; prints its id.
     ///
     /// Example: kanban add "write the release notes" --priority 2 --body "cover 0.2"
@@ -88,7 +97,7 @@ pub(crate) enum Command {
     /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent ./agent.sh
     Claim {
         id: String,
-        /// The lease (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
+        /// The lease, 1s to 24h (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
         #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
         ttl: Option<i64>,
         /// The claim as one JSON object instead of shell exports.
@@ -175,7 +184,8 @@ pub(crate) enum Command {
     ///
     /// Example: kanban demo
     Demo {
-        /// Use this board file instead of a fresh temporary one.
+        /// Keep the demo's board at this new path (it must not exist yet)
+        /// instead of a fresh temporary folder.
         #[arg(long, value_name = "PATH")]
         board_file: Option<PathBuf>,
     },
@@ -230,7 +240,7 @@ pub(crate) struct DispatchArgs {
     /// The workers' in-place recovery backoff (passed to `kanban worker`).
     #[arg(long, value_name = "S[,S...]", overrides_with = "recovery_delays")]
     pub(crate) recovery_delays: Option<String>,
-    /// The lease of each claim (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
+    /// The lease of each claim, 1s to 24h (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
     pub(crate) ttl: Option<i64>,
     /// How long a card that hit a rate limit (exit 75) waits before its next worker.

@@ -75,3 +75,13 @@ pub(crate) fn open_board(global: &GlobalArgs, env: &Environment) -> anyhow::Resu
     let path = board_path(global, env)?;
     Ok(SqliteBoard::open(&path, Arc::new(SystemClock))?)
 }
+
+/// Opens the board a command means, for reading only: a board of the seed
+/// system is read without being written.
+pub(crate) fn open_board_for_reading(
+    global: &GlobalArgs,
+    env: &Environment,
+) -> anyhow::Result<SqliteBoard> {
+    let path = board_path(global, env)?;
+    Ok(SqliteBoard::open_for_reading(&path, Arc::new(SystemClock))?)
+}

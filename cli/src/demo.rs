@@ -11,6 +11,7 @@ use kanban_core::rules::FailurePolicy;
 use kanban_core::{BoardAdmin, BookingKind, DispatchSettings, NewTask, RunMode};
 
 use crate::dispatch::DispatchPlan;
+use crate::out::outln;
 use crate::output::table;
 use crate::runtime::block_on;
 
@@ -29,6 +30,12 @@ pub(crate) fn demo(
 ) -> anyhow::Result<i32> {
     let started = Instant::now();
     let path = match board_file {
+        Some(path) if std::fs::symlink_metadata(&path).is_ok() => {
+            anyhow::bail!(
+                "--board-file {} exists; the demo makes a new board: name a path that does not exist",
+                path.display()
+            )
+        }
         Some(path) => path,
         None => std::env::temp_dir()
             .join(format!(
@@ -39,12 +46,12 @@ pub(crate) fn demo(
             .join("kanban.db"),
     };
     let board = SqliteBoard::create(&path, Arc::new(SystemClock))?;
-    println!("kanban demo on {}", path.display());
-    println!("simulated agents (a real child process each turn, speaking the agent protocol):");
+    outln!("kanban demo on {}", path.display());
+    outln!("simulated agents (a real child process each turn, speaking the agent protocol):");
     for (behaviour, what) in crate::sim_agent::BEHAVIOURS {
-        println!("  {behaviour:<12} {what}");
+        outln!("  {behaviour:<12} {what}");
     }
-    println!(
+    outln!(
         "short delays for the demo: in-place recovery backoff 1 s (default 15/45/90 s), tick 1 s (default 60 s); quota walls are held 300 s\n"
     );
     let mut ids = Vec::new();
@@ -83,7 +90,7 @@ pub(crate) fn demo(
     let code = crate::dispatch::run(&plan, &interrupt)?;
     let board = SqliteBoard::open(&path, Arc::new(SystemClock))?;
     let rows = summary_rows(&board, &ids)?;
-    println!(
+    outln!(
         "\n{}",
         table(
             &[
@@ -97,12 +104,12 @@ pub(crate) fn demo(
             &rows
         )
     );
-    println!(
+    outln!(
         "finished in {:.1} s; board kept at {}",
         started.elapsed().as_secs_f64(),
         path.display()
     );
-    println!(
+    outln!(
         "look closer: kanban --db {} show {}",
         path.display(),
         ids[2]

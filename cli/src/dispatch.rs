@@ -17,6 +17,7 @@ use kanban_core::{
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::args::DispatchArgs;
+use crate::out::errln;
 use crate::output::time_of_day;
 use crate::runtime::TokioOffload;
 use crate::supervisor::{ProcessSupervisor, WorkerCommand};
@@ -38,7 +39,7 @@ impl DispatchPlan {
         db: PathBuf,
         board_slug: String,
         env: &Environment,
-    ) -> Self {
+    ) -> Result<Self, String> {
         let seconds = |duration: Duration| duration.as_secs_f64().to_string();
         let mut worker_args = Vec::new();
         if let Some(agent) = &args.agent {
@@ -70,12 +71,13 @@ impl DispatchPlan {
             (false, true) => RunMode::UntilIdle,
             (false, false) => RunMode::Forever,
         };
-        Self {
+        let ttl_seconds = claim_ttl_seconds(args.ttl, env)?;
+        Ok(Self {
             db,
             board_slug,
             mode,
             settings: DispatchSettings {
-                ttl_seconds: claim_ttl_seconds(args.ttl, env),
+                ttl_seconds,
                 max_in_progress: usize::try_from(args.max_in_progress).unwrap_or(1),
                 failure_policy: FailurePolicy {
                     failure_limit: args.failure_limit,
@@ -90,7 +92,7 @@ impl DispatchPlan {
             },
             worker_args,
             worker_env: Vec::new(),
-        }
+        })
     }
 }
 
@@ -102,45 +104,72 @@ pub(crate) fn say(line: &str) {
     let _ = out.flush();
 }
 
-/// Takes the board's dispatch lock, waiting for it unless told not to.
+/// The locks that make a dispatcher the board's only one: an advisory lock
+/// on the board file itself, keyed by its inode whatever name it was reached
+/// by, and one on `BOARD.dispatch.lock`, the file the seed system's
+/// dispatcher locks, so that the two exclude each other too.
+struct DispatchLocks {
+    _board: Flock<File>,
+    _seed: Flock<File>,
+}
+
+fn try_lock(path: &Path, create: bool) -> anyhow::Result<Option<Flock<File>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = if create {
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+    } else {
+        File::open(path)
+    }
+    .with_context(|| format!("cannot open {} to lock it", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => anyhow::bail!("cannot lock {}: {errno}", path.display()),
+    }
+}
+
+/// Takes the board's dispatch locks, waiting for them unless told not to.
 fn take_lock(
     db: &Path,
     wait: bool,
     interrupt: &AtomicUsize,
-) -> anyhow::Result<Option<Flock<File>>> {
-    let path = PathBuf::from(format!("{}.dispatch.lock", db.display()));
+) -> anyhow::Result<Option<DispatchLocks>> {
+    let mut seed_name = db.as_os_str().to_owned();
+    seed_name.push(".dispatch.lock");
+    let seed_path = PathBuf::from(seed_name);
     let mut said = false;
     loop {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open the dispatch lock {}", path.display()))?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(Some(lock)),
-            Err((_, errno)) if errno == nix::errno::Errno::EWOULDBLOCK => {
-                if !wait {
-                    say(&format!(
-                        "another dispatcher is ticking {}; this one exits",
-                        db.display()
-                    ));
-                    return Ok(None);
-                }
-                if !said {
-                    say(&format!(
-                        "another dispatcher is ticking {}; waiting for it to stop",
-                        db.display()
-                    ));
-                    said = true;
-                }
-                if interrupt.load(Ordering::SeqCst) != 0 {
-                    return Ok(None);
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-            Err((_, errno)) => anyhow::bail!("cannot lock {}: {errno}", path.display()),
+        if let Some(board) = try_lock(db, false)?
+            && let Some(seed) = try_lock(&seed_path, true)?
+        {
+            return Ok(Some(DispatchLocks {
+                _board: board,
+                _seed: seed,
+            }));
         }
+        if !wait {
+            say(&format!(
+                "another dispatcher is ticking {}; this one exits",
+                db.display()
+            ));
+            return Ok(None);
+        }
+        if !said {
+            say(&format!(
+                "another dispatcher is ticking {}; waiting for it to stop",
+                db.display()
+            ));
+            said = true;
+        }
+        if interrupt.load(Ordering::SeqCst) != 0 {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -173,7 +202,15 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
         return Ok(0);
     };
     let logs = board.path().parent().unwrap_or(Path::new(".")).join("logs");
-    if let Err(error) = std::fs::create_dir_all(&logs) {
+    let made = {
+        use std::os::unix::fs::DirBuilderExt;
+        // Logs hold what agents said: the owner's alone.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&logs)
+    };
+    if let Err(error) = made {
         return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
             "cannot create the log folder {}: {error}; make the board's folder writable",
             logs.display()
@@ -201,13 +238,13 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
     let mut dispatcher = Dispatcher::new(ports, plan.settings.clone());
     let end = runtime.block_on(dispatcher.run(plan.mode));
     if let DispatchEnd::Halted(fault) = &end {
-        eprintln!("error: the dispatcher stopped: {fault}");
+        errln!("error: the dispatcher stopped: {fault}");
     }
     Ok(end.exit_code())
 }
 
 /// Says why the dispatcher cannot start; returns its exit code.
 fn refuse_to_start(fault: &EnvironmentFault) -> i32 {
-    eprintln!("error: {fault}; nothing was claimed");
+    errln!("error: {fault}; nothing was claimed");
     DispatchEnd::Halted(fault.clone()).exit_code()
 }

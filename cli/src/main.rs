@@ -11,6 +11,7 @@ mod demo;
 mod dispatch;
 mod duration;
 mod mcp;
+mod out;
 mod output;
 mod prove;
 mod runtime;
@@ -27,6 +28,7 @@ use clap::Parser;
 use kanban_core::Environment;
 
 use crate::args::{Cli, Command};
+use crate::out::errln;
 
 fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
     let level = match (quiet, verbose) {
@@ -52,23 +54,41 @@ fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
 
 fn main() {
     let cli = Cli::parse();
-    let env = Environment::from_vars(std::env::vars());
+    let env = Environment::from_os_vars(std::env::vars_os());
+    if let Some(name) = env.unreadable().find(|name| read_by_kanban(name)) {
+        errln!(
+            "error: the environment variable {name} is not valid UTF-8; set it to text or unset it"
+        );
+        std::process::exit(1);
+    }
     init_logging(cli.global.verbose, cli.global.quiet, &env);
     let interrupt = Arc::new(AtomicUsize::new(0));
     let code = match run(cli, &env, &interrupt) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            errln!("error: {error:#}");
             1
         }
     };
     std::process::exit(code);
 }
 
+/// The variables kanban reads: only these must be text. Any other variable
+/// may hold any bytes, and is passed on to workers and agents untouched.
+fn read_by_kanban(name: &str) -> bool {
+    name.starts_with("HERMES_KANBAN_")
+        || name.starts_with("KANBAN_")
+        || matches!(
+            name,
+            "HOME" | "PATH" | "XDG_DATA_HOME" | "NO_COLOR" | "OPENAI_API_KEY"
+        )
+}
+
 fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<i32> {
     let global = &cli.global;
     match cli.command {
         Command::Init => admin::init(global, env),
+        Command::Migrate => admin::migrate(global, env),
         Command::Add(args) => admin::add(global, env, &args),
         Command::Ls { status, json } => admin::list(global, env, status.as_deref(), json),
         Command::Show { id, json } => admin::show(global, env, &id, json),
@@ -94,15 +114,26 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
             if let Err(problem) = agent_check::validate_agent(args.agent.as_deref(), env) {
-                eprintln!("error: {problem}; nothing was claimed");
+                errln!("error: {problem}; nothing was claimed");
                 return Ok(78);
             }
-            let plan = dispatch::DispatchPlan::from_args(&args, db, slug, env);
+            let plan = match dispatch::DispatchPlan::from_args(&args, db, slug, env) {
+                Ok(plan) => plan,
+                Err(problem) => {
+                    errln!("error: {problem}; nothing was claimed");
+                    return Ok(78);
+                }
+            };
             dispatch::run(&plan, interrupt)
         }
         Command::Demo { board_file } => {
             runtime::install_signal_handlers(interrupt)?;
-            demo::demo(board_file.or_else(|| global.db.clone()), interrupt.clone())
+            if global.db.is_some() || global.board.is_some() {
+                anyhow::bail!(
+                    "the demo runs on a fresh board of its own and never touches yours: drop --db/--board (--board-file NEW_PATH keeps the demo's board)"
+                );
+            }
+            demo::demo(board_file, interrupt.clone())
         }
         Command::Watch { interval, once } => watch::watch(global, env, interval, once),
         Command::SimAgent => sim_agent::sim_agent(env),

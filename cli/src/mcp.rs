@@ -4,7 +4,7 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use anyhow::Context;
-use kanban_agent_port::{BoardTools, McpServer};
+use kanban_agent_port::{BoardTools, MCP_MAX_LINE_BYTES, McpServer, unreadable_line_answer};
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::{Claim, Environment};
 
@@ -20,11 +20,61 @@ pub(crate) fn mcp(env: &Environment) -> anyhow::Result<i32> {
         .to_owned();
     let server = McpServer::new(BoardTools::new(Arc::new(board), claim, author));
     let mut stdout = std::io::stdout().lock();
-    for line in std::io::stdin().lock().lines() {
-        if let Some(answer) = block_on(server.handle_line(&line?)) {
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let answer = match read_line(&mut stdin)? {
+            Line::End => return Ok(0),
+            Line::TooLong => Some(unreadable_line_answer(true)),
+            Line::Text(bytes) => match String::from_utf8(bytes) {
+                Ok(line) => block_on(server.handle_line(&line)),
+                Err(_) => Some(unreadable_line_answer(false)),
+            },
+        };
+        if let Some(answer) = answer {
             writeln!(stdout, "{answer}")?;
             stdout.flush()?;
         }
     }
-    Ok(0)
+}
+
+enum Line {
+    Text(Vec<u8>),
+    TooLong,
+    End,
+}
+
+/// Reads one line of at most [`MCP_MAX_LINE_BYTES`]; the rest of a longer
+/// one is read and dropped, never held.
+fn read_line(input: &mut impl BufRead) -> std::io::Result<Line> {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(match (too_long, line.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::End,
+                (false, false) => Line::Text(line),
+            });
+        }
+        let (taken, ended) = match chunk.iter().position(|byte| *byte == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        let content = &chunk[..if ended { taken - 1 } else { taken }];
+        if !too_long && line.len() + content.len() <= MCP_MAX_LINE_BYTES {
+            line.extend_from_slice(content);
+        } else {
+            too_long = true;
+            line = Vec::new();
+        }
+        input.consume(taken);
+        if ended {
+            return Ok(if too_long {
+                Line::TooLong
+            } else {
+                Line::Text(line)
+            });
+        }
+    }
 }

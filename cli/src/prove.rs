@@ -6,6 +6,7 @@ use kanban_core::{Clock, Environment, ProofIdentity, ProofRequest};
 use serde_json::json;
 
 use crate::args::{GlobalArgs, ProveArgs};
+use crate::out::outln;
 
 pub(crate) fn prove(
     global: &GlobalArgs,
@@ -37,13 +38,13 @@ pub(crate) fn prove(
     };
     let verdict = prove_lease(&request, identity, SystemClock.now());
     match (&verdict, args.json) {
-        (Ok(()), true) => println!("{}", json!({"live": true, "reason": "live"})),
-        (Err(reason), true) => println!(
+        (Ok(()), true) => outln!("{}", json!({"live": true, "reason": "live"})),
+        (Err(reason), true) => outln!(
             "{}",
             json!({"live": false, "reason": reason.code(), "detail": reason.to_string()})
         ),
-        (Ok(()), false) => println!("live"),
-        (Err(reason), false) => println!("not live: {} ({reason})", reason.code()),
+        (Ok(()), false) => outln!("live"),
+        (Err(reason), false) => outln!("not live: {} ({reason})", reason.code()),
     }
     Ok(if verdict.is_ok() { 0 } else { 1 })
 }

@@ -7,6 +7,7 @@ use kanban_core::Environment;
 use serde_json::{Value, json};
 
 use crate::agent_calls;
+use crate::out::{errln, outln_or_drop};
 
 /// The behaviours, and what each does per turn.
 pub(crate) const BEHAVIOURS: [(&str, &str); 5] = [
@@ -57,7 +58,7 @@ pub(crate) fn sim_agent(env: &Environment) -> anyhow::Result<i32> {
         .get_trimmed("KANBAN_TURN")
         .and_then(|t| t.parse().ok())
         .unwrap_or(1);
-    eprintln!(
+    errln!(
         "[sim] {behaviour} agent, turn {turn} ({})",
         request["kind"].as_str().unwrap_or("initial")
     );
@@ -74,6 +75,6 @@ pub(crate) fn sim_agent(env: &Environment) -> anyhow::Result<i32> {
         }
         (_, _) => finish(env, &format!("{behaviour} card finished on turn {turn}")),
     };
-    println!("{result}");
+    outln_or_drop!("{result}");
     Ok(0)
 }

@@ -247,8 +247,15 @@ impl ProcessSupervisor {
         }
     }
 
+    /// The card's log; an id that is not a plain id (a hostile board row)
+    /// is named by its digest, so no id can make a path outside `logs/`.
     fn log_path(&self, task_id: &str) -> PathBuf {
-        self.logs.join(format!("{task_id}.log"))
+        if kanban_core::is_valid_task_id(task_id) {
+            self.logs.join(format!("{task_id}.log"))
+        } else {
+            let digest = seal_digest(task_id);
+            self.logs.join(format!("invalid-id-{}.log", &digest[..16]))
+        }
     }
 
     /// Copies the `[kanban]` lines workers wrote since the last look.

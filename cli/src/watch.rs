@@ -7,7 +7,7 @@ use kanban_board_sqlite::SystemClock;
 use kanban_core::{BoardAdmin, Clock, DispatchBoard, Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
-use crate::board_path::open_board;
+use crate::board_path::open_board_for_reading;
 use crate::output::{short, table};
 use crate::runtime::block_on;
 
@@ -80,7 +80,7 @@ pub(crate) fn watch(
     interval: Duration,
     once: bool,
 ) -> anyhow::Result<i32> {
-    let board = open_board(global, env)?;
+    let board = open_board_for_reading(global, env)?;
     let terminal = std::io::stdout().is_terminal();
     loop {
         let view = snapshot(&board)?;

@@ -20,6 +20,7 @@ use kanban_core::{
 };
 
 use crate::args::WorkerArgs;
+use crate::out::{errln, outln_or_drop};
 use crate::runtime::TokioOffload;
 
 /// The variable a dispatcher hands its worker the secret seal in. The
@@ -53,7 +54,7 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
         .map_err(anyhow::Error::from)
         .and_then(|runtime| runtime.block_on(run_worker_process(env, args, interrupt)));
     let end = ended.unwrap_or_else(|error| {
-        eprintln!("error: {error:#}");
+        errln!("error: {error:#}");
         WorkerEnd {
             code: 1,
             reply: String::new(),
@@ -62,7 +63,7 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
     });
     // The last stdout line is the reply; the last stderr line is the
     // trailer, signed with the seal only this worker was given.
-    println!("{}", end.reply.replace('\n', " ").trim());
+    outln_or_drop!("{}", end.reply.replace('\n', " ").trim());
     let trailer = Trailer {
         code: end.code,
         seal,
@@ -71,7 +72,7 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
             (configuration, fault.to_string())
         }),
     };
-    eprintln!("\n{}", trailer.line());
+    errln!("\n{}", trailer.line());
     end.code
 }
 
@@ -158,7 +159,7 @@ async fn run_worker_process(
     let board = match SqliteBoard::open(&claim.db, clock.clone()) {
         Ok(board) => board.with_offload(Arc::new(TokioOffload)),
         Err(error) => {
-            eprintln!("error: {error}");
+            errln!("error: {error}");
             return Ok(WorkerEnd::fault(environment_fault(&error)));
         }
     };
@@ -168,7 +169,7 @@ async fn run_worker_process(
             anyhow::bail!("task {id} is not on the board {}", claim.db)
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            errln!("error: {error}");
             return Ok(WorkerEnd::fault(environment_fault(&error)));
         }
     };
@@ -231,7 +232,7 @@ async fn run_worker_process(
     let sleeper = StoppableSleeper {
         activity: activity.clone(),
     };
-    let mut emit = |line: &str| eprintln!("{line}");
+    let mut emit = |line: &str| errln!("{line}");
     let message = match &task.body {
         Some(body) if !body.trim().is_empty() => {
             format!("work kanban task {}: {}\n\n{body}", task.id, task.title)
@@ -262,7 +263,7 @@ async fn run_worker_process(
     };
     let report = run_worker(frame, pid, &mut ports, &life).await;
     if let Some(error) = &report.bind_error {
-        eprintln!("error: cannot start work: {error}");
+        errln!("error: cannot start work: {error}");
         let lost = matches!(error, BoardError::LeaseLost { reason, .. } if !reason.only_expired());
         if !lost && !matches!(error, BoardError::TaskNotFound(_)) {
             return Ok(WorkerEnd::fault(environment_fault(error)));
@@ -343,7 +344,7 @@ pub(crate) fn one_turn(
         Ok(Some(result)) => result.session_id.clone().unwrap_or(session_id),
         _ => session_id,
     };
-    println!("{}", reply_of(&outcome));
-    eprintln!("session_id: {session}");
+    outln_or_drop!("{}", reply_of(&outcome));
+    errln!("session_id: {session}");
     Ok(outcome_exit_code(&outcome, false).code())
 }

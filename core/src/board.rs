@@ -9,17 +9,33 @@ use crate::ports::BoardError;
 /// The lease a claim gets when nobody asks for another.
 pub const DEFAULT_CLAIM_TTL_SECONDS: i64 = 15 * 60;
 
-/// The claim TTL: an explicit value (at least 1), else
-/// `HERMES_KANBAN_CLAIM_TTL_SECONDS` when it is a whole number of at least 1,
-/// else 900.
-pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> i64 {
+/// The longest lease a claim may get: a day. A longer one would hold a card
+/// whose worker died for longer than anyone waits.
+pub const MAX_CLAIM_TTL_SECONDS: i64 = 24 * 3600;
+
+/// The claim TTL: an explicit value, else `HERMES_KANBAN_CLAIM_TTL_SECONDS`,
+/// else 900. A value outside 1..=[`MAX_CLAIM_TTL_SECONDS`] is refused with a
+/// message naming where it came from, never silently changed.
+pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> Result<i64, String> {
+    let in_range = |ttl: i64| (1..=MAX_CLAIM_TTL_SECONDS).contains(&ttl);
     if let Some(ttl) = explicit {
-        return ttl.max(1);
+        return if in_range(ttl) {
+            Ok(ttl)
+        } else {
+            Err(format!(
+                "--ttl {ttl}: a lease is 1 to {MAX_CLAIM_TTL_SECONDS} seconds"
+            ))
+        };
     }
-    env.get_trimmed(vars::CLAIM_TTL_SECONDS)
-        .and_then(|raw| raw.parse::<i64>().ok())
-        .filter(|ttl| *ttl >= 1)
-        .unwrap_or(DEFAULT_CLAIM_TTL_SECONDS)
+    match env.get_trimmed(vars::CLAIM_TTL_SECONDS) {
+        None => Ok(DEFAULT_CLAIM_TTL_SECONDS),
+        Some(raw) => raw.parse::<i64>().ok().filter(|ttl| in_range(*ttl)).ok_or_else(|| {
+            format!(
+                "{} is {raw:?}: it must be a whole number of seconds from 1 to {MAX_CLAIM_TTL_SECONDS}, or unset",
+                vars::CLAIM_TTL_SECONDS
+            )
+        }),
+    }
 }
 
 /// How often a worker heartbeats while a turn runs: a third of the lease, so

@@ -32,6 +32,34 @@ pub enum CarrierError {
         variable: &'static str,
         value: String,
     },
+    #[error(
+        "{variable} is {value:?}, which is not a task id: ids are 1-64 letters, digits, '_' or '-'"
+    )]
+    InvalidTaskId {
+        variable: &'static str,
+        value: String,
+    },
+}
+
+/// Whether `id` can be a task id: 1-64 ASCII letters, digits, `_` or `-`.
+///
+/// Ids name log files and appear in shell lines, so one read from a board
+/// (which anyone with the file can write) is checked before it is used:
+/// `../x` must never become a path.
+pub fn is_valid_task_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The run id `raw` names, written exactly as the board writes run ids: the
+/// seed compares the carrier's text with exact equality, so `091` is not
+/// run 91, for the proof and for every fenced write alike.
+pub fn parse_run_id(raw: &str) -> Option<i64> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|run_id| run_id.to_string() == raw)
 }
 
 impl Claim {
@@ -46,15 +74,19 @@ impl Claim {
                 .ok_or(CarrierError::Missing(name))
         };
         let task_id = required(vars::TASK)?;
+        if !is_valid_task_id(&task_id) {
+            return Err(CarrierError::InvalidTaskId {
+                variable: vars::TASK,
+                value: task_id,
+            });
+        }
         let db = required(vars::DB)?;
         let run_id_raw = required(vars::RUN_ID)?;
         let claim_lock = required(vars::CLAIM_LOCK)?;
-        let run_id = run_id_raw
-            .parse::<i64>()
-            .map_err(|_| CarrierError::InvalidRunId {
-                variable: vars::RUN_ID,
-                value: run_id_raw,
-            })?;
+        let run_id = parse_run_id(&run_id_raw).ok_or(CarrierError::InvalidRunId {
+            variable: vars::RUN_ID,
+            value: run_id_raw,
+        })?;
         let board = env.get_trimmed(vars::BOARD).map(str::to_owned);
         Ok(Self {
             task_id,

@@ -1,6 +1,7 @@
 //! The process environment as a value.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 
 /// The names of the environment variables that carry a worker's claim.
 ///
@@ -46,9 +47,22 @@ pub mod vars {
 ///
 /// Core never calls `std::env`: the host takes the snapshot once and hands it
 /// in, so every decision is reproducible from its inputs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `Debug` shows the names only: values may be secrets (API keys).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Environment {
     variables: BTreeMap<String, String>,
+    /// Names (lossily decoded) whose name or value is not UTF-8: absent for
+    /// `get`, and named by whoever needs one of them.
+    unreadable: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("names", &self.variables.keys().collect::<Vec<_>>())
+            .field("unreadable", &self.unreadable)
+            .finish()
+    }
 }
 
 impl Environment {
@@ -69,7 +83,43 @@ impl Environment {
                 .into_iter()
                 .map(|(k, v)| (k.into(), v.into()))
                 .collect(),
+            unreadable: BTreeSet::new(),
         }
+    }
+
+    /// A snapshot of the operating system's pairs (`std::env::vars_os()`).
+    /// A pair that is not UTF-8 is left out and its name remembered, so that
+    /// an unrelated variable never stops a command and a needed one is named.
+    pub fn from_os_vars<I>(pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (OsString, OsString)>,
+    {
+        let mut environment = Self::default();
+        for (name, value) in pairs {
+            match (name.into_string(), value.into_string()) {
+                (Ok(name), Ok(value)) => {
+                    environment.variables.insert(name, value);
+                }
+                (name, _) => {
+                    let name = match name {
+                        Ok(name) => name,
+                        Err(name) => name.to_string_lossy().into_owned(),
+                    };
+                    environment.unreadable.insert(name);
+                }
+            }
+        }
+        environment
+    }
+
+    /// Whether `name` is set to a value that is not UTF-8.
+    pub fn is_unreadable(&self, name: &str) -> bool {
+        self.unreadable.contains(name)
+    }
+
+    /// The names of the variables that are not UTF-8.
+    pub fn unreadable(&self) -> impl Iterator<Item = &str> {
+        self.unreadable.iter().map(String::as_str)
     }
 
     /// The raw value of `name`, if set.

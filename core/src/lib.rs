@@ -29,15 +29,17 @@ mod turn;
 mod worker;
 
 pub use board::{
-    BoardAdmin, ClaimGrant, DEFAULT_CLAIM_TTL_SECONDS, EventRecord, NewTask, RunRecord, TaskRecord,
-    TaskStatus, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
+    BoardAdmin, ClaimGrant, DEFAULT_CLAIM_TTL_SECONDS, EventRecord, MAX_CLAIM_TTL_SECONDS, NewTask,
+    RunRecord, TaskRecord, TaskStatus, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,
     PROTOCOL_VIOLATION_LIMIT, SignalReason, Trailer, WORKER_EXIT_TRAILER, book_worker_exit,
     exit_code_from_trailer, last_trailer,
 };
-pub use claim::{CarrierError, Claim, NotLive, ProofIdentity, ProofRequest};
+pub use claim::{
+    CarrierError, Claim, NotLive, ProofIdentity, ProofRequest, is_valid_task_id, parse_run_id,
+};
 pub use classify::{
     Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
 };

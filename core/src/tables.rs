@@ -117,10 +117,31 @@ pub fn classifier_table() -> String {
             },
         ),
         (
+            "HTTP 429 whose message links a billing page",
+            ProviderOutcome::Status {
+                status: 429,
+                body: "Rate limit reached; see your billing page for limits",
+            },
+        ),
+        (
             "HTTP 403",
             ProviderOutcome::Status {
                 status: 403,
                 body: "",
+            },
+        ),
+        (
+            "HTTP 403 naming billing",
+            ProviderOutcome::Status {
+                status: 403,
+                body: "billing is not active for this account",
+            },
+        ),
+        (
+            "HTTP 400, unknown model (LiteLLM's proxy)",
+            ProviderOutcome::Status {
+                status: 400,
+                body: "Invalid model name passed in model=gpt-9",
             },
         ),
         (
@@ -241,9 +262,9 @@ pub fn classifier_table() -> String {
     );
     for (name, outcome) in rows {
         let classified = classify_provider_failure(outcome);
+        // The exit after recovery is decided by the reason alone.
         let result = crate::TurnResult {
             failed: Some(true),
-            failure_retryable: Some(classified.retryable),
             failure_reason: Some(classified.reason.clone()),
             ..crate::TurnResult::default()
         };

@@ -469,3 +469,79 @@ fn kanban_mcp_lists_the_tools_completes_the_card_and_refuses_a_stale_worker() {
     assert_eq!(after["task"], before["task"]);
     assert_eq!(after["runs"], before["runs"]);
 }
+
+#[test]
+fn a_key_the_provider_echoes_back_reaches_neither_the_board_nor_the_log() {
+    let secret = "sk-test-0123456789abcdef";
+    let (bench, id, _server, output) = run(
+        vec![Reply::json(
+            401,
+            &format!(r#"{{"error": {{"message": "Incorrect API key provided: {secret}"}}}}"#),
+        )],
+        "&key_env=MY_PROVIDER_KEY",
+        &[("MY_PROVIDER_KEY", secret)],
+    );
+    assert_eq!(output.status.code(), Some(78), "{}", text(&output.stderr));
+    let everything = format!(
+        "{}{}{}{}",
+        text(&output.stdout),
+        text(&output.stderr),
+        bench.ok(&["show", &id, "--json"]),
+        bench.ok(&["events", &id, "--json"])
+    );
+    assert!(
+        everything.contains("Incorrect API key provided"),
+        "{everything}"
+    );
+    assert!(!everything.contains(secret), "{everything}");
+    assert!(everything.contains("[redacted]"), "{everything}");
+}
+
+#[test]
+fn a_server_that_answers_a_stream_request_with_plain_json_is_read() {
+    let (bench, id, server, output) =
+        run(vec![complete_call(), Reply::text("done")], "&stream=1", &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(server.requests()[0]["stream"], true);
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+}
+
+#[test]
+fn kanban_mcp_survives_an_oversized_line_and_bytes_that_are_not_utf8() {
+    let bench = Bench::new();
+    let id = bench.add("card", &[]);
+    let carrier = bench.claim(&id, None);
+    let mut child = bench
+        .command()
+        .envs(carrier.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut answer = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    // 5 MiB in one line, past the 4 MiB limit.
+    let huge = format!(
+        "{{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\", \"pad\": \"{}\"}}\n",
+        "x".repeat(5 << 20)
+    );
+    stdin.write_all(huge.as_bytes()).unwrap();
+    let refused = answer();
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    stdin.write_all(b"\xff\xfe{\"id\": 2}\n").unwrap();
+    let garbled = answer();
+    assert_eq!(garbled["error"]["code"], -32700, "{garbled}");
+    stdin
+        .write_all(b"{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"ping\"}\n")
+        .unwrap();
+    let pong = answer();
+    assert_eq!(pong["id"], 3, "still serving: {pong}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}

@@ -6,6 +6,7 @@ mod dispatch;
 mod faults;
 mod hostile;
 mod http;
+mod inputs;
 mod prove;
 mod storm;
 mod worker;

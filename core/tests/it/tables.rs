@@ -162,9 +162,44 @@ fn classifier_rows_and_retry_after() {
         status(429, "You exceeded your current quota").reason,
         R::Billing
     );
+    // A plain rate limit that links a billing page is still a rate limit.
+    assert_eq!(
+        status(
+            429,
+            "Rate limit reached for requests. See https://platform.openai.com/account/billing for your limits"
+        )
+        .reason,
+        R::RateLimit
+    );
+    assert_eq!(
+        status(429, r#"{"error": {"code": "insufficient_quota"}}"#).reason,
+        R::Billing
+    );
     assert_eq!(status(402, "").reason, R::Billing);
     assert_eq!(status(401, "").reason, R::Auth);
     assert_eq!(status(403, "").reason, R::Auth);
+    assert_eq!(
+        status(403, "This account's billing is not set up").reason,
+        R::Billing
+    );
+    // LiteLLM's proxy answers an unknown model with a 400.
+    let litellm = status(
+        400,
+        r#"{"error": {"message": "Invalid model name passed in model=gpt-9", "type": "invalid_request_error", "code": "400"}}"#,
+    );
+    assert_eq!(
+        (litellm.reason, litellm.retryable),
+        (R::ModelNotFound, false)
+    );
+    assert_eq!(
+        status(400, r#"{"error": {"code": "model_not_found"}}"#).reason,
+        R::ModelNotFound
+    );
+    let generic_404 = status(404, "Not Found");
+    assert_eq!(
+        (generic_404.reason, generic_404.retryable),
+        (R::Unknown, true)
+    );
     assert_eq!(
         status(404, "The model `x` does not exist").reason,
         R::ModelNotFound
@@ -172,6 +207,11 @@ fn classifier_rows_and_retry_after() {
     assert_eq!(status(408, "").reason, R::Timeout);
     assert_eq!(status(500, "").reason, R::ServerError);
     assert_eq!(status(502, "").reason, R::ServerError);
+    assert_eq!(
+        (status(504, "").reason, status(504, "").retryable),
+        (R::ServerError, true)
+    );
+    assert_eq!(status(599, "").reason, R::ServerError);
     assert_eq!(status(503, "").reason, R::Overloaded);
     assert_eq!(status(529, "").reason, R::Overloaded);
     assert_eq!(
@@ -189,6 +229,7 @@ fn classifier_rows_and_retry_after() {
         |failure| classify_provider_failure(ProviderOutcome::Transport(&failure)).reason;
     assert_eq!(transport(TransportFailure::StreamCut), R::Timeout);
     assert_eq!(transport(TransportFailure::ConnectionReset), R::Timeout);
+    assert_eq!(transport(TransportFailure::Other), R::Timeout);
     assert_eq!(
         transport(TransportFailure::TlsCertificate),
         R::SslCertVerification

@@ -23,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
     assert!(policy.max_attempts <= 10);
     let settings = WorkerSettings::from_env(&env);
     assert!(settings.stop_nudge_attempts <= 2);
-    assert!(claim_ttl_seconds(None, &env) >= 1);
+    if let Ok(ttl) = claim_ttl_seconds(None, &env) {
+        assert!((1..=kanban_core::MAX_CLAIM_TTL_SECONDS).contains(&ttl));
+    }
     let code = single_query_exit_code(Some(&shapes::failed_with("rate_limit")), &env).code();
     assert!(code == 1 || code == 75);
 });
