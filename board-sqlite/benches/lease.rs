@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kanban_board_sqlite::{SqliteBoard, SystemClock, prove_lease};
+use kanban_board_sqlite::{LeaseProver, SqliteBoard, SystemClock, prove_lease};
 use kanban_core::{BoardAdmin, NewTask, ProofIdentity, ProofRequest};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 
@@ -89,6 +89,43 @@ fn main() {
         bare_proof = bare_proof.min(measure(1, 50, |_| bare()));
     }
 
+    // The kept proof: one read-only connection, a stat and a read
+    // transaction per proof, against two point selects on an open
+    // connection.
+    let prover = LeaseProver::new(claim.db.clone());
+    assert!(
+        prover
+            .prove(&request, ProofIdentity::AnyProcess, now)
+            .is_ok()
+    );
+    let open = Connection::open_with_flags(
+        &path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap();
+    let two_selects = || {
+        let run: i64 = open
+            .prepare_cached("SELECT current_run_id FROM tasks WHERE id = ?1")
+            .unwrap()
+            .query_row(params![claim.task_id], |row| row.get(0))
+            .unwrap();
+        let _: Option<i64> = open
+            .prepare_cached("SELECT ended_at FROM task_runs WHERE id = ?1")
+            .unwrap()
+            .query_row(params![run], |row| row.get(0))
+            .unwrap();
+    };
+    let (mut kept, mut selects) = (Duration::MAX, Duration::MAX);
+    for _ in 0..40 * scale() {
+        kept = kept.min(measure(1, 500, |_| {
+            prover
+                .prove(&request, ProofIdentity::AnyProcess, now)
+                .unwrap()
+        }));
+        selects = selects.min(measure(1, 500, |_| two_selects()));
+    }
+    let seed = seed_proof_micros(&path, &claim);
+
     // Claims: each claims a fresh ready card. The floor is one bare
     // BEGIN IMMEDIATE transaction with one UPDATE under the same pragmas.
     let claims = 300 * scale();
@@ -140,10 +177,46 @@ fn main() {
         micros(bare_proof)
     );
     println!(
+        "kept proof  : {:>9.1} µs/proof   2 point selects, open connection: {:>9.1} µs   ratio {:.2}x (target <= 1.50x)",
+        micros(kept),
+        micros(selects),
+        kept.as_secs_f64() / selects.as_secs_f64()
+    );
+    match seed {
+        Some(seed) => println!(
+            "seed proof  : {seed:>9.1} µs/proof (CPython, the seed's worker_claim_is_live)   kept proof {:.1}x faster (target >= 10x)",
+            seed / micros(kept)
+        ),
+        None => println!("seed proof  : not measured (python3 did not run)"),
+    }
+    println!(
         "claim       : {:>9.1} µs/claim   bare BEGIN IMMEDIATE + 1 UPDATE: {:>9.1} µs   rate ratio {claim_rate_ratio:.2}x (target >= 0.80x)",
         micros(claim_time),
         micros(bare_claim)
     );
+}
+
+/// The seed's own proof, transcribed to `seed_proof.py`, timed by CPython on
+/// the same board file: the best round's microseconds per proof.
+fn seed_proof_micros(path: &std::path::Path, claim: &kanban_core::Claim) -> Option<f64> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/seed_proof.py");
+    let output = std::process::Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .args([
+            claim.task_id.as_str(),
+            &claim.run_id.to_string(),
+            claim.claim_lock.as_str(),
+            &(500 * scale()).to_string(),
+            "7",
+        ])
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+        return None;
+    }
+    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
 }
 
 fn micros(duration: Duration) -> f64 {

@@ -22,7 +22,7 @@ mod schema;
 mod worker;
 
 pub use open::{MEMORY_BOARD, Offload, SqliteBoard, Upgrade};
-pub use proof::prove_lease;
+pub use proof::{LeaseProver, prove_lease};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 
 /// The wall clock, in whole epoch seconds, and a monotonic clock beside it.

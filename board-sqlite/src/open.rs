@@ -174,6 +174,8 @@ pub(crate) struct Store {
     pub(crate) identity: Option<(u64, u64)>,
     /// An upgraded copy in memory of a board that must not be written.
     pub(crate) read_only_copy: bool,
+    /// The lease proof of the claims on this board, made at the first proof.
+    pub(crate) prover: std::sync::OnceLock<crate::proof::LeaseProver>,
 }
 
 /// What `kanban migrate` did.
@@ -332,6 +334,7 @@ impl Store {
             clock,
             identity,
             read_only_copy: false,
+            prover: std::sync::OnceLock::new(),
         };
         store.migrate()?;
         Ok(store)

@@ -10,7 +10,7 @@ use rusqlite::{OptionalExtension, params};
 use serde_json::{Value, json};
 
 use crate::open::{MEMORY_BOARD, SqliteBoard, TxError};
-use crate::proof::{lease_view, prove_lease};
+use crate::proof::{LeaseProver, lease_view};
 use crate::rows::{append_event, apply, card_state, existing_card, fence};
 
 impl SqliteBoard {
@@ -43,8 +43,12 @@ impl Board for SqliteBoard {
         let now = self.store.clock.now();
         if claim.db != MEMORY_BOARD {
             // The proof reads the file the claim pins, read-only, exactly as
-            // a worker in another language would.
-            return prove_lease(&request, identity, now);
+            // a worker in another language would, on a connection kept open.
+            return self
+                .store
+                .prover
+                .get_or_init(|| LeaseProver::new(claim.db.clone()))
+                .prove(&request, identity, now);
         }
         let task_id = claim.task_id.clone();
         let view = self

@@ -166,12 +166,13 @@ fn test_missing_pinned_carrier_fails_closed() {
 
 #[test]
 fn test_missing_db_pin_never_resolves_an_ambient_board() {
-    // A fully live board sits where an ambient resolver would look (the home's
-    // default board); with the pin gone, the proof must not find it.
+    // A fully live board sits exactly where the CLI's resolver looks (the
+    // home's default board, HOME/boards/default/kanban.db); with the pin
+    // gone, the proof must not find it.
     let home = tempfile::tempdir().unwrap();
     let time = VirtualClock::at(NOW);
     let board = kanban_board_sqlite::SqliteBoard::create(
-        home.path().join("kanban.db"),
+        home.path().join("boards/default/kanban.db"),
         std::sync::Arc::new(time),
     )
     .unwrap();
@@ -297,4 +298,58 @@ fn a_file_that_is_not_sqlite_is_not_live() {
         worker_claim_is_live(&carrier(&db)),
         Err(NotLive::Unreadable(_))
     ));
+}
+
+/// The kept-connection proof fails closed exactly as the fresh one: the
+/// claim matrix row by row, then a board moved away, brought back, and
+/// replaced under its name by another file.
+#[test]
+fn the_kept_proof_agrees_with_the_fresh_one_and_follows_the_file() {
+    use kanban_board_sqlite::LeaseProver;
+    let pid = std::process::id();
+    for (id, board) in SyntheticBoard::ownership_matrix(pid) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = board.write(dir.path());
+        let request = ProofRequest::from_env(&carrier(&db));
+        let prover = LeaseProver::new(db.display().to_string());
+        let identity = ProofIdentity::Process(pid);
+        for _ in 0..2 {
+            assert_eq!(
+                prover.prove(&request, identity, NOW),
+                prove_lease(&request, identity, NOW),
+                "{id}"
+            );
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = SyntheticBoard::live(pid).write(dir.path());
+    let request = ProofRequest::from_env(&carrier(&db));
+    let prover = LeaseProver::new(db.display().to_string());
+    let identity = ProofIdentity::Process(pid);
+    assert_eq!(prover.prove(&request, identity, NOW), Ok(()));
+    let away = dir.path().join("moved.db");
+    std::fs::rename(&db, &away).unwrap();
+    assert_eq!(
+        prover.prove(&request, identity, NOW),
+        Err(NotLive::BoardNotFound(db.display().to_string()))
+    );
+    std::fs::rename(&away, &db).unwrap();
+    assert_eq!(prover.prove(&request, identity, NOW), Ok(()));
+    // Another file under the same name: a released card.
+    let other = tempfile::tempdir().unwrap();
+    let released = SyntheticBoard {
+        status: "ready",
+        ..SyntheticBoard::live(pid)
+    }
+    .write(other.path());
+    std::fs::rename(&released, &db).unwrap();
+    assert_eq!(
+        prover.prove(&request, identity, NOW),
+        Err(NotLive::NotRunning("ready".to_owned()))
+    );
+    std::fs::remove_file(&db).unwrap();
+    assert_eq!(
+        prover.prove(&request, identity, NOW),
+        Err(NotLive::BoardNotFound(db.display().to_string()))
+    );
 }

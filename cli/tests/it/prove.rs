@@ -32,14 +32,32 @@ fn prove(bench: &Bench, db: &std::path::Path, extra: &[&str]) -> (i32, serde_jso
 fn prove_over_the_claim_matrix() {
     let bench = Bench::new();
     let pid = 4_242;
+    // Each row fails for its own reason, not merely "not live".
+    let expected = |id: &str| match id {
+        "owned-live" => "live",
+        "released-to-the-board" => "not_running",
+        "other-process-owns-the-claim" => "pid_mismatch",
+        "run-already-closed" => "run_closed",
+        "run-handed-to-another-pid" => "run_pid_mismatch",
+        "no-live-run-pointer" => "no_run_pointer",
+        "board-moved-to-another-run" => "run_moved",
+        "claim-lock-no-longer-ours" => "claim_lock_mismatch",
+        "task-lease-expired" => "task_lease_expired",
+        "run-lease-expired" => "run_lease_expired",
+        "null-task-lease-is-not-unbounded" => "task_lease_missing",
+        "null-run-lease-is-not-unbounded" => "run_lease_missing",
+        other => panic!("a matrix row without an expected reason: {other}"),
+    };
     for (id, board) in SyntheticBoard::ownership_matrix(pid) {
         let dir = tempfile::tempdir().unwrap();
         let db = board.write(dir.path());
+        let before = std::fs::read(&db).unwrap();
         let (code, verdict) = prove(&bench, &db, &["--pid", &pid.to_string()]);
         let live = id == "owned-live";
         assert_eq!(code, if live { 0 } else { 1 }, "{id}: {verdict}");
         assert_eq!(verdict["live"], live, "{id}");
-        assert!(verdict["reason"].is_string(), "{id}: a stable reason code");
+        assert_eq!(verdict["reason"], expected(id), "{id}: {verdict}");
+        assert_eq!(std::fs::read(&db).unwrap(), before, "{id}: prove wrote");
     }
 }
 
@@ -78,6 +96,7 @@ fn prove_fails_closed_and_never_falls_back() {
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stdout).contains("no_task_id"));
     // The carrier in the environment is used when no flag overrides it.
+    let before = std::fs::read(&db).unwrap();
     let output = bench
         .command()
         .env("HERMES_KANBAN_TASK", "t_live")
@@ -89,7 +108,6 @@ fn prove_fails_closed_and_never_falls_back() {
         .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
     assert_eq!(text(&output.stdout).trim(), "live");
-    let before = std::fs::read(&db).unwrap();
     assert_eq!(std::fs::read(&db).unwrap(), before, "prove never writes");
 }
 

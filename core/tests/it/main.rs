@@ -2,9 +2,11 @@
 //! interaction order, the property tests and the rendered tables.
 
 mod architecture;
+mod carrier;
 mod dispatcher;
 mod exit;
 mod interaction;
+mod lease;
 mod owner_seam;
 mod policy;
 mod properties;

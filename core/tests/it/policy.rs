@@ -179,3 +179,24 @@ fn nudge_without_an_error_names_the_stream_failure_and_truncates_long_errors() {
     assert!(!nudge.contains(&long));
     assert!(nudge.contains(&format!("{}…", "x".repeat(299))));
 }
+
+#[test]
+fn the_stop_nudge_is_on_twice_unless_switched_off() {
+    use kanban_core::{is_off_value, stop_nudge_attempts};
+    let nudges = |value: Option<&str>| {
+        let env = match value {
+            Some(value) => Environment::new().with(kanban_core::vars::STOP_NUDGE, value),
+            None => Environment::new(),
+        };
+        stop_nudge_attempts(&env)
+    };
+    assert_eq!(nudges(None), 2);
+    for on in ["1", "yes", "on", "", "2", "nudge"] {
+        assert_eq!(nudges(Some(on)), 2, "{on:?}");
+    }
+    for off in ["0", "false", "no", "off", " OFF ", "False"] {
+        assert_eq!(nudges(Some(off)), 0, "{off:?}");
+        assert!(is_off_value(off));
+    }
+    assert!(!is_off_value("none"));
+}

@@ -656,3 +656,217 @@ fn creation_events() {
         1
     );
 }
+
+#[test]
+fn the_lease_length_and_where_it_comes_from() {
+    use kanban_core::{
+        DEFAULT_CLAIM_TTL_SECONDS, Environment, MAX_CLAIM_TTL_SECONDS, claim_ttl_seconds, vars,
+    };
+    assert_eq!(
+        (DEFAULT_CLAIM_TTL_SECONDS, MAX_CLAIM_TTL_SECONDS),
+        (900, 86_400)
+    );
+    let none = Environment::new();
+    let env = |value: &str| Environment::new().with(vars::CLAIM_TTL_SECONDS, value);
+    for (explicit, environment, expected) in [
+        (None, none.clone(), Ok(900)),
+        (Some(1), none.clone(), Ok(1)),
+        (Some(86_400), none.clone(), Ok(86_400)),
+        (None, env("60"), Ok(60)),
+        (Some(30), env("60"), Ok(30)),
+        (None, env("1"), Ok(1)),
+        (None, env("86400"), Ok(86_400)),
+        (None, env("  "), Ok(900)),
+    ] {
+        assert_eq!(
+            claim_ttl_seconds(explicit, &environment),
+            expected,
+            "{explicit:?} {environment:?}"
+        );
+    }
+    for explicit in [0, -1, 86_401] {
+        let refused = claim_ttl_seconds(Some(explicit), &none).unwrap_err();
+        assert!(refused.contains(&format!("--ttl {explicit}")), "{refused}");
+    }
+    for bad in ["0", "-5", "86401", "ten", "1.5"] {
+        let refused = claim_ttl_seconds(None, &env(bad)).unwrap_err();
+        assert!(
+            refused.contains(vars::CLAIM_TTL_SECONDS) && refused.contains(bad),
+            "{refused}"
+        );
+    }
+}
+
+#[test]
+fn workers_heartbeat_three_times_a_lease_and_at_least_once_a_minute() {
+    use kanban_core::heartbeat_interval_seconds;
+    for (ttl, every) in [
+        (-5, 1),
+        (0, 1),
+        (3, 1),
+        (5, 1),
+        (6, 2),
+        (9, 3),
+        (179, 59),
+        (180, 60),
+        (900, 60),
+    ] {
+        assert_eq!(heartbeat_interval_seconds(ttl), every, "ttl {ttl}");
+    }
+}
+
+#[test]
+fn lanes_are_stored_by_the_seeds_names() {
+    let names: Vec<&str> = TaskStatus::ALL
+        .iter()
+        .map(|status| status.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["todo", "ready", "running", "blocked", "done", "archived"]
+    );
+    for status in TaskStatus::ALL {
+        assert_eq!(TaskStatus::parse(status.as_str()), Some(status));
+    }
+    assert_eq!(TaskStatus::parse("xyzzy"), None);
+    assert_eq!(TaskStatus::parse(""), None);
+}
+
+#[test]
+fn a_lease_expiring_exactly_now_is_still_live_and_a_second_later_is_not() {
+    use kanban_core::NotLive;
+    use kanban_core::ProofIdentity;
+    use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease};
+    // The seed's stale selector is `claim_expires < now`: at `now` itself
+    // the lease still holds, for the card and for its run alike.
+    let view = |task_expires: i64, run_expires: i64| LeaseView {
+        task: Some(TaskLease {
+            status: "running".to_owned(),
+            worker_pid: None,
+            current_run_id: Some(7),
+            claim_lock: Some("lk".to_owned()),
+            claim_expires: Some(task_expires),
+        }),
+        run: Some(RunLease {
+            ended_at: None,
+            worker_pid: None,
+            claim_expires: Some(run_expires),
+        }),
+        newest_bound: None,
+    };
+    let prove = |task_expires, run_expires| {
+        evaluate_lease(
+            &view(task_expires, run_expires),
+            "7",
+            "lk",
+            ProofIdentity::AnyProcess,
+            NOW,
+        )
+    };
+    assert_eq!(prove(NOW, NOW), Ok(()));
+    assert_eq!(
+        prove(NOW - 1, NOW),
+        Err(NotLive::TaskLeaseExpired {
+            expires: NOW - 1,
+            now: NOW
+        })
+    );
+    assert_eq!(
+        prove(NOW, NOW - 1),
+        Err(NotLive::RunLeaseExpired {
+            expires: NOW - 1,
+            now: NOW
+        })
+    );
+}
+
+#[test]
+fn signal_reasons_are_stored_by_name() {
+    for (reason, name) in [
+        (SignalReason::Shutdown, "shutdown"),
+        (SignalReason::Overrun, "overrun"),
+        (SignalReason::Fenced, "fenced"),
+    ] {
+        assert_eq!(reason.as_str(), name);
+        assert_eq!(SignalReason::parse(name), Some(reason));
+    }
+    assert_eq!(SignalReason::parse("Shutdown"), None);
+    assert_eq!(SignalReason::parse(""), None);
+}
+
+#[test]
+fn exit_trailers_are_written_and_read_back_exactly() {
+    use kanban_core::{Trailer, WORKER_EXIT_TRAILER};
+    let rows = [
+        (
+            Trailer {
+                code: 0,
+                seal: None,
+                fault: None,
+            },
+            format!("{WORKER_EXIT_TRAILER}0"),
+        ),
+        (
+            Trailer {
+                code: 75,
+                seal: Some("ab12".to_owned()),
+                fault: None,
+            },
+            format!("{WORKER_EXIT_TRAILER}75 seal=ab12"),
+        ),
+        (
+            Trailer {
+                code: 78,
+                seal: Some("cd".to_owned()),
+                fault: Some((true, "no agent".to_owned())),
+            },
+            format!("{WORKER_EXIT_TRAILER}78 seal=cd fault=config:no agent"),
+        ),
+        (
+            Trailer {
+                code: 75,
+                seal: None,
+                fault: Some((false, "board busy".to_owned())),
+            },
+            format!("{WORKER_EXIT_TRAILER}75 fault=transient:board busy"),
+        ),
+    ];
+    for (trailer, line) in rows {
+        assert_eq!(trailer.line(), line);
+        assert_eq!(Trailer::parse(&line), Some(trailer.clone()), "{line}");
+        assert_eq!(
+            Trailer::parse(&format!("{line}  ")),
+            Some(trailer),
+            "trailing space"
+        );
+    }
+    // A fault line keeps on one line whatever its text.
+    let multiline = Trailer {
+        code: 1,
+        seal: None,
+        fault: Some((false, "two\nlines".to_owned())),
+    };
+    assert_eq!(
+        multiline.line(),
+        format!("{WORKER_EXIT_TRAILER}1 fault=transient:two lines")
+    );
+    assert_eq!(Trailer::parse("[kanban-worker-exit] rc=x"), None);
+    assert_eq!(Trailer::parse("not a trailer"), None);
+}
+
+#[test]
+fn task_ids_and_run_ids_are_read_exactly() {
+    use kanban_core::{is_valid_task_id, parse_run_id};
+    for id in ["t_0123abcd", "a", "A-b_9", &"x".repeat(64)] {
+        assert!(is_valid_task_id(id), "{id}");
+    }
+    for id in ["", "../x", "a/b", "a b", "t.1", "é", &"x".repeat(65)] {
+        assert!(!is_valid_task_id(id), "{id}");
+    }
+    assert_eq!(parse_run_id("91"), Some(91));
+    assert_eq!(parse_run_id("0"), Some(0));
+    assert_eq!(parse_run_id("-3"), Some(-3));
+    for raw in ["091", "+91", " 91", "91 ", "9.0", "", "x"] {
+        assert_eq!(parse_run_id(raw), None, "{raw:?}");
+    }
+}

@@ -175,6 +175,13 @@ fn classifier_rows_and_retry_after() {
         status(429, r#"{"error": {"code": "insufficient_quota"}}"#).reason,
         R::Billing
     );
+    assert_eq!(
+        (
+            status(429, "The server is overloaded").reason,
+            status(429, "overloaded").retryable
+        ),
+        (R::Overloaded, true)
+    );
     assert_eq!(status(402, "").reason, R::Billing);
     assert_eq!(status(401, "").reason, R::Auth);
     assert_eq!(status(403, "").reason, R::Auth);

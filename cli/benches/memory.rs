@@ -1,0 +1,186 @@
+//! Peak memory (VmHWM) of a worker and a dispatcher, against fixed bounds:
+//! a worker of a quiet agent, a worker whose agent prints 200 MB without a
+//! newline (a tail is kept, not the output), and a dispatcher ticking a
+//! board of 1M cards. Prints each peak and its bound.
+//!
+//! `cargo bench -p kanban-cli --bench memory` (`KANBAN_BENCH_CARDS=N` sizes
+//! the dispatcher's board; default 1,000,000).
+//!
+//! Each measurement runs in a helper process (this binary again) that
+//! spawns one command and reads `getrusage(RUSAGE_CHILDREN)`: the peak
+//! resident set of that command alone, not of the benchmark.
+
+use std::path::Path;
+use std::process::Command;
+
+use nix::sys::resource::{UsageWho, getrusage};
+
+const KANBAN: &str = env!("CARGO_BIN_EXE_kanban");
+
+/// Runs `command` in a helper process; returns its peak RSS in KiB.
+fn peak_kib(command: &[&str], env: &[(String, String)]) -> u64 {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .arg("--measure")
+        .args(command)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    said.lines()
+        .find_map(|line| line.strip_prefix("peak_kib="))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "the helper did not measure {command:?}: {said}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
+/// The helper: run the command, then report the peak of the children.
+fn measure(command: &[String]) {
+    let status = Command::new(&command[0])
+        .args(&command[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
+    println!("status={status}");
+    println!("peak_kib={}", usage.max_rss());
+}
+
+fn kanban(db: &Path, args: &[&str]) -> String {
+    let output = Command::new(KANBAN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kanban {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn write_agent(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\ncat > /dev/null\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A worker's peak for one card and `agent`.
+fn worker_peak(dir: &Path, name: &str, agent_body: &str) -> u64 {
+    let db = dir.join(format!("{name}.db"));
+    kanban(&db, &["init"]);
+    let id = kanban(&db, &["add", name]).trim().to_owned();
+    let claim: serde_json::Value =
+        serde_json::from_str(&kanban(&db, &["claim", &id, "--json"])).unwrap();
+    let agent = dir.join(format!("{name}.sh"));
+    write_agent(&agent, agent_body);
+    let carrier = vec![
+        ("HERMES_KANBAN_TASK".to_owned(), id),
+        (
+            "HERMES_KANBAN_DB".to_owned(),
+            claim["db"].as_str().unwrap().to_owned(),
+        ),
+        (
+            "HERMES_KANBAN_RUN_ID".to_owned(),
+            claim["run_id"].to_string(),
+        ),
+        (
+            "HERMES_KANBAN_CLAIM_LOCK".to_owned(),
+            claim["claim_lock"].as_str().unwrap().to_owned(),
+        ),
+        ("HERMES_KANBAN_STOP_NUDGE".to_owned(), "0".to_owned()),
+    ];
+    peak_kib(
+        &[KANBAN, "worker", "--agent", agent.to_str().unwrap()],
+        &carrier,
+    )
+}
+
+/// A dispatcher's peak over a few ticks of a board of `cards` cards, half
+/// of them ready, with nothing to claim (`--max-in-progress` is full).
+fn dispatcher_peak(dir: &Path, cards: u64) -> u64 {
+    let db = dir.join("big.db");
+    kanban(&db, &["init"]);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA synchronous = OFF; BEGIN;")
+            .unwrap();
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+             INSERT INTO tasks (id, title, status, priority, created_at, completed_at)
+             SELECT printf('t_%08x', i), 'card ' || i, CASE WHEN i % 2 = 0 THEN 'done' ELSE 'ready' END,
+                    i % 5, 1700000000 + i, CASE WHEN i % 2 = 0 THEN 1700000000 + i END
+               FROM n",
+            [cards as i64],
+        )
+        .unwrap();
+        conn.execute_batch("COMMIT;").unwrap();
+    }
+    let agent = dir.join("finish.sh");
+    write_agent(
+        &agent,
+        "\"$KANBAN_BIN\" complete --summary done || exit $?\necho '{\"completed\": true}'",
+    );
+    // Ten ticks: claims, spawns, books, and every scan of the lanes.
+    peak_kib(
+        &[
+            "timeout",
+            "20",
+            KANBAN,
+            "--db",
+            db.to_str().unwrap(),
+            "dispatch",
+            "--once",
+            "--max-in-progress",
+            "4",
+            "--agent",
+            agent.to_str().unwrap(),
+        ],
+        &[],
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--measure") {
+        measure(&args[1..]);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = worker_peak(
+        dir.path(),
+        "quiet",
+        "\"$KANBAN_BIN\" complete --summary done || exit $?\necho '{\"completed\": true}'",
+    );
+    let chatty = worker_peak(
+        dir.path(),
+        "chatty",
+        "head -c 200000000 /dev/zero | tr '\\0' x\necho\n\"$KANBAN_BIN\" complete --summary done || exit $?\necho '{\"completed\": true}'",
+    );
+    let cards: u64 = std::env::var("KANBAN_BENCH_CARDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let dispatcher = dispatcher_peak(dir.path(), cards);
+    let row = |what: &str, kib: u64, bound_mib: u64| {
+        let mib = kib as f64 / 1024.0;
+        println!(
+            "{what:<44} peak {mib:>6.1} MiB   bound {bound_mib:>3} MiB   {:.2}x of the bound {}",
+            mib / bound_mib as f64,
+            if mib <= bound_mib as f64 {
+                "ok"
+            } else {
+                "OVER"
+            }
+        );
+    };
+    row("worker, quiet agent", quiet, 8);
+    row("worker, agent printing 200 MB, no newline", chatty, 32);
+    row(&format!("dispatcher, {cards} cards"), dispatcher, 32);
+}
