@@ -304,3 +304,16 @@ fn an_environment_value_is_set_read_and_removed_by_name() {
     );
     assert_eq!(Environment::new().iter().count(), 0);
 }
+
+#[test]
+fn turn_kinds_reach_agents_by_the_protocols_names() {
+    use kanban_core::TurnKind;
+    for (kind, name) in [
+        (TurnKind::Initial, "initial"),
+        (TurnKind::Recovery, "recovery"),
+        (TurnKind::StopNudge, "stop_nudge"),
+        (TurnKind::Goal, "goal"),
+    ] {
+        assert_eq!(kind.as_str(), name);
+    }
+}

@@ -870,3 +870,115 @@ fn task_ids_and_run_ids_are_read_exactly() {
         assert_eq!(parse_run_id(raw), None, "{raw:?}");
     }
 }
+
+#[test]
+fn the_backoffs_jitter_is_a_fixed_function_of_the_run() {
+    // splitmix64's finaliser, pinned: a replay waits exactly the same, and
+    // neighbouring runs do not come back in the same second.
+    for (seed, wait) in [(0, 468), (1, 475), (2, 480), (7, 483), (1000, 428)] {
+        assert_eq!(
+            rules::retry_backoff_seconds(400, 1, seed),
+            wait,
+            "seed {seed}"
+        );
+    }
+    // Through a booking, the seed is the run id (7 here).
+    let mut crash = report(ExitWitness::Code(3));
+    crash.policy.backoff_base_seconds = 400;
+    let (_, t) = rules::book_exit(&running(), &claim(), &ExitHistory::default(), &crash, NOW);
+    assert_eq!(t.not_before, Some(Some(NOW + 483)));
+}
+
+#[test]
+fn a_booking_records_the_exit_code_or_the_signal() {
+    for (witness, code, signal) in [
+        (
+            ExitWitness::Code(3),
+            serde_json::json!(3),
+            serde_json::Value::Null,
+        ),
+        (
+            ExitWitness::Signal(9),
+            serde_json::Value::Null,
+            serde_json::json!(9),
+        ),
+        (
+            ExitWitness::Unknown,
+            serde_json::Value::Null,
+            serde_json::Value::Null,
+        ),
+    ] {
+        let (_, t) = rules::book_exit(
+            &running(),
+            &claim(),
+            &ExitHistory::default(),
+            &report(witness),
+            NOW,
+        );
+        assert_eq!(t.events[0].payload["exit_code"], code, "{witness:?}");
+        assert_eq!(t.events[0].payload["signal"], signal, "{witness:?}");
+    }
+}
+
+#[test]
+fn an_overrun_says_what_ran_over() {
+    let policy = FailurePolicy::default();
+    for (overrun, words) in [
+        (
+            Overrun::IterationLimit("60/60".into()),
+            "iteration budget exhausted (60/60): the task could not complete within the allowed iterations",
+        ),
+        (
+            Overrun::TurnDeadline { seconds: 1800 },
+            "a turn ran past its 1800 s deadline and its agent was stopped",
+        ),
+        (
+            Overrun::RunLimit { seconds: 3600 },
+            "the run ran past its 3600 s limit and its agent was stopped",
+        ),
+    ] {
+        let t = rules::settle_overrun(&running(), &claim(), &overrun, &policy, NOW).unwrap();
+        assert_eq!(t.close_run.as_ref().unwrap().error.as_deref(), Some(words));
+    }
+}
+
+#[test]
+fn a_block_closes_the_run_releases_the_claim_and_lifts_any_hold() {
+    let t = rules::block(&claim(), "needs a key");
+    assert_eq!(t.status, Some(TaskStatus::Blocked));
+    assert!(t.release_claim);
+    assert_eq!(t.not_before, Some(None));
+    let close = t.close_run.as_ref().unwrap();
+    assert_eq!(
+        (
+            close.status.as_str(),
+            close.outcome.as_str(),
+            close.summary.as_deref()
+        ),
+        ("blocked", "blocked", Some("needs a key"))
+    );
+    assert_eq!(kinds(&t), ["blocked"]);
+    assert_eq!(t.events[0].payload["reason"], "needs a key");
+    assert_eq!(t.events[0].run_id, Some(7));
+}
+
+#[test]
+fn operator_moves_reset_what_they_say_and_leave_an_event() {
+    let blocked = CardState {
+        consecutive_failures: 2,
+        ..card(TaskStatus::Blocked)
+    };
+    let t = rules::unblock(&blocked).unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(t.consecutive_failures, Some(0));
+    assert_eq!(t.last_failure_error, Some(None));
+    assert_eq!(t.not_before, Some(None));
+    assert_eq!(kinds(&t), ["unblocked"]);
+    assert_eq!(t.events[0].payload["status"], "ready");
+    let t = rules::promote(&card(TaskStatus::Todo)).unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert_eq!(kinds(&t), ["promoted"]);
+    let t = rules::reject_claim_for_parents();
+    assert_eq!(kinds(&t), ["claim_rejected"]);
+    assert_eq!(t.events[0].payload["reason"], "parents_not_done");
+}

@@ -1,0 +1,149 @@
+//! Dispatch throughput against the cost of the processes themselves.
+//!
+//! The measured run: `kanban dispatch --until-idle` on N ready cards, 8 in
+//! flight, with an agent that makes its one board call (`kanban complete`)
+//! and answers. The floor, in the same run: the same process tree per card
+//! with no board at all, 8 at a time: `kanban turn` (the worker's binary
+//! starting and running one agent turn), the agent (`sh`), and the agent's
+//! one call of the binary (`kanban --version`). Prints both rates and their
+//! ratio.
+//!
+//! `cargo bench -p kanban-cli --bench throughput` (`KANBAN_BENCH_CARDS=200,2000`
+//! picks the sizes).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KANBAN: &str = env!("CARGO_BIN_EXE_kanban");
+const IN_FLIGHT: usize = 8;
+
+fn write_agent(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\ncat > /dev/null\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn kanban(db: &Path) -> Command {
+    let mut command = Command::new(KANBAN);
+    command.arg("--db").arg(db);
+    command
+}
+
+/// N cards dispatched to the end; returns the wall time.
+fn dispatch(dir: &Path, cards: usize) -> Duration {
+    let db = dir.join(format!("board-{cards}.db"));
+    assert!(kanban(&db).arg("init").output().unwrap().status.success());
+    // Cards are added in one transaction: adding is not under test.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+             INSERT INTO tasks (id, title, status, priority, created_at)
+             SELECT printf('t_%08x', i), 'card ' || i, 'ready', 0, 1700000000 + i FROM n",
+            [cards as i64],
+        )
+        .unwrap();
+    }
+    let agent = dir.join("finish.sh");
+    write_agent(
+        &agent,
+        "\"$KANBAN_BIN\" complete --summary done || exit $?\necho '{\"completed\": true}'",
+    );
+    let started = Instant::now();
+    let output = kanban(&db)
+        .args([
+            "dispatch",
+            "--until-idle",
+            "--interval",
+            "1",
+            "--max-in-progress",
+            &IN_FLIGHT.to_string(),
+            "--agent",
+        ])
+        .arg(&agent)
+        .env("HERMES_KANBAN_STOP_NUDGE", "0")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let done: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM tasks WHERE status = 'done'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(done as usize, cards, "every card done");
+    elapsed
+}
+
+/// The same process tree per card with no board, 8 at a time.
+fn floor(dir: &Path, cards: usize) -> Duration {
+    let agent = dir.join("floor.sh");
+    write_agent(
+        &agent,
+        &format!("'{KANBAN}' --version > /dev/null\necho '{{\"completed\": true}}'"),
+    );
+    let spawn = || -> Child {
+        Command::new(KANBAN)
+            .args(["turn", "--agent"])
+            .arg(&agent)
+            .arg("do the card")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let started = Instant::now();
+    let mut running: Vec<Child> = Vec::new();
+    let mut left = cards;
+    while left > 0 || !running.is_empty() {
+        while left > 0 && running.len() < IN_FLIGHT {
+            running.push(spawn());
+            left -= 1;
+        }
+        // Reap whichever finished, at once.
+        let mut still = Vec::with_capacity(running.len());
+        for mut child in running {
+            match child.try_wait().unwrap() {
+                Some(status) => assert!(status.success()),
+                None => still.push(child),
+            }
+        }
+        running = still;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    started.elapsed()
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("KANBAN_BENCH_CARDS")
+        .ok()
+        .map(|raw| {
+            raw.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| vec![200, 2_000]);
+    for cards in sizes {
+        let dir = tempfile::tempdir().unwrap();
+        let base = floor(dir.path(), cards);
+        let measured = dispatch(dir.path(), cards);
+        let rate = |time: Duration| cards as f64 / time.as_secs_f64();
+        println!(
+            "{cards:>5} cards, {IN_FLIGHT} in flight: dispatch {:>7.1} cards/s ({:.2} s)   floor (same processes, no board) {:>7.1} cards/s ({:.2} s)   ratio {:.2}x (target >= 0.70x)",
+            rate(measured),
+            measured.as_secs_f64(),
+            rate(base),
+            base.as_secs_f64(),
+            rate(measured) / rate(base)
+        );
+    }
+}
