@@ -222,7 +222,9 @@ impl ExecAgent {
                 let _ = killpg(group, Signal::SIGKILL);
                 killed = true;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Wake at the agent's exit at once, else every 20 ms to look for
+            // a stop request or the deadline (`Child::wait` is cancel safe).
+            let _ = tokio::time::timeout(Duration::from_millis(20), child.wait()).await;
         };
         if let Some((_, at)) = stopped {
             // The leader is gone; its group gets the rest of the grace period

@@ -336,7 +336,11 @@ impl Store {
             read_only_copy: false,
             prover: std::sync::OnceLock::new(),
         };
-        store.migrate()?;
+        // An up-to-date board is not written at all on open: no write lock
+        // is taken by every process that only opens it.
+        if version < SCHEMA_VERSION {
+            store.migrate()?;
+        }
         Ok(store)
     }
 

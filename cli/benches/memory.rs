@@ -26,6 +26,10 @@ fn peak_kib(command: &[&str], env: &[(String, String)]) -> u64 {
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.lines().any(|line| line == "success=true"),
+        "{command:?} failed: {said}"
+    );
     said.lines()
         .find_map(|line| line.strip_prefix("peak_kib="))
         .and_then(|value| value.trim().parse().ok())
@@ -46,7 +50,7 @@ fn measure(command: &[String]) {
         .status()
         .unwrap();
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
-    println!("status={status}");
+    println!("success={}", status.success());
     println!("peak_kib={}", usage.max_rss());
 }
 
