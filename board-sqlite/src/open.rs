@@ -389,8 +389,9 @@ impl Store {
         Self::open_with(&canonical, flags, clock, Migrate::OwnOnly)
     }
 
-    fn upgrade(path: &Path, clock: Arc<dyn Clock>) -> Result<Upgrade, BoardError> {
-        use std::os::unix::fs::OpenOptionsExt;
+    /// A board's canonical path, a read-only connection to it and its
+    /// schema version, with nothing written.
+    fn peek(path: &Path) -> Result<(PathBuf, Connection, i64), BoardError> {
         let canonical = inspect(path, false)?;
         check_header(&canonical)?;
         let fail = |error: rusqlite::Error| storage_error(&canonical, &error);
@@ -400,7 +401,14 @@ impl Store {
         )
         .map_err(fail)?;
         file.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-        let from = schema_version(&file).map_err(fail)?;
+        let version = schema_version(&file).map_err(fail)?;
+        Ok((canonical, file, version))
+    }
+
+    fn upgrade(path: &Path, clock: Arc<dyn Clock>) -> Result<Upgrade, BoardError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (canonical, file, from) = Self::peek(path)?;
+        let fail = |error: rusqlite::Error| storage_error(&canonical, &error);
         if from > SCHEMA_VERSION {
             return Err(BoardError::NewerSchema {
                 path: canonical.display().to_string(),
@@ -452,16 +460,8 @@ impl Store {
     /// older kanban) is read through an upgraded copy in memory, so that the
     /// file is never written; the copy refuses writes.
     pub(crate) fn open_for_reading(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
-        let canonical = inspect(path, false)?;
-        check_header(&canonical)?;
+        let (canonical, file, version) = Self::peek(path)?;
         let fail = |error: rusqlite::Error| storage_error(&canonical, &error);
-        let file = Connection::open_with_flags(
-            &canonical,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(fail)?;
-        file.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-        let version = schema_version(&file).map_err(fail)?;
         if version == SCHEMA_VERSION {
             drop(file);
             let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;

@@ -11,13 +11,7 @@ use crate::{Bench, Mount, text};
 
 fn refused(bench: &Bench, db: &Path, args: &[&str], needles: &[&str]) {
     let before = std::fs::read(db).ok();
-    let output = bench
-        .command()
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .unwrap();
+    let output = bench.on(db).args(args).output().unwrap();
     let stderr = text(&output.stderr);
     assert_eq!(
         output.status.code(),
@@ -105,13 +99,7 @@ fn a_board_from_a_newer_version_is_refused() {
 fn a_missing_directory_is_named() {
     let bench = Bench::new();
     let missing = bench.path().join("no/such/dir/kanban.db");
-    let output = bench
-        .command()
-        .arg("--db")
-        .arg(&missing)
-        .arg("ls")
-        .output()
-        .unwrap();
+    let output = bench.on(&missing).arg("ls").output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert!(
@@ -126,15 +114,7 @@ fn a_board_on_a_read_only_filesystem_is_refused_and_untouched() {
     let bench = Bench::new();
     let mount = Mount::tmpfs(&bench, "4m");
     let db = mount.0.join("kanban.db");
-    let run = |args: &[&str]| {
-        bench
-            .command()
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| bench.on(&db).args(args).output().unwrap();
     assert!(run(&["init"]).status.success());
     assert!(run(&["add", "before"]).status.success());
     mount.remount_read_only();
@@ -155,15 +135,7 @@ fn a_full_disk_is_named_and_the_board_stays_whole() {
     let bench = Bench::new();
     let mount = Mount::tmpfs(&bench, "400k");
     let db = mount.0.join("kanban.db");
-    let run = |args: &[&str]| {
-        bench
-            .command()
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| bench.on(&db).args(args).output().unwrap();
     assert!(run(&["init"]).status.success());
     let body = "y".repeat(4000);
     let mut added = 0;

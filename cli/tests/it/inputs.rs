@@ -67,13 +67,7 @@ fn a_hard_linked_board_is_refused_by_every_name_and_left_as_it_was() {
             &["add", "x"],
             &["dispatch", "--once", "--agent", "true"],
         ] {
-            let output = bench
-                .command()
-                .arg("--db")
-                .arg(db)
-                .args(args)
-                .output()
-                .unwrap();
+            let output = bench.on(db).args(args).output().unwrap();
             assert_ne!(
                 output.status.code(),
                 Some(0),
@@ -111,9 +105,7 @@ fn a_symlink_and_a_relative_path_reach_one_board_with_one_absolute_name() {
     let agent = bench.path().join("slow.sh");
     write_executable(&agent, "#!/bin/sh\ncat > /dev/null\nsleep 30\n");
     let mut first = bench
-        .command()
-        .arg("--db")
-        .arg(&bench.db)
+        .on(&bench.db)
         .args(["dispatch", "--interval", "0.2", "--agent"])
         .arg(&agent)
         .stdout(Stdio::piped())
@@ -121,9 +113,7 @@ fn a_symlink_and_a_relative_path_reach_one_board_with_one_absolute_name() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
     let second = bench
-        .command()
-        .arg("--db")
-        .arg(&link)
+        .on(&link)
         .args(["dispatch", "--once", "--agent"])
         .arg(&agent)
         .output()
@@ -178,18 +168,14 @@ fn bytes_that_are_not_utf8_in_the_environment_stop_only_commands_that_read_them(
     let bench = Bench::new();
     let bad = OsStr::from_bytes(b"caf\xe9");
     let unrelated = bench
-        .command()
-        .arg("--db")
-        .arg(&bench.db)
+        .on(&bench.db)
         .arg("ls")
         .env("SOMETHING_ELSE", bad)
         .output()
         .unwrap();
     assert!(unrelated.status.success(), "{}", text(&unrelated.stderr));
     let needed = bench
-        .command()
-        .arg("--db")
-        .arg(&bench.db)
+        .on(&bench.db)
         .arg("ls")
         .env("KANBAN_LOG", bad)
         .output()
@@ -209,9 +195,7 @@ fn a_reader_that_goes_away_ends_a_listing_quietly() {
     bench.add(&"long title ".repeat(9_000), &[]);
     for args in [&["ls"][..], &["ls", "--json"]] {
         let mut child = bench
-            .command()
-            .arg("--db")
-            .arg(&bench.db)
+            .on(&bench.db)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -327,10 +311,8 @@ fn hostile_values_for_every_subcommand_never_panic() {
                 attempts.push(args);
             }
             for args in attempts {
-                let mut command = bench.command();
+                let mut command = bench.on(&bench.db);
                 command
-                    .arg("--db")
-                    .arg(&bench.db)
                     .args(&args)
                     // The carrier gets hostile values of its own, apart from
                     // the arguments (clap refuses some of those first), and
@@ -380,9 +362,7 @@ fn files_that_are_not_boards_get_their_own_errors_and_stay_as_they_were() {
     for (path, args, needle) in cases {
         let started = Instant::now();
         let mut child = bench
-            .command()
-            .arg("--db")
-            .arg(path)
+            .on(path)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -409,13 +389,7 @@ fn files_that_are_not_boards_get_their_own_errors_and_stay_as_they_were() {
         "ls adopted an empty file"
     );
     // Only init adopts an empty file.
-    let init = bench
-        .command()
-        .arg("--db")
-        .arg(&empty)
-        .arg("init")
-        .output()
-        .unwrap();
+    let init = bench.on(&empty).arg("init").output().unwrap();
     assert!(init.status.success(), "{}", text(&init.stderr));
 }
 
@@ -482,9 +456,7 @@ fn out_of_range_leases_are_refused_not_changed() {
         "0",
     );
     let by_env = bench
-        .command()
-        .arg("--db")
-        .arg(&bench.db)
+        .on(&bench.db)
         .args(["dispatch", "--once", "--agent", "true"])
         .env("HERMES_KANBAN_CLAIM_TTL_SECONDS", "0")
         .output()
@@ -503,13 +475,7 @@ fn boards_logs_and_their_folders_are_the_owners_alone() {
     let bench = Bench::new();
     let db = bench.path().join("new-folder/kanban.db");
     let run = |args: &[&str]| {
-        let output = bench
-            .command()
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap();
+        let output = bench.on(&db).args(args).output().unwrap();
         assert!(
             output.status.success(),
             "{args:?}: {}",
@@ -529,9 +495,7 @@ fn boards_logs_and_their_folders_are_the_owners_alone() {
         "#!/bin/sh\ncat > /dev/null\n\"$KANBAN_BIN\" complete --summary done || exit $?\necho '{\"completed\": true}'\n",
     );
     let output = bench
-        .command()
-        .arg("--db")
-        .arg(&db)
+        .on(&db)
         .args(["dispatch", "--until-idle", "--interval", "0.2", "--agent"])
         .arg(&agent)
         .env("HERMES_KANBAN_STOP_NUDGE", "0")
@@ -652,15 +616,7 @@ fn a_seed_system_board_is_read_without_writing_and_written_only_after_migrate() 
     let bench = Bench::new();
     let db = bench.path().join("seed.db");
     seed_board(&db);
-    let run = |args: &[&str]| {
-        bench
-            .command()
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| bench.on(&db).args(args).output().unwrap();
     let before = bytes_of(&db);
     for args in [
         &["ls"][..],

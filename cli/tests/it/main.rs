@@ -53,6 +53,13 @@ impl Bench {
         command
     }
 
+    /// `kanban --db DB` for a board file other than this bench's own.
+    pub(crate) fn on(&self, db: &Path) -> Command {
+        let mut command = self.command();
+        command.arg("--db").arg(db);
+        command
+    }
+
     /// `kanban --db BOARD ARGS…`.
     pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.command()
