@@ -83,33 +83,30 @@ pub(crate) fn storage_error(path: &Path, error: &rusqlite::Error) -> BoardError 
     }
 }
 
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
-
-/// Refuses a file that is not SQLite before SQLite gets to touch it.
+/// Refuses a file that is not SQLite before anything is written to it.
+///
+/// The check reads through SQLite, read-only, never through a file handle of
+/// our own: closing any other handle on a database file drops the POSIX
+/// locks SQLite holds on it in this process (a worker opens its board twice),
+/// and a lost lock lets another process delete the write-ahead log in use.
 fn check_header(path: &Path) -> Result<(), BoardError> {
-    use std::io::Read;
-    let unusable = |message: String| BoardError::Unusable {
-        path: path.display().to_string(),
-        message,
-    };
-    let mut file =
-        std::fs::File::open(path).map_err(|error| unusable(format!("cannot be read: {error}")))?;
-    let mut header = Vec::with_capacity(100);
-    file.by_ref()
-        .take(100)
-        .read_to_end(&mut header)
-        .map_err(|error| unusable(format!("cannot be read: {error}")))?;
-    if header.is_empty() {
-        return Ok(()); // SQLite treats an empty file as an empty database.
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|error| storage_error(path, &error))?;
+    match schema_version(&conn) {
+        Err(error) if error.sqlite_error_code() == Some(ErrorCode::NotADatabase) => {
+            Err(BoardError::Unusable {
+                path: path.display().to_string(),
+                message: "is not a SQLite board file (it does not start with the SQLite header); point --db at a board, \
+                          or create one with `kanban init`"
+                    .to_owned(),
+            })
+        }
+        Err(error) => Err(storage_error(path, &error)),
+        Ok(_) => Ok(()),
     }
-    if header.len() < 100 || &header[..16] != SQLITE_HEADER {
-        return Err(unusable(
-            "is not a SQLite board file (it does not start with the SQLite header); point --db at a board, \
-             or create one with `kanban init`"
-                .to_owned(),
-        ));
-    }
-    Ok(())
 }
 
 /// What a path names, checked before SQLite touches it: the one canonical,

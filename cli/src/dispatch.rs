@@ -104,53 +104,35 @@ pub(crate) fn say(line: &str) {
     let _ = out.flush();
 }
 
-/// The locks that make a dispatcher the board's only one: an advisory lock
-/// on the board file itself, keyed by its inode whatever name it was reached
-/// by, and one on `BOARD.dispatch.lock`, the file the seed system's
-/// dispatcher locks, so that the two exclude each other too.
-struct DispatchLocks {
-    _board: Flock<File>,
-    _seed: Flock<File>,
-}
-
-fn try_lock(path: &Path, create: bool) -> anyhow::Result<Option<Flock<File>>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = if create {
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(path)
-    } else {
-        File::open(path)
-    }
-    .with_context(|| format!("cannot open {} to lock it", path.display()))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(Some(lock)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, errno)) => anyhow::bail!("cannot lock {}: {errno}", path.display()),
-    }
-}
-
-/// Takes the board's dispatch locks, waiting for them unless told not to.
+/// The lock that makes a dispatcher the board's only one: an advisory lock
+/// on `BOARD.dispatch.lock` beside the board's canonical path, the file the
+/// seed system's dispatcher locks too, so the two exclude each other. The
+/// board has one name (symlinks resolved, a second hard link refused), so
+/// every way to reach it reaches this one lock file; a bind mount reaches the
+/// same folder, and so the same file. The board file itself is never opened
+/// outside SQLite: closing such a handle would drop SQLite's own locks.
 fn take_lock(
     db: &Path,
     wait: bool,
     interrupt: &AtomicUsize,
-) -> anyhow::Result<Option<DispatchLocks>> {
-    let mut seed_name = db.as_os_str().to_owned();
-    seed_name.push(".dispatch.lock");
-    let seed_path = PathBuf::from(seed_name);
+) -> anyhow::Result<Option<Flock<File>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = db.as_os_str().to_owned();
+    name.push(".dispatch.lock");
+    let path = PathBuf::from(name);
     let mut said = false;
     loop {
-        if let Some(board) = try_lock(db, false)?
-            && let Some(seed) = try_lock(&seed_path, true)?
-        {
-            return Ok(Some(DispatchLocks {
-                _board: board,
-                _seed: seed,
-            }));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot open the dispatch lock {}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(Some(lock)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {}
+            Err((_, errno)) => anyhow::bail!("cannot lock {}: {errno}", path.display()),
         }
         if !wait {
             say(&format!(

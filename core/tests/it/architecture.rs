@@ -152,3 +152,17 @@ fn only_the_process_adapters_signal_processes() {
     );
     assert!(found.is_empty(), "{found:#?}");
 }
+
+#[test]
+fn the_board_adapter_opens_board_files_only_through_sqlite() {
+    // Closing any handle of our own on a database file drops the POSIX
+    // locks SQLite holds on it in this process; SQLite then may let another
+    // process delete a write-ahead log still in use. board-sqlite reads and
+    // checks board files through SQLite only (it creates a missing one with
+    // `OpenOptions::create_new`, before SQLite has it open).
+    let found = offenders(
+        &["board-sqlite/src"],
+        &["File::open", "fs::read(", "fs::read_to_string", "fs::File"],
+    );
+    assert!(found.is_empty(), "{found:#?}");
+}
