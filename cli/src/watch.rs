@@ -1,6 +1,6 @@
 //! `kanban watch`: a live view of one board.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use kanban_board_sqlite::SystemClock;
@@ -8,6 +8,7 @@ use kanban_core::{BoardAdmin, Clock, DispatchBoard, Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
+use crate::out::{out, outln};
 use crate::output::{short, table};
 use crate::runtime::block_on;
 
@@ -80,18 +81,19 @@ pub(crate) fn watch(
     interval: Duration,
     once: bool,
 ) -> anyhow::Result<i32> {
-    let board = open_board_for_reading(global, env)?;
     let terminal = std::io::stdout().is_terminal();
     loop {
+        // Opened anew for each view: a board of the seed system is read
+        // through a copy taken at open, which must not go stale.
+        let board = open_board_for_reading(global, env)?;
         let view = snapshot(&board)?;
-        let mut out = std::io::stdout().lock();
+        drop(board);
         if terminal && !once {
             // Home and clear, then redraw: the view updates in place.
-            write!(out, "\x1b[H\x1b[2J{view}")?;
+            out!("\x1b[H\x1b[2J{view}");
         } else {
-            writeln!(out, "{view}")?;
+            outln!("{view}");
         }
-        out.flush()?;
         if once {
             return Ok(0);
         }
