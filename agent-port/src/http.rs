@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kanban_core::{
     Classified, Environment, ProviderOutcome, TransportFailure, TurnInput, TurnOutcome, TurnResult,
-    TurnRunner, classify_provider_failure, parse_retry_after,
+    TurnRunner, classify_provider_failure, provider_wait_seconds,
 };
 use serde_json::{Value, json};
 
@@ -430,11 +430,13 @@ impl HttpAgent {
                 )
             })?;
         let status = response.status().as_u16();
-        let retry_after = response
+        let headers: Vec<(String, String)> = response
             .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
+            .iter()
+            .filter_map(|(name, value)| {
+                Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+            })
+            .collect();
         if !(200..300).contains(&status) {
             let body = response
                 .body_mut()
@@ -442,6 +444,16 @@ impl HttpAgent {
                 .limit(64 * 1024)
                 .read_to_string()
                 .unwrap_or_default();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| {
+                    i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+                });
+            let pairs: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .collect();
+            let retry_after = provider_wait_seconds(&pairs, &body, now);
             return Err(CallFailure {
                 classified: classify_provider_failure(ProviderOutcome::Status {
                     status,

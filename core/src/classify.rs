@@ -130,3 +130,136 @@ pub fn parse_retry_after(value: &str) -> Option<u64> {
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(|s| s.ceil() as u64)
 }
+
+/// How long a provider asked to wait before the next call, in whole seconds
+/// (rounded up), from everything it sends: `Retry-After` (seconds or an
+/// HTTP date), `retry-after-ms`, `x-ratelimit-reset-requests` and
+/// `-tokens` (durations such as `1s`, `6m0s`, `1h2m3.5s`),
+/// `anthropic-ratelimit-*-reset` (RFC 3339 times), and "try again in 20s"
+/// in an error body. The first of these that says anything wins, in that
+/// order; among several reset headers the longest wait. Times in the past
+/// wait 0. Header names are matched without regard to case.
+pub fn provider_wait_seconds(headers: &[(&str, &str)], body: &str, now: i64) -> Option<u64> {
+    fn header<'a>(
+        headers: &'a [(&'a str, &'a str)],
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a str> {
+        headers
+            .iter()
+            .filter(move |(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.trim())
+    }
+    let until = |at: i64| u64::try_from(at.saturating_sub(now)).unwrap_or(0);
+    if let Some(wait) = header(headers, "retry-after")
+        .find_map(|value| parse_retry_after(value).or_else(|| http_date(value).map(until)))
+    {
+        return Some(wait);
+    }
+    if let Some(wait) = header(headers, "retry-after-ms").find_map(|value| {
+        value
+            .parse::<f64>()
+            .ok()
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| seconds_up(ms / 1000.0))
+    }) {
+        return Some(wait);
+    }
+    let resets = ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .iter()
+        .flat_map(|name| header(headers, name))
+        .filter_map(go_duration_seconds)
+        .max();
+    if resets.is_some() {
+        return resets;
+    }
+    let anthropic = headers
+        .iter()
+        .filter(|(key, _)| {
+            let key = key.to_ascii_lowercase();
+            key.starts_with("anthropic-ratelimit-") && key.ends_with("-reset")
+        })
+        .filter_map(|(_, value)| value.trim().parse::<jiff::Timestamp>().ok())
+        .map(|at| until(at.as_second()))
+        .max();
+    if anthropic.is_some() {
+        return anthropic;
+    }
+    try_again_in(body)
+}
+
+fn seconds_up(seconds: f64) -> u64 {
+    // Bounded first: a day is the longest wait any provider means.
+    seconds.clamp(0.0, 86_400.0).ceil() as u64
+}
+
+/// An HTTP date (`Wed, 21 Oct 2015 07:28:00 GMT`) as epoch seconds.
+fn http_date(value: &str) -> Option<i64> {
+    jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(value)
+        .ok()
+        .map(|at| at.as_second())
+}
+
+/// A Go-style duration (`1s`, `6m0s`, `1h2m3.5s`, `250ms`) in whole seconds,
+/// rounded up.
+fn go_duration_seconds(value: &str) -> Option<u64> {
+    let mut rest = value.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0_f64;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|at| *at > 0)?;
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (scale, unit_len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with("us") {
+            (0.000_001, 2)
+        } else if rest.starts_with("µs") {
+            (0.000_001, "µs".len())
+        } else if rest.starts_with("ns") {
+            (0.000_000_001, 2)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else {
+            return None;
+        };
+        total += number * scale;
+        rest = &rest[unit_len..];
+    }
+    total.is_finite().then(|| seconds_up(total))
+}
+
+/// "try again in 20s", "Please try again in 1m30s", "try again in 2.5 seconds"
+/// in an error body.
+fn try_again_in(body: &str) -> Option<u64> {
+    let lower = body.to_ascii_lowercase();
+    let at = lower.find("try again in ")? + "try again in ".len();
+    let phrase: String = lower[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == ' ')
+        .collect();
+    let phrase = phrase.trim();
+    let mut words = phrase.split(' ').map(|word| word.trim_end_matches('.'));
+    let first = words.next()?;
+    if let Some(value) = go_duration_seconds(first) {
+        return Some(value);
+    }
+    // "2.5 seconds", "3 minutes"
+    let number: f64 = first.parse().ok()?;
+    let scale = match words.next()? {
+        unit if unit.starts_with("second") || unit.starts_with("sec") => 1.0,
+        unit if unit.starts_with("minute") || unit.starts_with("min") => 60.0,
+        unit if unit.starts_with("hour") => 3600.0,
+        unit if unit.starts_with("millisecond") || unit == "ms" => 0.001,
+        _ => return None,
+    };
+    number.is_finite().then(|| seconds_up(number * scale))
+}

@@ -42,6 +42,7 @@ pub use claim::{
 };
 pub use classify::{
     Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
+    provider_wait_seconds,
 };
 pub use dispatch::{
     DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker, STALE_HEARTBEAT_SECONDS,

@@ -156,6 +156,28 @@ fn a_retry_after_is_kept_for_the_dispatcher() {
 }
 
 #[test]
+fn the_wait_is_read_from_openai_reset_headers_and_from_the_error_text() {
+    for (reply, wait) in [
+        (
+            Reply::json(429, "slow down").with_header("x-ratelimit-reset-tokens", "6m0s"),
+            360,
+        ),
+        (
+            Reply::json(
+                429,
+                r#"{"error": {"message": "Rate limit reached. Please try again in 20s."}}"#,
+            ),
+            20,
+        ),
+    ] {
+        let (bench, id, _, output) = run(vec![reply], "", &[]);
+        assert_eq!(output.status.code(), Some(75));
+        let booked = bench.event(&id, "worker_result");
+        assert_eq!(booked["payload"]["retry_after_seconds"], wait, "{booked}");
+    }
+}
+
+#[test]
 fn the_provider_retry_layer_absorbs_a_transient_failure_within_the_turn() {
     let (bench, id, server, output) = run(
         vec![

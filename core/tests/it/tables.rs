@@ -289,3 +289,80 @@ fn stale_claim_rows_and_heartbeat_interval() {
     );
     assert_eq!(heartbeat_interval_seconds(-5), 1);
 }
+
+#[test]
+fn the_wait_a_provider_asks_for_is_read_from_what_it_really_sends() {
+    use kanban_core::provider_wait_seconds;
+    // 2026-12-02T00:00:00Z
+    let now = 1_796_169_600;
+    type Row<'a> = (&'a [(&'a str, &'a str)], &'a str, Option<u64>);
+    let rows: &[Row<'_>] = &[
+        (&[("Retry-After", "30")], "", Some(30)),
+        (&[("retry-after", "1.5")], "", Some(2)),
+        (
+            &[("Retry-After", "Wed, 02 Dec 2026 00:01:40 GMT")],
+            "",
+            Some(100),
+        ),
+        (
+            &[("Retry-After", "Tue, 01 Dec 2026 23:00:00 GMT")],
+            "",
+            Some(0),
+        ),
+        (&[("retry-after-ms", "1500")], "", Some(2)),
+        (&[("x-ratelimit-reset-requests", "1s")], "", Some(1)),
+        (&[("x-ratelimit-reset-tokens", "6m0s")], "", Some(360)),
+        (
+            &[("x-ratelimit-reset-requests", "1h2m3.5s")],
+            "",
+            Some(3724),
+        ),
+        (&[("x-ratelimit-reset-requests", "250ms")], "", Some(1)),
+        (
+            &[
+                ("x-ratelimit-reset-requests", "2s"),
+                ("x-ratelimit-reset-tokens", "17s"),
+            ],
+            "",
+            Some(17),
+        ),
+        (
+            &[("anthropic-ratelimit-requests-reset", "2026-12-02T00:00:45Z")],
+            "",
+            Some(45),
+        ),
+        (
+            &[
+                ("anthropic-ratelimit-tokens-reset", "2026-12-02T00:01:00Z"),
+                ("anthropic-ratelimit-requests-reset", "2026-12-02T00:00:10Z"),
+            ],
+            "",
+            Some(60),
+        ),
+        (
+            &[],
+            "Rate limit reached. Please try again in 20s.",
+            Some(20),
+        ),
+        (&[], "please try again in 1m30s", Some(90)),
+        (&[], "Try again in 2.5 seconds", Some(3)),
+        (&[], "try again in 3 minutes", Some(180)),
+        (&[], "slow down", None),
+        (&[("Retry-After", "soon")], "", None),
+        (&[("x-ratelimit-reset-requests", "x1s")], "", None),
+        // The standard header wins over the others.
+        (
+            &[("x-ratelimit-reset-requests", "9s"), ("Retry-After", "4")],
+            "try again in 7s",
+            Some(4),
+        ),
+        (&[], "", None),
+    ];
+    for (headers, body, expected) in rows {
+        assert_eq!(
+            provider_wait_seconds(headers, body, now),
+            *expected,
+            "{headers:?} {body:?}"
+        );
+    }
+}
