@@ -209,9 +209,7 @@ fn go_duration_seconds(value: &str) -> Option<u64> {
     }
     let mut total = 0.0_f64;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|at| *at > 0)?;
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let number: f64 = rest[..digits].parse().ok()?;
         rest = &rest[digits..];
         let (scale, unit_len) = if rest.starts_with("ms") {
@@ -255,8 +253,8 @@ fn try_again_in(body: &str) -> Option<u64> {
     // "2.5 seconds", "3 minutes"
     let number: f64 = first.parse().ok()?;
     let scale = match words.next()? {
-        unit if unit.starts_with("second") || unit.starts_with("sec") => 1.0,
-        unit if unit.starts_with("minute") || unit.starts_with("min") => 60.0,
+        unit if unit.starts_with("sec") => 1.0,
+        unit if unit.starts_with("min") => 60.0,
         unit if unit.starts_with("hour") => 3600.0,
         unit if unit.starts_with("millisecond") || unit == "ms" => 0.001,
         _ => return None,
