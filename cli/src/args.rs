@@ -209,6 +209,18 @@ pub(crate) enum Command {
     ///
     /// Example: claude mcp add kanban -- kanban mcp
     Mcp,
+    /// Print a shell completion script for kanban.
+    ///
+    /// Example (bash): kanban completions bash > ~/.local/share/bash-completion/completions/kanban
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print kanban's manual page (roff) on stdout.
+    ///
+    /// Example: kanban man > ~/.local/share/man/man1/kanban.1 && man kanban
+    Man,
     /// The simulated agent `kanban demo` uses (speaks the agent protocol).
     #[command(hide = true)]
     SimAgent,

@@ -24,11 +24,11 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use kanban_core::Environment;
 
 use crate::args::{Cli, Command};
-use crate::out::errln;
+use crate::out::{errln, out};
 
 fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
     let level = match (quiet, verbose) {
@@ -138,5 +138,17 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Watch { interval, once } => watch::watch(global, env, interval, once),
         Command::SimAgent => sim_agent::sim_agent(env),
         Command::Mcp => mcp::mcp(env),
+        Command::Completions { shell } => {
+            let mut bytes = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "kanban", &mut bytes);
+            out!("{}", String::from_utf8_lossy(&bytes));
+            Ok(0)
+        }
+        Command::Man => {
+            let mut bytes = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut bytes)?;
+            out!("{}", String::from_utf8_lossy(&bytes));
+            Ok(0)
+        }
     }
 }

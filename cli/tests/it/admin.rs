@@ -153,3 +153,25 @@ fn help_teaches_with_examples_and_version_answers() {
     let output = bench.command().arg("--version").output().unwrap();
     assert!(text(&output.stdout).starts_with("kanban "));
 }
+
+#[test]
+fn completions_for_every_shell_and_a_manual_page_name_every_command() {
+    let bench = Bench::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = bench.ok(&["completions", shell]);
+        for command in ["dispatch", "migrate", "prove", "worker"] {
+            assert!(script.contains(command), "{shell}: no {command}");
+        }
+    }
+    let bash = bench.path().join("kanban.bash");
+    std::fs::write(&bash, bench.ok(&["completions", "bash"])).unwrap();
+    let checked = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&bash)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    let man = bench.ok(&["man"]);
+    assert!(man.contains(".TH kanban 1"), "{man}");
+    assert!(man.contains("dispatch") && man.contains("migrate"), "{man}");
+}
