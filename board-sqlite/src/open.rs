@@ -65,8 +65,12 @@ pub(crate) fn storage_error(path: &Path, error: &rusqlite::Error) -> BoardError 
         message,
     };
     match error.sqlite_error_code() {
+        // SQLite reads the header before anything else, and writes nothing
+        // to a file whose header is not its own: the first read refuses it.
         Some(ErrorCode::NotADatabase) => unusable(
-            "is not a SQLite board file; point --db at a board, or create one with `kanban init`".to_owned(),
+            "is not a SQLite board file (it does not start with the SQLite header); point --db at a board, \
+             or create one with `kanban init`"
+                .to_owned(),
         ),
         Some(ErrorCode::DatabaseCorrupt) => unusable(format!(
             "is damaged ({error}); restore it from a backup, or start a new board with `kanban init --db NEW_PATH`"
@@ -80,32 +84,6 @@ pub(crate) fn storage_error(path: &Path, error: &rusqlite::Error) -> BoardError 
         )),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => BoardError::Busy { attempts: BUSY_RETRIES },
         _ => BoardError::Storage(format!("{path_text}: {error}")),
-    }
-}
-
-/// Refuses a file that is not SQLite before anything is written to it.
-///
-/// The check reads through SQLite, read-only, never through a file handle of
-/// our own: closing any other handle on a database file drops the POSIX
-/// locks SQLite holds on it in this process (a worker opens its board twice),
-/// and a lost lock lets another process delete the write-ahead log in use.
-fn check_header(path: &Path) -> Result<(), BoardError> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|error| storage_error(path, &error))?;
-    match schema_version(&conn) {
-        Err(error) if error.sqlite_error_code() == Some(ErrorCode::NotADatabase) => {
-            Err(BoardError::Unusable {
-                path: path.display().to_string(),
-                message: "is not a SQLite board file (it does not start with the SQLite header); point --db at a board, \
-                          or create one with `kanban init`"
-                    .to_owned(),
-            })
-        }
-        Err(error) => Err(storage_error(path, &error)),
-        Ok(_) => Ok(()),
     }
 }
 
@@ -372,7 +350,6 @@ impl Store {
                 .map_err(|error| unusable(format!("cannot be created: {error}")))?;
         }
         let canonical = inspect(path, true)?;
-        check_header(&canonical)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let store = Self::open_with(&canonical, flags, clock, Migrate::All)?;
         Ok(store)
@@ -381,7 +358,6 @@ impl Store {
     /// Opens an existing board file for reading and writing.
     pub(crate) fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
         let canonical = inspect(path, false)?;
-        check_header(&canonical)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         Self::open_with(&canonical, flags, clock, Migrate::OwnOnly)
     }
@@ -390,7 +366,6 @@ impl Store {
     /// schema version, with nothing written.
     fn peek(path: &Path) -> Result<(PathBuf, Connection, i64), BoardError> {
         let canonical = inspect(path, false)?;
-        check_header(&canonical)?;
         let fail = |error: rusqlite::Error| storage_error(&canonical, &error);
         let file = Connection::open_with_flags(
             &canonical,
