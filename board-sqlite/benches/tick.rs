@@ -18,22 +18,12 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// Fills a board with `cards` cards: 8 running, the rest split between ready and done.
 fn fill(path: &std::path::Path, cards: u64) {
     drop(SqliteBoard::create(path, Arc::new(SystemClock)).unwrap());
-    let conn = rusqlite::Connection::open(path).unwrap();
-    let now = SystemClock.now();
-    conn.execute_batch("PRAGMA synchronous = OFF; BEGIN;")
-        .unwrap();
-    conn.execute(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-         INSERT INTO tasks (id, title, status, priority, created_at, completed_at)
-         SELECT printf('t_%08x', i), 'card ' || i, CASE WHEN i % 2 = 0 THEN 'done' ELSE 'ready' END,
-                i % 5, ?2 - (?1 - i), CASE WHEN i % 2 = 0 THEN ?2 END
-           FROM n",
-        rusqlite::params![cards as i64, now],
-    )
-    .unwrap();
-    conn.execute_batch("COMMIT; PRAGMA synchronous = FULL;")
-        .unwrap();
-    drop(conn);
+    kanban_testkit::bulk_add_cards(
+        path,
+        cards,
+        kanban_testkit::BulkLanes::HalfDone,
+        SystemClock.now(),
+    );
     let board = SqliteBoard::open(path, Arc::new(SystemClock)).unwrap();
     for _ in 0..8 {
         block_on(board.claim_next_ready(900, "bench:runner"))

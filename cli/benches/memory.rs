@@ -111,21 +111,12 @@ fn worker_peak(dir: &Path, name: &str, agent_body: &str) -> u64 {
 fn dispatcher_peak(dir: &Path, cards: u64) -> u64 {
     let db = dir.join("big.db");
     kanban(&db, &["init"]);
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA synchronous = OFF; BEGIN;")
-            .unwrap();
-        conn.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-             INSERT INTO tasks (id, title, status, priority, created_at, completed_at)
-             SELECT printf('t_%08x', i), 'card ' || i, CASE WHEN i % 2 = 0 THEN 'done' ELSE 'ready' END,
-                    i % 5, 1700000000 + i, CASE WHEN i % 2 = 0 THEN 1700000000 + i END
-               FROM n",
-            [cards as i64],
-        )
-        .unwrap();
-        conn.execute_batch("COMMIT;").unwrap();
-    }
+    kanban_testkit::bulk_add_cards(
+        &db,
+        cards,
+        kanban_testkit::BulkLanes::HalfDone,
+        1_700_000_000,
+    );
     let agent = dir.join("finish.sh");
     write_agent(
         &agent,

@@ -35,16 +35,12 @@ fn dispatch(dir: &Path, cards: usize) -> Duration {
     let db = dir.join(format!("board-{cards}.db"));
     assert!(kanban(&db).arg("init").output().unwrap().status.success());
     // Cards are added in one transaction: adding is not under test.
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-             INSERT INTO tasks (id, title, status, priority, created_at)
-             SELECT printf('t_%08x', i), 'card ' || i, 'ready', 0, 1700000000 + i FROM n",
-            [cards as i64],
-        )
-        .unwrap();
-    }
+    kanban_testkit::bulk_add_cards(
+        &db,
+        cards as u64,
+        kanban_testkit::BulkLanes::AllReady,
+        1_700_000_000,
+    );
     let agent = dir.join("finish.sh");
     write_agent(
         &agent,

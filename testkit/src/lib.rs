@@ -72,7 +72,7 @@ impl std::ops::Deref for TempBoard {
 pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
 pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
 pub use seed_cases::{SeedCase, seed_owner_case, seed_owner_cases};
-pub use synthetic::{FAR_FUTURE_EXPIRY, SyntheticBoard};
+pub use synthetic::{BulkLanes, FAR_FUTURE_EXPIRY, SyntheticBoard, bulk_add_cards};
 pub use time::{ScriptedClock, VirtualClock};
 
 /// The seed's result shapes, as builders.
