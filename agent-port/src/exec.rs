@@ -34,6 +34,10 @@ pub struct TaskBrief {
     pub id: String,
     pub title: String,
     pub body: String,
+    /// The run's fencing token (its run id): it only grows per board, so a
+    /// side effect stamped with it can be refused once a newer run exists.
+    #[serde(skip)]
+    pub fence_token: Option<i64>,
 }
 
 /// How an [`ExecAgent`] runs its command.
@@ -166,6 +170,7 @@ impl ExecAgent {
             "turn": input.turn,
             "kind": input.kind.as_str(),
             "session_id": self.config.session_id,
+            "fence_token": self.config.task.fence_token,
         });
         if let Some(mut stdin) = child.stdin.take() {
             // Written from a task: an agent that never reads stdin must not

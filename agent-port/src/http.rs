@@ -35,6 +35,27 @@ pub struct HttpAgentConfig {
     pub timeout: Duration,
 }
 
+impl HttpAgentConfig {
+    /// Who this agent talks to, as a wall's scope names it: the endpoint and
+    /// a fingerprint of the key (the first 12 hex digits of its SHA-256;
+    /// never the key itself).
+    pub fn provider_id(&self) -> String {
+        use sha2::Digest;
+        match &self.api_key {
+            Some(key) => {
+                let digest = sha2::Sha256::digest(key.as_bytes());
+                let hex: String = digest
+                    .iter()
+                    .take(6)
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect();
+                format!("{} key:{hex}", self.base_url)
+            }
+            None => self.base_url.clone(),
+        }
+    }
+}
+
 impl std::fmt::Debug for HttpAgentConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpAgentConfig")
@@ -334,6 +355,11 @@ pub struct HttpAgent {
     tools: Option<BoardTools>,
     session_id: String,
     activity: Arc<Activity>,
+    /// `kanban-TASK-RUN` for a worker's agent: with the turn and the call it
+    /// makes each call's `Idempotency-Key`, the same on every retry of it.
+    key_prefix: Option<String>,
+    /// The key of the call in flight.
+    idempotency_key: Option<String>,
 }
 
 impl std::fmt::Debug for HttpAgent {
@@ -377,6 +403,10 @@ impl HttpAgent {
                 ),
             }));
         }
+        let key_prefix = task.and_then(|task| {
+            task.fence_token
+                .map(|run| format!("kanban-{}-{run}", task.id))
+        });
         Self {
             config,
             http,
@@ -384,6 +414,8 @@ impl HttpAgent {
             tools,
             session_id,
             activity,
+            key_prefix,
+            idempotency_key: None,
         }
     }
 
@@ -420,6 +452,9 @@ impl HttpAgent {
             .header("Content-Type", "application/json");
         if let Some(key) = &self.config.api_key {
             request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        if let Some(key) = &self.idempotency_key {
+            request = request.header("Idempotency-Key", key);
         }
         let mut response = request
             .send(self.request_body().to_string())
@@ -524,6 +559,8 @@ impl HttpAgent {
     fn settle(&self, result: TurnResult) -> TurnOutcome {
         Ok(Some(TurnResult {
             session_id: Some(self.session_id.clone()),
+            provider: Some(self.config.provider_id()),
+            model: Some(self.config.model.clone()),
             ..result
         }))
     }
@@ -533,6 +570,10 @@ impl HttpAgent {
             .push(json!({"role": "user", "content": input.message}));
         let limit = self.config.max_iterations;
         for iteration in 1..=limit {
+            self.idempotency_key = self
+                .key_prefix
+                .as_ref()
+                .map(|prefix| format!("{prefix}-{}-{iteration}", input.turn));
             if self.activity.stop_reason().is_some() {
                 return self.settle(TurnResult {
                     interrupted: Some(true),

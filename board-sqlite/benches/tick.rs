@@ -26,7 +26,7 @@ fn fill(path: &std::path::Path, cards: u64) {
     );
     let board = SqliteBoard::open(path, Arc::new(SystemClock)).unwrap();
     for _ in 0..8 {
-        block_on(board.claim_next_ready(900, "bench:runner"))
+        block_on(board.claim_next_ready(900, "bench:runner", &kanban_core::ClaimFilter::any()))
             .unwrap()
             .unwrap();
     }
@@ -38,7 +38,7 @@ fn fill(path: &std::path::Path, cards: u64) {
 fn tick(board: &SqliteBoard) {
     block_on(board.running_workers()).unwrap();
     block_on(board.promote_ready()).unwrap();
-    block_on(board.claim_next_ready(900, "bench:tick")).unwrap();
+    block_on(board.claim_next_ready(900, "bench:tick", &kanban_core::ClaimFilter::any())).unwrap();
 }
 
 fn main() {

@@ -3,15 +3,16 @@
 
 use async_trait::async_trait;
 use kanban_core::rules::{self, ExitHistory, FailurePolicy, NewEvent, Release, STREAK_SCAN_LIMIT};
+use kanban_core::walls::Wall;
 use kanban_core::{
-    BoardError, Booking, Claim, ClaimGrant, DispatchBoard, ExitReport, NotLive, RunningWorker,
-    SignalReason, WorkerProcess, WorkerResult,
+    BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
+    RunningWorker, SignalReason, WorkerProcess, WorkerResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
 use crate::open::{SqliteBoard, TxError};
-use crate::rows::{OPEN_PARENT, append_event, apply, existing_card};
+use crate::rows::{OPEN_PARENT, WALL_COLUMNS, append_event, apply, existing_card, wall_from_row};
 
 /// Claims one card inside the caller's transaction: the compare-and-set
 /// opens a run only for a ready, unclaimed card whose parents are all done.
@@ -49,18 +50,18 @@ pub(crate) fn claim_in(
     // The compare-and-set: only a ready, unclaimed card becomes ours. The
     // IMMEDIATE transaction already excludes other writers; the guard keeps
     // the statement honest on its own.
-    let goal_mode: Option<bool> = tx
+    let granted: Option<(bool, Option<String>)> = tx
         .prepare_cached(
             "UPDATE tasks SET status = 'running', claim_lock = ?2, claim_expires = ?3, current_run_id = ?5,
                               started_at = COALESCE(started_at, ?4), last_heartbeat_at = NULL
               WHERE id = ?1 AND status = 'ready' AND claim_lock IS NULL
-              RETURNING goal_mode != 0",
+              RETURNING goal_mode != 0, assignee",
         )?
         .query_row(params![task_id, claim_lock, expires, now, run_id], |row| {
-            row.get(0)
+            Ok((row.get::<_, bool>(0)?, row.get::<_, Option<String>>(1)?))
         })
         .optional()?;
-    let Some(goal_mode) = goal_mode else {
+    let Some((goal_mode, assignee)) = granted else {
         return Err(BoardError::Storage(format!(
             "claim of {task_id} lost its compare-and-set inside its own transaction"
         ))
@@ -87,11 +88,16 @@ pub(crate) fn claim_in(
         claim_expires: expires,
         goal_mode,
         rerun,
+        assignee,
     }))
 }
 
 /// What a board knows about the run when its exit is booked.
-fn exit_history(tx: &Connection, claim: &Claim) -> rusqlite::Result<ExitHistory> {
+fn exit_history(
+    tx: &Connection,
+    claim: &Claim,
+    scope: Option<&str>,
+) -> rusqlite::Result<ExitHistory> {
     let recent_outcomes = tx
         .prepare_cached(
             "SELECT outcome FROM task_runs WHERE task_id = ?1 AND ended_at IS NOT NULL
@@ -120,9 +126,16 @@ fn exit_history(tx: &Connection, claim: &Claim) -> rusqlite::Result<ExitHistory>
                 .and_then(SignalReason::parse)
                 .unwrap_or(SignalReason::Shutdown)
         });
+    let walls = tx
+        .prepare_cached(&format!(
+            "SELECT {WALL_COLUMNS} FROM provider_walls WHERE scope = ?1 OR probe_run = ?2"
+        ))?
+        .query_map(params![scope.unwrap_or(""), claim.run_id], wall_from_row)?
+        .collect::<rusqlite::Result<_>>()?;
     Ok(ExitHistory {
         recent_outcomes,
         recorded_signal,
+        walls,
     })
 }
 
@@ -135,7 +148,7 @@ impl DispatchBoard for SqliteBoard {
                 let mut statement = conn.prepare_cached(
                     "SELECT t.id, t.current_run_id, t.claim_lock, t.worker_pid, t.claim_expires,
                             t.last_heartbeat_at, t.worker_started_at, r.started_at, t.max_runtime_seconds,
-                            r.worker_seal
+                            r.worker_seal, t.assignee
                        FROM tasks t JOIN task_runs r ON r.id = t.current_run_id
                       WHERE t.status = 'running' AND t.claim_lock IS NOT NULL
                       ORDER BY t.current_run_id",
@@ -156,6 +169,7 @@ impl DispatchBoard for SqliteBoard {
                         run_started_at: row.get(7)?,
                         max_runtime_seconds: row.get(8)?,
                         seal_digest: row.get(9)?,
+                        assignee: row.get(10)?,
                     })
                 })?;
                 rows.collect()
@@ -168,8 +182,15 @@ impl DispatchBoard for SqliteBoard {
         &self,
         ttl_seconds: i64,
         claim_lock: &str,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimGrant>, BoardError> {
         let claim_lock = claim_lock.to_owned();
+        // The admitted assignees as a JSON array, so one cached statement
+        // serves every filter (NULL: every card).
+        let admitted = filter
+            .assignees
+            .as_ref()
+            .map(|set| serde_json::to_string(set).unwrap_or_else(|_| "[]".to_owned()));
         self.call(move |store| {
             let db = store.db();
             store.write(|tx, now| {
@@ -180,10 +201,11 @@ impl DispatchBoard for SqliteBoard {
                         "SELECT id FROM tasks
                           WHERE status = 'ready' AND claim_lock IS NULL
                             AND (not_before IS NULL OR not_before <= ?1)
+                            AND (?2 IS NULL OR COALESCE(assignee, '') IN (SELECT value FROM json_each(?2)))
                           ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 32",
                     )?;
                     statement
-                        .query_map(params![now], |row| row.get(0))?
+                        .query_map(params![now, admitted], |row| row.get(0))?
                         .collect::<rusqlite::Result<_>>()?
                 };
                 // An id no kanban wrote (`../x`) is never claimed: ids name
@@ -197,6 +219,37 @@ impl DispatchBoard for SqliteBoard {
                     }
                 }
                 Ok(None)
+            })
+        })
+        .await
+    }
+
+    async fn walls(&self) -> Result<Vec<Wall>, BoardError> {
+        self.call(move |store| {
+            store.read(|conn| {
+                conn.prepare_cached(&format!(
+                    "SELECT {WALL_COLUMNS} FROM provider_walls ORDER BY until, scope"
+                ))?
+                .query_map([], wall_from_row)?
+                .collect()
+            })
+        })
+        .await
+    }
+
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError> {
+        let claim = claim.clone();
+        let scopes = scopes.to_vec();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                for scope in &scopes {
+                    tx.prepare_cached("UPDATE provider_walls SET probe_run = ?2 WHERE scope = ?1")?
+                        .execute(params![scope, claim.run_id])?;
+                }
+                let event =
+                    NewEvent::new("wall_probe", Some(claim.run_id), json!({"scopes": scopes}));
+                append_event(tx, &claim.task_id, &event, now)?;
+                Ok(())
             })
         })
         .await
@@ -323,7 +376,8 @@ impl DispatchBoard for SqliteBoard {
         self.call(move |store| {
             store.write(|tx, now| {
                 let card = existing_card(tx, &claim.task_id)?;
-                let history = exit_history(tx, &claim)?;
+                let scope = report.wall.as_ref().map(|wall| wall.scope.as_str());
+                let history = exit_history(tx, &claim, scope)?;
                 let (booking, transition) = rules::book_exit(&card, &claim, &history, &report, now);
                 apply(tx, &claim.task_id, &transition, now)?;
                 Ok(booking)

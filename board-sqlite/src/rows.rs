@@ -2,6 +2,7 @@
 
 use kanban_core::lease::evaluate_lease;
 use kanban_core::rules::{CardState, NewEvent, Transition};
+use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
     BoardError, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
 };
@@ -201,6 +202,9 @@ pub(crate) fn apply(
         conn.prepare_cached(&sql)?
             .execute(rusqlite::params_from_iter(values.iter()))?;
     }
+    for change in &transition.walls {
+        apply_wall(conn, change)?;
+    }
     for event in &transition.events {
         append_event(conn, task_id, event, now)?;
     }
@@ -236,4 +240,58 @@ pub(crate) fn fence(
         task_id: claim.task_id.clone(),
         reason,
     }))
+}
+
+/// The columns of a wall, in [`wall_from_row`]'s order.
+pub(crate) const WALL_COLUMNS: &str =
+    "scope, kind, route, since, until, reason, source, hits, failed_probes, probe_run";
+
+/// A wall row; a kind this build does not know reads as a credential wall
+/// (the wider one: it holds more, never less).
+pub(crate) fn wall_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Wall> {
+    let kind: String = row.get(1)?;
+    Ok(Wall {
+        scope: row.get(0)?,
+        kind: WallKind::parse(&kind).unwrap_or(WallKind::Credential),
+        route: row.get(2)?,
+        since: row.get(3)?,
+        until: row.get(4)?,
+        reason: row.get(5)?,
+        source: row.get(6)?,
+        hits: row.get(7)?,
+        failed_probes: row.get(8)?,
+        probe_run: row.get(9)?,
+    })
+}
+
+fn apply_wall(conn: &Connection, change: &WallChange) -> rusqlite::Result<()> {
+    match change {
+        WallChange::Arm(wall) => {
+            conn.prepare_cached(&format!(
+                "INSERT OR REPLACE INTO provider_walls ({WALL_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            ))?
+            .execute(params![
+                wall.scope,
+                wall.kind.as_str(),
+                wall.route,
+                wall.since,
+                wall.until,
+                wall.reason,
+                wall.source,
+                wall.hits,
+                wall.failed_probes,
+                wall.probe_run
+            ])?;
+        }
+        WallChange::Lift { scope } => {
+            conn.prepare_cached("DELETE FROM provider_walls WHERE scope = ?1")?
+                .execute(params![scope])?;
+        }
+        WallChange::ProbeEnded { scope } => {
+            conn.prepare_cached("UPDATE provider_walls SET probe_run = NULL WHERE scope = ?1")?
+                .execute(params![scope])?;
+        }
+    }
+    Ok(())
 }

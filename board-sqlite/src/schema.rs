@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 3] = [
+pub const MIGRATIONS: [&str; 4] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -101,5 +101,22 @@ ALTER TABLE task_runs ADD COLUMN lease_ttl INTEGER;
 ALTER TABLE task_runs ADD COLUMN worker_seal TEXT;
 UPDATE tasks SET not_before = (SELECT MAX(r.hold_until) FROM task_runs r WHERE r.task_id = tasks.id)
  WHERE status = 'ready';
+"#,
+    // 4: provider walls, shared by every dispatcher of the board (see
+    // kanban_core::walls): nothing of a walled scope is spawned before
+    // `until`, then one probe run goes through.
+    r#"
+CREATE TABLE IF NOT EXISTS provider_walls (
+    scope          TEXT PRIMARY KEY,
+    kind           TEXT NOT NULL,
+    route          TEXT NOT NULL,
+    since          INTEGER NOT NULL,
+    until          INTEGER NOT NULL,
+    reason         TEXT NOT NULL,
+    source         TEXT NOT NULL,
+    hits           INTEGER NOT NULL,
+    failed_probes  INTEGER NOT NULL DEFAULT 0,
+    probe_run      INTEGER
+);
 "#,
 ];

@@ -4,13 +4,15 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{BoardAdmin, Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
+use kanban_core::{
+    BoardAdmin, Clock, DispatchBoard, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars,
+};
 use serde_json::json;
 
 use crate::args::{AddArgs, GlobalArgs};
 use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading};
 use crate::out::{out, outln};
-use crate::output::{event_json, retry_note, run_json, short, table, task_json};
+use crate::output::{event_json, retry_note, run_json, short, table, task_json, walls_table};
 use crate::runtime::block_on;
 
 pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
@@ -115,6 +117,42 @@ pub(crate) fn list(
         "{}",
         table(&["ID", "STATUS", "PRIO", "RUN", "TITLE"], &rows)
     );
+    let walls = block_on(board.walls())?;
+    let holding = walls.iter().filter(|wall| wall.until > now).count();
+    if !walls.is_empty() {
+        outln!(
+            "{} provider wall(s), {holding} holding cards now: kanban walls",
+            walls.len()
+        );
+    }
+    Ok(0)
+}
+
+/// `kanban walls`: the provider walls of the board.
+pub(crate) fn walls(global: &GlobalArgs, env: &Environment, as_json: bool) -> anyhow::Result<i32> {
+    let board = open_board_for_reading(global, env)?;
+    let walls = block_on(board.walls())?;
+    let now = SystemClock.now();
+    if as_json {
+        let rows: Vec<serde_json::Value> = walls
+            .iter()
+            .map(|wall| {
+                json!({
+                    "scope": wall.scope, "kind": wall.kind.as_str(), "agent": wall.route,
+                    "since": wall.since, "until": wall.until, "holding": wall.until > now,
+                    "reason": wall.reason, "source": wall.source, "hits": wall.hits,
+                    "failed_probes": wall.failed_probes, "probe_run": wall.probe_run,
+                })
+            })
+            .collect();
+        outln!("{}", serde_json::Value::Array(rows));
+        return Ok(0);
+    }
+    if walls.is_empty() {
+        outln!("no provider walls: every agent's cards may be claimed");
+        return Ok(0);
+    }
+    out!("{}", walls_table(&walls, now));
     Ok(0)
 }
 

@@ -1,8 +1,83 @@
 //! The agent a dispatcher is given, checked before anything is claimed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use kanban_core::Environment;
+use kanban_core::walls::{AgentRoute, ProviderId, route_label};
+
+/// The dispatcher's agents by route (`""`: the unnamed one), from its
+/// `--agent` values: `NAME=SPEC` names an agent (the cards assigned to NAME
+/// go to it), a bare `SPEC` is the unnamed agent (cards with no assignee, or
+/// every card when no agent is named). NAME is letters, digits, `_`, `-`
+/// and `.`; a command that starts with a variable assignment is written
+/// `env VAR=value CMD`. Each agent is checked as [`validate_agent`] says.
+pub(crate) fn parse_agents(
+    values: &[String],
+    env: &Environment,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut agents = BTreeMap::new();
+    for value in values {
+        let (route, spec) = match value.split_once('=') {
+            Some((name, spec)) if is_agent_name(name) => (name.to_owned(), spec.to_owned()),
+            _ => (String::new(), value.clone()),
+        };
+        validate_agent(Some(&spec), env).map_err(|problem| match route.as_str() {
+            "" => problem,
+            name => format!("agent {name}: {problem}"),
+        })?;
+        if agents.insert(route.clone(), spec).is_some() {
+            return Err(match route.as_str() {
+                "" => {
+                    "two --agent values name no agent; give all but one a name (--agent NAME=CMD)"
+                        .to_owned()
+                }
+                name => {
+                    format!("two --agent values are named {name}; give each agent its own name")
+                }
+            });
+        }
+    }
+    if agents.is_empty() {
+        validate_agent(None, env)?;
+    }
+    Ok(agents)
+}
+
+/// A name an agent can be routed by (a card's assignee).
+pub(crate) fn is_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// An agent as walls see it: its name with a digest of its command (two
+/// different commands are two agents; the command itself may hold secrets
+/// and never reaches the board), and the provider it is known to call
+/// before it ran: an HTTP agent's endpoint, key fingerprint and model;
+/// nothing for a command agent (it reports its own in its result line).
+pub(crate) fn agent_route(route: &str, spec: &str, env: &Environment) -> AgentRoute {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(spec.as_bytes());
+    let short: String = digest
+        .iter()
+        .take(4)
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let provider = match kanban_agent_port::HttpAgentConfig::parse(spec, env) {
+        Ok(config) if spec.starts_with("http:") => ProviderId {
+            provider: Some(config.provider_id()),
+            model: Some(config.model),
+        },
+        _ => ProviderId::default(),
+    };
+    AgentRoute {
+        identity: format!("{}#{short}", route_label(route)),
+        provider,
+    }
+}
 
 /// The first word of a shell command, unquoted.
 fn first_word(command: &str) -> Option<String> {

@@ -75,6 +75,16 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the provider walls: scopes (an endpoint and key, a model, or an
+    /// agent) whose cards wait, uncharged, until the provider's reset time;
+    /// then one probe card goes through (docs/policy.md).
+    ///
+    /// Example: kanban walls --json
+    Walls {
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a card with its runs and events.
     ///
     /// Example: kanban show t_1a2b3c4d
@@ -162,6 +172,12 @@ pub(crate) enum Command {
         /// The user message.
         message: String,
     },
+    /// Fencing for side effects: refuse a push, a post or a write from a run
+    /// that lost its claim (docs/cli.md, "Fencing side effects").
+    ///
+    /// Example: kanban fence run -- git push origin "kanban/$HERMES_KANBAN_TASK/run-$KANBAN_FENCE_TOKEN"
+    #[command(subcommand)]
+    Fence(FenceCommand),
     /// Prove a worker's claim is live, read-only; exit 0 when live, 1 when not.
     ///
     /// Flags override the claim carrier in the environment.
@@ -243,9 +259,16 @@ pub(crate) struct DispatchArgs {
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) max_in_progress: u32,
     /// The agent workers run: a command (run with `sh -c` once per turn) or
-    /// `http:URL?model=M…`. Checked before the first claim.
-    #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
-    pub(crate) agent: Option<String>,
+    /// `http:URL?model=M…`. `NAME=CMD` names an agent: cards assigned to NAME
+    /// (`kanban add --assignee NAME`) go to it, and an unnamed agent takes the
+    /// cards with no assignee (or every card when no agent is named); repeat
+    /// for several. Each is checked before the first claim.
+    #[arg(long, env = "KANBAN_AGENT", value_name = "[NAME=]CMD")]
+    pub(crate) agent: Vec<String>,
+    /// The longest a provider wall holds its cards before one probe card goes
+    /// through, whatever reset time the provider named (`kanban walls`).
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) max_wall: Duration,
     /// The goal judge command workers use.
     #[arg(long, env = "KANBAN_JUDGE", value_name = "CMD")]
     pub(crate) judge: Option<String>,
@@ -349,6 +372,34 @@ pub(crate) struct WorkerArgs {
     /// The dispatcher's --retry-backoff, for a run this worker settles itself.
     #[arg(long, default_value = "30", value_name = "DURATION", value_parser = parse_duration, hide = true)]
     pub(crate) retry_backoff: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FenceCommand {
+    /// Exit 0 only while the carrier's claim is live and its fence token
+    /// (KANBAN_FENCE_TOKEN) is the card's newest run; 1, saying why, otherwise.
+    ///
+    /// Example (a git pre-push hook): exec kanban fence check --quiet
+    Check {
+        /// Say nothing when live.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Run CMD only while the claim is live, and stop its process group the
+    /// moment the lease is lost. Exits with CMD's status, or 1 when the claim
+    /// was not live (CMD never ran) or was lost while it ran.
+    ///
+    /// Example: kanban fence run -- gh pr comment 12 --body done
+    Run {
+        /// The command and its arguments (not run through a shell).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -10,7 +10,11 @@ use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{BoardAdmin, BookingKind, DispatchSettings, NewTask, RunMode};
 
+use crate::agent_check::agent_route;
 use crate::dispatch::DispatchPlan;
+
+/// The demo's second agent, for the card that hits a quota wall.
+const METERED: &str = "metered";
 use crate::out::outln;
 use crate::output::table;
 use crate::runtime::block_on;
@@ -52,19 +56,29 @@ pub(crate) fn demo(
         outln!("  {behaviour:<12} {what}");
     }
     outln!(
-        "short delays for the demo: in-place recovery backoff 1 s (default 15/45/90 s), tick 1 s (default 60 s); quota walls are held 300 s\n"
+        "short delays for the demo: in-place recovery backoff 1 s (default 15/45/90 s), tick 1 s (default 60 s); quota walls are held 300 s"
+    );
+    outln!(
+        "the quota card is assigned to agent {METERED}: its wall holds that agent's cards, and the others go on\n"
     );
     let mut ids = Vec::new();
     for (title, behaviour) in CARDS {
         let new = NewTask {
             title: title.to_owned(),
             body: Some(format!("sim: {behaviour}")),
+            // The walled card has an agent of its own, so its wall holds
+            // that agent alone (an agent is one client of one provider).
+            assignee: (behaviour == "quota").then(|| METERED.to_owned()),
             ..NewTask::default()
         };
         ids.push(block_on(board.create_task(&new))?);
     }
     drop(board);
     let exe = std::env::current_exe()?;
+    let sim = format!("'{}' sim-agent", exe.display());
+    let agents: std::collections::BTreeMap<String, String> =
+        [(String::new(), sim.clone()), (METERED.to_owned(), sim)].into();
+    let env = kanban_core::Environment::default();
     let plan = DispatchPlan {
         db: path.clone(),
         board_slug: "demo".to_owned(),
@@ -76,10 +90,13 @@ pub(crate) fn demo(
             interval: Duration::from_secs(1),
             grace: Duration::from_secs(5),
             max_runtime_seconds: None,
+            routes: agents
+                .iter()
+                .map(|(route, spec)| (route.clone(), agent_route(route, spec, &env)))
+                .collect(),
         },
+        agents,
         worker_args: vec![
-            "--agent".to_owned(),
-            format!("'{}' sim-agent", exe.display()),
             "--recovery-delays".to_owned(),
             "1".to_owned(),
             "--grace".to_owned(),

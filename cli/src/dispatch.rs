@@ -1,6 +1,7 @@
 //! `kanban dispatch`: wires core's dispatcher to the board, the process
 //! supervisor and the clock, and maps how it ended to an exit code.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use kanban_core::{
 };
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::agent_check::agent_route;
 use crate::args::DispatchArgs;
 use crate::out::errln;
 use crate::output::time_of_day;
@@ -31,20 +33,20 @@ pub(crate) struct DispatchPlan {
     pub(crate) settings: DispatchSettings,
     pub(crate) worker_args: Vec<String>,
     pub(crate) worker_env: Vec<(String, String)>,
+    /// The agents by route (`""`: the unnamed one); each worker gets its card's.
+    pub(crate) agents: BTreeMap<String, String>,
 }
 
 impl DispatchPlan {
     pub(crate) fn from_args(
         args: &DispatchArgs,
+        agents: BTreeMap<String, String>,
         db: PathBuf,
         board_slug: String,
         env: &Environment,
     ) -> Result<Self, String> {
         let seconds = |duration: Duration| duration.as_secs_f64().to_string();
         let mut worker_args = Vec::new();
-        if let Some(agent) = &args.agent {
-            worker_args.extend(["--agent".to_owned(), agent.clone()]);
-        }
         if let Some(judge) = &args.judge {
             worker_args.extend(["--judge".to_owned(), judge.clone()]);
         }
@@ -85,13 +87,21 @@ impl DispatchPlan {
                         .unwrap_or(i64::MAX),
                     backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs())
                         .unwrap_or(i64::MAX),
+                    max_wall_seconds: i64::try_from(args.max_wall.as_secs())
+                        .unwrap_or(i64::MAX)
+                        .max(1),
                 },
                 interval: args.interval.max(Duration::from_millis(50)),
                 grace: args.grace,
                 max_runtime_seconds: args.max_runtime,
+                routes: agents
+                    .iter()
+                    .map(|(route, spec)| (route.clone(), agent_route(route, spec, env)))
+                    .collect(),
             },
             worker_args,
             worker_env: Vec::new(),
+            agents,
         })
     }
 }
@@ -204,6 +214,7 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
             exe,
             args: plan.worker_args.clone(),
             env: plan.worker_env.clone(),
+            agents: plan.agents.clone(),
             board_slug: plan.board_slug.clone(),
             logs,
         },

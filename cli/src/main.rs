@@ -10,6 +10,7 @@ mod board_path;
 mod demo;
 mod dispatch;
 mod duration;
+mod fence;
 mod mcp;
 mod out;
 mod output;
@@ -27,7 +28,7 @@ use std::sync::atomic::AtomicUsize;
 use clap::{CommandFactory, Parser};
 use kanban_core::Environment;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, FenceCommand};
 use crate::out::{errln, out};
 
 fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
@@ -91,6 +92,7 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Migrate => admin::migrate(global, env),
         Command::Add(args) => admin::add(global, env, &args),
         Command::Ls { status, json } => admin::list(global, env, status.as_deref(), json),
+        Command::Walls { json } => admin::walls(global, env, json),
         Command::Show { id, json } => admin::show(global, env, &id, json),
         Command::Events { id, json } => admin::events(global, env, &id, json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
@@ -109,15 +111,23 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             worker::one_turn(env, &agent, &message, interrupt.clone())
         }
         Command::Prove(args) => prove::prove(global, env, &args),
+        Command::Fence(FenceCommand::Check { quiet }) => fence::check(env, quiet),
+        Command::Fence(FenceCommand::Run { command }) => {
+            runtime::install_signal_handlers(interrupt)?;
+            fence::run(env, &command, interrupt)
+        }
         Command::Dispatch(args) => {
             runtime::install_signal_handlers(interrupt)?;
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
-            if let Err(problem) = agent_check::validate_agent(args.agent.as_deref(), env) {
-                errln!("error: {problem}; nothing was claimed");
-                return Ok(78);
-            }
-            let plan = match dispatch::DispatchPlan::from_args(&args, db, slug, env) {
+            let agents = match agent_check::parse_agents(&args.agent, env) {
+                Ok(agents) => agents,
+                Err(problem) => {
+                    errln!("error: {problem}; nothing was claimed");
+                    return Ok(78);
+                }
+            };
+            let plan = match dispatch::DispatchPlan::from_args(&args, agents, db, slug, env) {
                 Ok(plan) => plan,
                 Err(problem) => {
                     errln!("error: {problem}; nothing was claimed");

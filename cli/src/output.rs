@@ -125,15 +125,49 @@ pub(crate) fn time_of_day(epoch: i64) -> String {
 
 /// When a card held back after a failure may be claimed again, if later
 /// than `now`: `retry at 2026-12-02 20:49:03Z (in 9m 58s)`.
-pub(crate) fn retry_note(not_before: Option<i64>, now: i64) -> Option<String> {
-    let at = not_before.filter(|at| *at > now)?;
-    let wait = at - now;
-    let left = match wait {
+/// The provider walls as a table: scope, kind, state, hits, who hit it last.
+pub(crate) fn walls_table(walls: &[kanban_core::walls::Wall], now: i64) -> String {
+    let rows: Vec<Vec<String>> = walls
+        .iter()
+        .map(|wall| {
+            let state = match (wall.probe_run, wall.until > now) {
+                (_, true) => format!(
+                    "holds until {} (in {})",
+                    utc_time(wall.until),
+                    span(wall.until - now)
+                ),
+                (Some(run), false) => format!("probing with run {run}"),
+                (None, false) => "reset: the next card is its probe".to_owned(),
+            };
+            vec![
+                short(&wall.scope, 60),
+                wall.kind.as_str().to_owned(),
+                state,
+                wall.hits.to_string(),
+                format!(
+                    "{} via {}: {}",
+                    wall.source,
+                    wall.route,
+                    short(&wall.reason, 40)
+                ),
+            ]
+        })
+        .collect();
+    table(&["SCOPE", "WALL", "STATE", "HITS", "LAST HIT"], &rows)
+}
+
+/// A wait in seconds as people read it: `42s`, `3m 5s`, `2h 10m`.
+fn span(wait: i64) -> String {
+    match wait {
         ..60 => format!("{wait}s"),
         60..3600 => format!("{}m {}s", wait / 60, wait % 60),
         _ => format!("{}h {}m", wait / 3600, wait % 3600 / 60),
-    };
-    Some(format!("retry at {} (in {left})", utc_time(at)))
+    }
+}
+
+pub(crate) fn retry_note(not_before: Option<i64>, now: i64) -> Option<String> {
+    let at = not_before.filter(|at| *at > now)?;
+    Some(format!("retry at {} (in {})", utc_time(at), span(at - now)))
 }
 
 #[cfg(test)]

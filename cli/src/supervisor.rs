@@ -198,6 +198,7 @@ pub(crate) struct ProcessSupervisor {
     logs: PathBuf,
     worker_args: Vec<String>,
     worker_env: Vec<(String, String)>,
+    agents: BTreeMap<String, String>,
     board_slug: String,
     exits: Arc<Mutex<Vec<WorkerExit>>>,
     wake: Arc<tokio::sync::Notify>,
@@ -221,6 +222,8 @@ pub(crate) struct WorkerCommand {
     pub(crate) exe: PathBuf,
     pub(crate) args: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
+    /// The agent command of each route (`""`: the unnamed agent).
+    pub(crate) agents: BTreeMap<String, String>,
     pub(crate) board_slug: String,
     pub(crate) logs: PathBuf,
 }
@@ -237,6 +240,7 @@ impl ProcessSupervisor {
             logs: command.logs,
             worker_args: command.args,
             worker_env: command.env,
+            agents: command.agents,
             board_slug: command.board_slug,
             exits: Arc::new(Mutex::new(Vec::new())),
             wake: Arc::new(tokio::sync::Notify::new()),
@@ -319,7 +323,13 @@ impl Supervisor for ProcessSupervisor {
         &self,
         claim: &Claim,
         goal_mode: bool,
+        route: &str,
     ) -> Result<WorkerProcess, EnvironmentFault> {
+        let Some(agent) = self.agents.get(route) else {
+            return Err(EnvironmentFault::Configuration(format!(
+                "no agent is named {route:?}; name it with --agent {route}=CMD"
+            )));
+        };
         let log = self.log_path(&claim.task_id);
         let unwritable = |error: std::io::Error| {
             EnvironmentFault::Configuration(format!(
@@ -341,6 +351,7 @@ impl Supervisor for ProcessSupervisor {
             .env(crate::worker::SEAL_VAR, &seal)
             .arg("worker")
             .args(&self.worker_args)
+            .args(["--agent", agent])
             .envs(claim.to_env_pairs())
             .env(vars::BOARD, &self.board_slug)
             .envs(self.worker_env.iter().map(|(k, v)| (k, v)))

@@ -9,7 +9,7 @@ use kanban_core::{BoardAdmin, Clock, DispatchBoard, Environment, TaskStatus};
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
 use crate::out::{out, outln};
-use crate::output::{short, table};
+use crate::output::{short, table, walls_table};
 use crate::runtime::block_on;
 
 fn snapshot(board: &kanban_board_sqlite::SqliteBoard) -> anyhow::Result<String> {
@@ -54,6 +54,11 @@ fn snapshot(board: &kanban_board_sqlite::SqliteBoard) -> anyhow::Result<String> 
         &["CARD", "RUN", "PID", "LEASE LEFT", "TITLE"],
         &rows,
     ));
+    let walls = block_on(board.walls())?;
+    if !walls.is_empty() {
+        out.push_str("\nprovider walls:\n");
+        out.push_str(&walls_table(&walls, now));
+    }
     out.push_str("\nlast events:\n");
     let events = block_on(board.recent_events(12))?;
     let rows: Vec<Vec<String>> = events

@@ -196,6 +196,7 @@ async fn run_worker_process(
         id: task.id.clone(),
         title: task.title.clone(),
         body: task.body.clone().unwrap_or_default(),
+        fence_token: Some(claim.run_id),
     };
     let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);

@@ -112,6 +112,8 @@ pub struct ClaimGrant {
     pub goal_mode: bool,
     /// The card ran before: processes of its earlier runs may still live.
     pub rerun: bool,
+    /// The card's assignee, which picks its agent.
+    pub assignee: Option<String>,
 }
 
 /// A card as stored.

@@ -104,6 +104,7 @@ impl Claim {
             (vars::DB, self.db.clone()),
             (vars::RUN_ID, self.run_id.to_string()),
             (vars::CLAIM_LOCK, self.claim_lock.clone()),
+            (vars::FENCE_TOKEN, self.run_id.to_string()),
         ];
         if let Some(board) = &self.board {
             pairs.push((vars::BOARD, board.clone()));

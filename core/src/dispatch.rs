@@ -2,6 +2,7 @@
 //! supervises, and what wakes it up. The [`crate::Dispatcher`] decides;
 //! these only do.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,6 +12,7 @@ use crate::booking::{Booking, ExitWitness, SignalReason};
 use crate::claim::Claim;
 use crate::ports::{Board, BoardError};
 use crate::rules::{FailurePolicy, Release};
+use crate::walls::{Wall, WallHit};
 use crate::worker::WorkerResult;
 
 /// A running card as a dispatcher sees it.
@@ -28,6 +30,8 @@ pub struct RunningWorker {
     pub last_heartbeat_at: Option<i64>,
     /// When the run started.
     pub run_started_at: i64,
+    /// The card's assignee, which picks its agent.
+    pub assignee: Option<String>,
     /// The card's own limit on a run's duration.
     pub max_runtime_seconds: Option<i64>,
 }
@@ -48,6 +52,8 @@ pub struct ExitReport {
     /// How long the provider asked to wait, from the worker's result: a rate
     /// limited card is held at least this long, beyond the cooldown.
     pub retry_after_seconds: Option<u64>,
+    /// The provider wall the run hit, if its result names one.
+    pub wall: Option<WallHit>,
 }
 
 /// A heartbeat older than this means a live worker is wedged, not slow.
@@ -88,11 +94,18 @@ pub trait DispatchBoard: Board {
     async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError>;
     /// Claims the next claimable ready card (priority first, then oldest):
     /// unclaimed, every parent done, and not held (`not_before`) past now.
+    /// Only cards `filter` admits are claimed.
     async fn claim_next_ready(
         &self,
         ttl_seconds: i64,
         claim_lock: &str,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimGrant>, BoardError>;
+    /// Every provider wall on the board.
+    async fn walls(&self) -> Result<Vec<Wall>, BoardError>;
+    /// Marks `claim`'s run as the probe of the walls of `scopes` (event
+    /// `wall_probe`).
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError>;
     /// Records the worker process (pid, start time, seal digest) on the
     /// card and its run (event `spawned`). Fenced by the run and the claim lock.
     async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError>;
@@ -136,6 +149,40 @@ pub trait DispatchBoard: Board {
     /// not). An error means: write nothing more.
     async fn check_health(&self) -> Result<(), BoardError> {
         Ok(())
+    }
+}
+
+/// Which ready cards a claim may take, by assignee.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClaimFilter {
+    /// The assignees admitted (`""` for a card with none); `None` admits
+    /// every card.
+    pub assignees: Option<BTreeSet<String>>,
+}
+
+impl ClaimFilter {
+    /// Admits every card.
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// Admits the cards of these assignees only (`""`: unassigned).
+    pub fn only(assignees: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            assignees: Some(assignees.into_iter().collect()),
+        }
+    }
+
+    /// True when a card assigned to `assignee` may be claimed.
+    pub fn admits(&self, assignee: Option<&str>) -> bool {
+        self.assignees
+            .as_ref()
+            .is_none_or(|set| set.contains(assignee.unwrap_or("")))
+    }
+
+    /// True when it admits no card at all.
+    pub fn admits_none(&self) -> bool {
+        self.assignees.as_ref().is_some_and(BTreeSet::is_empty)
     }
 }
 
@@ -228,10 +275,12 @@ pub trait Supervisor: Send + Sync {
     fn claimer_gone(&self, claim_lock: &str) -> bool;
     /// Starts a worker for `claim` in a process group of its own. An error
     /// is the environment's, never the card's.
+    /// `route` names the agent (`""`: the unnamed one).
     async fn spawn(
         &self,
         claim: &Claim,
         goal_mode: bool,
+        route: &str,
     ) -> Result<WorkerProcess, EnvironmentFault>;
     /// The exits of workers this supervisor started, since the last call.
     async fn reap(&self) -> Vec<WorkerExit>;

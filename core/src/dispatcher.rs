@@ -5,7 +5,7 @@
 //! It only decides. The board, the processes and the waiting are ports, so
 //! the same dispatcher runs the real binary and the deterministic simulation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +13,17 @@ use std::time::Duration;
 use crate::booking::{Booking, BookingKind, ExitWitness, SignalReason};
 use crate::claim::Claim;
 use crate::dispatch::{
-    DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker, StaleClaimAction,
-    StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
+    ClaimFilter, DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker,
+    StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess,
+    stale_claim_action,
 };
 use crate::ports::{BoardError, Clock, RunStatus};
 use crate::rules::{FailurePolicy, Release, lease_expired};
+use crate::walls::{
+    AgentRoute, Gate, ProviderId, WallHit, WallKind, gate, probed_walls, route_label, scopes_of,
+    wall_scope,
+};
+use crate::worker::WorkerResult;
 
 /// How long a killed worker may take to disappear before its reclaim is deferred.
 const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -49,6 +55,10 @@ pub struct DispatchSettings {
     pub grace: Duration,
     /// A run's time limit for cards naming none (`max_runtime_seconds`).
     pub max_runtime_seconds: Option<i64>,
+    /// The agents, by route (`""`: the unnamed agent, which serves cards
+    /// with no assignee, or every card when no agent is named), each with
+    /// the provider it is known to call (for walls). Empty: one unnamed agent.
+    pub routes: BTreeMap<String, AgentRoute>,
 }
 
 impl Default for DispatchSettings {
@@ -60,6 +70,7 @@ impl Default for DispatchSettings {
             interval: Duration::from_secs(60),
             grace: Duration::from_secs(10),
             max_runtime_seconds: None,
+            routes: BTreeMap::new(),
         }
     }
 }
@@ -111,6 +122,17 @@ pub enum DispatchEvent {
         for_ms: u64,
     },
     Resumed,
+    /// A wall holds an agent's cards.
+    WallHeld {
+        route: String,
+        until: i64,
+        for_seconds: i64,
+    },
+    /// A wall's reset time came: one card goes through as its probe.
+    WallProbe {
+        task_id: String,
+        scopes: Vec<String>,
+    },
     BoardTrouble {
         message: String,
     },
@@ -198,6 +220,17 @@ impl fmt::Display for DispatchEvent {
                 *for_ms as f64 / 1000.0
             ),
             Self::Resumed => f.write_str("claiming resumed"),
+            Self::WallHeld {
+                route, for_seconds, ..
+            } => write!(
+                f,
+                "a provider wall holds the cards of agent {route} for {for_seconds}s (kanban walls); nothing is spawned for them and they are charged nothing"
+            ),
+            Self::WallProbe { task_id, scopes } => write!(
+                f,
+                "{task_id} goes through as the probe of the wall on {}",
+                scopes.join(", ")
+            ),
             Self::BoardTrouble { message } => write!(f, "board call failed: {message}"),
             Self::LeftUnbooked { task_id, pid } => write!(
                 f,
@@ -357,6 +390,13 @@ pub struct Dispatcher {
     /// The board failed its health check: nothing more is written to it,
     /// and our workers are wound down.
     board_unsafe: Option<WindDown>,
+    /// The agent route of each running run, as far as known.
+    run_routes: BTreeMap<i64, String>,
+    /// The wall scopes each route is known to reach: its own name, its
+    /// configured provider, and the providers its runs reported.
+    scopes: BTreeMap<String, BTreeSet<String>>,
+    /// The routes a wall held on the last tick, and until when (said once).
+    held: BTreeMap<String, i64>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -380,6 +420,18 @@ impl Dispatcher {
         let third =
             Duration::from_secs(u64::try_from(settings.ttl_seconds / 3).unwrap_or(0).max(1));
         settings.interval = settings.interval.min(third);
+        if settings.routes.is_empty() {
+            let unnamed = AgentRoute {
+                identity: route_label("").to_owned(),
+                provider: ProviderId::default(),
+            };
+            settings.routes.insert(String::new(), unnamed);
+        }
+        let scopes = settings
+            .routes
+            .iter()
+            .map(|(route, agent)| (route.clone(), scopes_of(&agent.identity, &agent.provider)))
+            .collect();
         Self {
             ports,
             settings,
@@ -392,6 +444,41 @@ impl Dispatcher {
             paused_until_ms: None,
             next_pause: FIRST_PAUSE,
             board_unsafe: None,
+            run_routes: BTreeMap::new(),
+            scopes,
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// The route serving a card assigned to `assignee`: the agent of that
+    /// name; else the unnamed agent for a card with no assignee, or for
+    /// every card when no agent is named. `None`: no agent serves it (the
+    /// card waits, uncharged).
+    pub fn route_of(&self, assignee: Option<&str>) -> Option<String> {
+        let assignee = assignee.unwrap_or("");
+        let named = self.settings.routes.keys().any(|route| !route.is_empty());
+        if !assignee.is_empty() && self.settings.routes.contains_key(assignee) {
+            return Some(assignee.to_owned());
+        }
+        let unnamed = self.settings.routes.contains_key("");
+        (unnamed && (assignee.is_empty() || !named)).then(String::new)
+    }
+
+    /// The identity of a route's agent, as walls name it.
+    fn identity(&self, route: &str) -> String {
+        self.settings.routes.get(route).map_or_else(
+            || route_label(route).to_owned(),
+            |agent| agent.identity.clone(),
+        )
+    }
+
+    /// The assignees a route serves: `None` for all.
+    fn route_filter(&self, route: &str) -> ClaimFilter {
+        let named = self.settings.routes.keys().any(|route| !route.is_empty());
+        if named {
+            ClaimFilter::only([route.to_owned()])
+        } else {
+            ClaimFilter::any()
         }
     }
 
@@ -626,6 +713,12 @@ impl Dispatcher {
         let live: std::collections::BTreeSet<i64> =
             running.iter().map(|worker| worker.claim.run_id).collect();
         self.watches.retain(|run_id, _| live.contains(run_id));
+        self.run_routes.retain(|run_id, _| live.contains(run_id));
+        for worker in running {
+            if let Some(route) = self.route_of(worker.assignee.as_deref()) {
+                self.run_routes.entry(worker.claim.run_id).or_insert(route);
+            }
+        }
         for worker in running {
             let watch = self
                 .watches
@@ -1074,7 +1167,7 @@ impl Dispatcher {
     }
 
     async fn report(
-        &self,
+        &mut self,
         claim: &Claim,
         witness: ExitWitness,
         source: &'static str,
@@ -1082,15 +1175,32 @@ impl Dispatcher {
         log: RunLog,
     ) -> ExitReport {
         // What the worker booked, whoever witnessed the exit.
-        let retry_after_seconds = self
-            .ports
-            .board
-            .booked_result(claim)
-            .await
-            .ok()
-            .flatten()
+        let result = self.ports.board.booked_result(claim).await.ok().flatten();
+        let retry_after_seconds = result
+            .as_ref()
             .and_then(|result| result.retry_after_seconds);
+        let route = self.run_routes.get(&claim.run_id).cloned();
+        let wall = match (&result, &route) {
+            (Some(result), Some(route)) => {
+                let provider = ProviderId {
+                    provider: result.provider.clone(),
+                    model: result.model.clone(),
+                };
+                let identity = self.identity(route);
+                if provider.provider.is_some() {
+                    // Learnt: this agent reaches that provider, so its walls
+                    // hold this agent's cards too.
+                    self.scopes
+                        .entry(route.clone())
+                        .or_default()
+                        .extend(scopes_of(&identity, &provider));
+                }
+                wall_hit(result, route, &identity, &provider)
+            }
+            _ => None,
+        };
         ExitReport {
+            wall,
             witness,
             source,
             signalled,
@@ -1219,16 +1329,75 @@ impl Dispatcher {
             .count()
             .max(self.children.len());
         let budget = self.settings.max_in_progress.saturating_sub(local);
+        if budget == 0 {
+            return 0;
+        }
+        let walls = match self.ports.board.walls().await {
+            Ok(walls) => walls,
+            Err(error) => {
+                // Fail closed: a wall nobody can read might hold every card.
+                self.board_trouble(&error);
+                return 0;
+            }
+        };
+        let running_runs: BTreeSet<i64> =
+            running.iter().map(|worker| worker.claim.run_id).collect();
+        let now = self.ports.clock.now();
+        let mut open = Vec::new();
+        let mut probes = Vec::new();
+        let mut held = BTreeMap::new();
+        for route in self.settings.routes.keys() {
+            let scopes = self.scopes.get(route).cloned().unwrap_or_default();
+            match gate(&walls, &scopes, &running_runs, now) {
+                Gate::Open => open.push(route.clone()),
+                Gate::Held { until } => {
+                    held.insert(route.clone(), until);
+                }
+                Gate::Probe => {
+                    let probed = probed_walls(&walls, &scopes, now)
+                        .into_iter()
+                        .map(|wall| wall.scope.clone())
+                        .collect::<Vec<_>>();
+                    probes.push((route.clone(), probed));
+                }
+            }
+        }
+        for (route, until) in &held {
+            if self.held.get(route) != Some(until) {
+                self.note(DispatchEvent::WallHeld {
+                    route: route_label(route).to_owned(),
+                    until: *until,
+                    for_seconds: until.saturating_sub(now).max(0),
+                });
+            }
+        }
+        self.held = held;
+        let named = self.settings.routes.keys().any(|route| !route.is_empty());
+        let open_filter = if named {
+            ClaimFilter::only(open)
+        } else if open.is_empty() {
+            ClaimFilter::only([])
+        } else {
+            ClaimFilter::any()
+        };
         let mut spawned = 0;
+        let mut probes = probes.into_iter();
         for _ in 0..budget {
+            // Probes first: one card per walled route whose reset came.
+            let (filter, probe) = match probes.next() {
+                Some((route, scopes)) => (self.route_filter(&route), Some(scopes)),
+                None if open_filter.admits_none() => break,
+                None => (open_filter.clone(), None),
+            };
             let lock = self.ports.supervisor.new_claim_lock();
             let grant = match self
                 .ports
                 .board
-                .claim_next_ready(self.settings.ttl_seconds, &lock)
+                .claim_next_ready(self.settings.ttl_seconds, &lock, &filter)
                 .await
             {
                 Ok(Some(grant)) => grant,
+                Ok(None) if probe.is_some() => continue,
                 Ok(None) => break,
                 Err(error) => {
                     self.board_trouble(&error);
@@ -1236,12 +1405,36 @@ impl Dispatcher {
                 }
             };
             let claim = grant.claim;
+            let Some(route) = self.route_of(grant.assignee.as_deref()) else {
+                // The filter admitted a card no agent serves: never spawn it.
+                let reason = "no agent serves its assignee".to_owned();
+                self.release(&claim, Release::NotStarted { reason }).await;
+                continue;
+            };
+            if let Some(scopes) = probe {
+                if let Err(error) = self.ports.board.start_probe(&claim, &scopes).await {
+                    self.board_trouble(&error);
+                    let reason = "its wall probe could not be recorded".to_owned();
+                    self.release(&claim, Release::NotStarted { reason }).await;
+                    break;
+                }
+                self.note(DispatchEvent::WallProbe {
+                    task_id: claim.task_id.clone(),
+                    scopes,
+                });
+            }
+            self.run_routes.insert(claim.run_id, route.clone());
             if grant.rerun && !self.ports.supervisor.sweep_earlier_runs(&claim).await {
                 let reason = "a process of an earlier run of this card would not die".to_owned();
                 self.release(&claim, Release::NotStarted { reason }).await;
                 continue;
             }
-            let process = match self.ports.supervisor.spawn(&claim, grant.goal_mode).await {
+            let process = match self
+                .ports
+                .supervisor
+                .spawn(&claim, grant.goal_mode, &route)
+                .await
+            {
                 Ok(process) => process,
                 Err(fault) => {
                     let reason = format!("the worker could not be started: {fault}");
@@ -1275,4 +1468,31 @@ impl Dispatcher {
         }
         spawned
     }
+}
+
+/// The wall a worker's result says its run hit: exit 75 or 78 with a
+/// failure reason that is a wall (or none: a credential the runner found
+/// limited or refused).
+fn wall_hit(
+    result: &WorkerResult,
+    route: &str,
+    identity: &str,
+    provider: &ProviderId,
+) -> Option<WallHit> {
+    let kind = match (&result.failure_reason, result.exit_code) {
+        (Some(reason), 75 | 78) => WallKind::of_failure(reason)?,
+        (None, 75) => WallKind::Rate,
+        (None, 78) => WallKind::Credential,
+        _ => return None,
+    };
+    Some(WallHit {
+        scope: wall_scope(kind, identity, provider),
+        kind,
+        route: route_label(route).to_owned(),
+        reported_wait: result.retry_after_seconds,
+        reason: result.failure_reason.as_ref().map_or_else(
+            || format!("exit {}", result.exit_code),
+            |reason| reason.as_str().to_owned(),
+        ),
+    })
 }

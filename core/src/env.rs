@@ -29,6 +29,9 @@ pub mod vars {
     pub const CLAIM_TTL_SECONDS: &str = "HERMES_KANBAN_CLAIM_TTL_SECONDS";
     /// The root under which named boards live.
     pub const HOME: &str = "HERMES_KANBAN_HOME";
+    /// The claim's fencing token (its run id, which only grows per board):
+    /// `kanban fence check` and side-effect hooks compare it.
+    pub const FENCE_TOKEN: &str = "KANBAN_FENCE_TOKEN";
 
     /// Every variable of the claim carrier, in the order the seed lists them.
     pub const CARRIER: [&str; 8] = [

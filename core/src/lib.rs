@@ -26,6 +26,7 @@ pub mod rules;
 pub mod shapes;
 pub mod tables;
 mod turn;
+pub mod walls;
 mod worker;
 
 pub use board::{
@@ -45,9 +46,9 @@ pub use classify::{
     provider_wait_seconds,
 };
 pub use dispatch::{
-    DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker, STALE_HEARTBEAT_SECONDS,
-    StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess,
-    stale_claim_action,
+    ClaimFilter, DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker,
+    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit,
+    WorkerProcess, stale_claim_action,
 };
 pub use dispatcher::{
     DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts, DispatchSettings, Dispatcher,

@@ -17,6 +17,7 @@ use crate::booking::{
 use crate::claim::Claim;
 use crate::dispatch::ExitReport;
 use crate::ports::{BoardError, RunStatus};
+use crate::walls::{Wall, WallBounds, WallChange, walls_after_booking};
 
 /// Closed runs read, newest first, when counting a protocol-violation streak.
 pub const STREAK_SCAN_LIMIT: usize = 50;
@@ -93,6 +94,8 @@ pub struct Transition {
     pub not_before: Option<Option<i64>>,
     pub completion: Option<Completion>,
     pub events: Vec<NewEvent>,
+    /// Changes to the provider walls (see [`crate::walls`]).
+    pub walls: Vec<WallChange>,
 }
 
 /// A dispatcher's knobs for failed runs: they travel with every booking and
@@ -106,6 +109,9 @@ pub struct FailurePolicy {
     /// The first wait after a counted failure; it doubles per failure in a
     /// row (see [`retry_backoff_seconds`]). 0 turns the backoff off.
     pub backoff_base_seconds: i64,
+    /// The longest a provider wall (or a card's `Retry-After`) holds its
+    /// cards before a probe goes through.
+    pub max_wall_seconds: i64,
 }
 
 impl Default for FailurePolicy {
@@ -114,6 +120,7 @@ impl Default for FailurePolicy {
             failure_limit: crate::DEFAULT_FAILURE_LIMIT,
             rate_limit_cooldown: DEFAULT_RATE_LIMIT_COOLDOWN_SECONDS,
             backoff_base_seconds: RETRY_BACKOFF_BASE_SECONDS,
+            max_wall_seconds: crate::walls::DEFAULT_MAX_WALL_SECONDS,
         }
     }
 }
@@ -291,6 +298,7 @@ fn counted_failure(
         ));
     }
     Transition {
+        walls: Vec::new(),
         close_run: Some(RunClose {
             status: outcome.to_owned(),
             outcome: outcome.to_owned(),
@@ -318,6 +326,8 @@ pub struct ExitHistory {
     pub recent_outcomes: Vec<String>,
     /// The reason of the newest `worker_signalled` event of the run.
     pub recorded_signal: Option<SignalReason>,
+    /// The walls of the report's wall scope, and those this run probes.
+    pub walls: Vec<Wall>,
 }
 
 fn witness_parts(witness: ExitWitness) -> (Option<i32>, Option<i32>) {
@@ -353,7 +363,47 @@ pub fn booking_error(kind: BookingKind, witness: ExitWitness, output_tail: &str)
 /// Books one worker exit of `claim`'s run: core's booking table decides the
 /// kind, and this turns it into the card's change. A card no longer running
 /// under the claim is left alone; only a `worker_exited` record is added.
+/// A run that hit a provider wall arms (or re-arms) it; a probe run that got
+/// an answer lifts the wall it probed.
 pub fn book_exit(
+    card: &CardState,
+    claim: &Claim,
+    history: &ExitHistory,
+    report: &ExitReport,
+    now: i64,
+) -> (Booking, Transition) {
+    let (booking, mut transition) = book_card_exit(card, claim, history, report, now);
+    let changes = walls_after_booking(
+        &history.walls,
+        report.wall.as_ref(),
+        booking.kind,
+        &claim.task_id,
+        claim.run_id,
+        now,
+        WallBounds {
+            unnamed_wait: report.policy.rate_limit_cooldown,
+            max_wall: report.policy.max_wall_seconds,
+        },
+    );
+    for change in &changes {
+        let (kind, payload) = match change {
+            WallChange::Arm(wall) => (
+                "wall_armed",
+                json!({"scope": wall.scope, "wall": wall.kind.as_str(), "until": wall.until,
+                       "hits": wall.hits, "failed_probes": wall.failed_probes, "reason": wall.reason}),
+            ),
+            WallChange::Lift { scope } => ("wall_lifted", json!({"scope": scope})),
+            WallChange::ProbeEnded { scope } => ("wall_probe_ended", json!({"scope": scope})),
+        };
+        transition
+            .events
+            .push(NewEvent::new(kind, Some(claim.run_id), payload));
+    }
+    transition.walls = changes;
+    (booking, transition)
+}
+
+fn book_card_exit(
     card: &CardState,
     claim: &Claim,
     history: &ExitHistory,
@@ -415,6 +465,8 @@ pub fn book_exit(
         let wait = report
             .retry_after_seconds
             .map_or(0, |seconds| i64::try_from(seconds).unwrap_or(i64::MAX))
+            // A provider's reset time is honoured up to the wall bound.
+            .min(report.policy.max_wall_seconds.max(0))
             .max(report.policy.rate_limit_cooldown.max(0));
         now.saturating_add(wait)
     });
@@ -434,6 +486,7 @@ pub fn book_exit(
         ));
     }
     let transition = Transition {
+        walls: Vec::new(),
         close_run: Some(RunClose {
             status: booking.kind.as_str().to_owned(),
             outcome: booking.kind.as_str().to_owned(),
@@ -577,6 +630,7 @@ pub fn settle_overrun(
 /// The worker's terminal `complete`.
 pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) -> Transition {
     Transition {
+        walls: Vec::new(),
         close_run: Some(RunClose {
             status: "done".to_owned(),
             outcome: "completed".to_owned(),
@@ -633,6 +687,7 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
     }
     let landing = requeue_landing(card.open_parents);
     Ok(Transition {
+        walls: Vec::new(),
         close_run: Some(RunClose {
             status: "reclaimed".to_owned(),
             outcome: "reclaimed".to_owned(),

@@ -161,6 +161,13 @@ pub struct TurnResult {
     /// Seconds the provider asked us to wait (`Retry-After`), kept for the dispatcher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
+    /// Who the turn talked to: endpoint and credential (a fingerprint, never
+    /// the credential), the scope of a credential wall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The model the turn used; with the provider, the scope of a rate wall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl TurnResult {

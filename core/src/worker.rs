@@ -12,7 +12,7 @@ use crate::policy::{
 };
 use crate::ports::{Board, BoardProof, Judge, RunStatus, Sleeper, TurnRunner, VerdictKind};
 use crate::recovery::recover_in_place;
-use crate::turn::{TurnInput, TurnKind, TurnOutcome};
+use crate::turn::{FailureReason, TurnInput, TurnKind, TurnOutcome};
 
 /// Goal-mode turns per run when the card names no budget.
 pub const DEFAULT_GOAL_MAX_TURNS: u32 = 20;
@@ -35,6 +35,16 @@ pub struct WorkerResult {
     /// How long the provider asked to wait (`Retry-After`) on the run's last turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
+    /// Why the run's last turn failed, as the agent typed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<FailureReason>,
+    /// Who the run's last turn talked to (endpoint and credential, never the
+    /// credential itself), as the agent reported it: a wall's scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The model of the run's last turn, as the agent reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// A goal-mode card's goal.
@@ -390,6 +400,10 @@ pub async fn run_worker_turns(frame: Frame, ports: &mut WorkerPorts<'_>) -> Work
         Some(_) => {}
         None => (code, stop_nudges) = run.stop_nudges(code).await,
     }
+    let last = match &run.latest {
+        Ok(Some(result)) => Some(result),
+        _ => None,
+    };
     let booking = WorkerResult {
         pid: setup.pid,
         claim_lock: setup.claim.claim_lock.clone(),
@@ -397,10 +411,10 @@ pub async fn run_worker_turns(frame: Frame, ports: &mut WorkerPorts<'_>) -> Work
         last_output: tail(&run.last_response(), LAST_OUTPUT_LIMIT),
         turns: run.turns,
         recovery_attempts: run.recovery_attempts,
-        retry_after_seconds: match &run.latest {
-            Ok(Some(result)) => result.retry_after_seconds,
-            _ => None,
-        },
+        retry_after_seconds: last.and_then(|result| result.retry_after_seconds),
+        failure_reason: last.and_then(|result| result.failure_reason.clone()),
+        provider: last.and_then(|result| result.provider.clone()),
+        model: last.and_then(|result| result.model.clone()),
     };
     if let Err(error) = run.ports.board.book_result(&setup.claim, &booking).await {
         let line = format!(

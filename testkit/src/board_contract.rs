@@ -11,9 +11,9 @@
 
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::{
-    Board, BoardAdmin, BoardError, BookingKind, Claim, DispatchBoard, ExitReport, ExitWitness,
-    NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus, WorkerProcess,
-    WorkerResult,
+    Board, BoardAdmin, BoardError, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitReport,
+    ExitWitness, NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus,
+    WorkerProcess, WorkerResult,
 };
 
 use crate::{VirtualClock, block_on};
@@ -120,6 +120,7 @@ fn report(witness: ExitWitness) -> ExitReport {
         output_tail: "last words".into(),
         policy: FailurePolicy::default(),
         retry_after_seconds: None,
+        wall: None,
     }
 }
 
@@ -132,11 +133,14 @@ fn result(claim: &Claim, exit_code: i32) -> WorkerResult {
         turns: 1,
         recovery_attempts: 0,
         retry_after_seconds: None,
+        failure_reason: None,
+        provider: None,
+        model: None,
     }
 }
 
 fn next<B: DispatchBoard>(board: &B) -> Option<Claim> {
-    block_on(board.claim_next_ready(TTL, "host:d"))
+    block_on(board.claim_next_ready(TTL, "host:d", &ClaimFilter::any()))
         .expect("claim_next_ready")
         .map(|grant| grant.claim)
 }
@@ -227,12 +231,12 @@ pub fn claiming_in_order<B: Board + BoardAdmin + DispatchBoard>(board: &B, time:
     );
     time.advance(1);
     let low_later = create(board, &task("low later"));
-    let grant = block_on(board.claim_next_ready(TTL, "host:1"))
+    let grant = block_on(board.claim_next_ready(TTL, "host:1", &ClaimFilter::any()))
         .unwrap()
         .expect("a ready card");
     assert_eq!(grant.claim.task_id, high, "priority first");
     assert_eq!(grant.claim_expires, START + 2 + TTL);
-    let second = block_on(board.claim_next_ready(TTL, "host:2"))
+    let second = block_on(board.claim_next_ready(TTL, "host:2", &ClaimFilter::any()))
         .unwrap()
         .unwrap();
     assert_eq!(second.claim.task_id, low, "then the oldest");
@@ -260,12 +264,12 @@ pub fn claiming_in_order<B: Board + BoardAdmin + DispatchBoard>(board: &B, time:
         block_on(board.prove_claim(&grant.claim, ProofIdentity::AnyProcess)).is_ok(),
         "a fresh claim is live"
     );
-    let third = block_on(board.claim_next_ready(TTL, "host:3"))
+    let third = block_on(board.claim_next_ready(TTL, "host:3", &ClaimFilter::any()))
         .unwrap()
         .unwrap();
     assert_eq!(third.claim.task_id, low_later);
     assert_eq!(
-        block_on(board.claim_next_ready(TTL, "host:4")).unwrap(),
+        block_on(board.claim_next_ready(TTL, "host:4", &ClaimFilter::any())).unwrap(),
         None,
         "nothing left"
     );

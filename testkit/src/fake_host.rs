@@ -205,6 +205,7 @@ impl Supervisor for FakeHost {
         &self,
         claim: &Claim,
         _goal_mode: bool,
+        _route: &str,
     ) -> Result<WorkerProcess, EnvironmentFault> {
         if let Some(fault) = self.state().spawn_fault.clone() {
             return Err(fault);

@@ -87,9 +87,13 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn read_request(stream: &TcpStream) -> Option<Value> {
+/// One request as received: its headers (names lowercased) and JSON body.
+type Received = (Vec<(String, String)>, Value);
+
+fn read_request(stream: &TcpStream) -> Option<Received> {
     let mut reader = BufReader::new(stream);
     let mut length = 0usize;
+    let mut headers = Vec::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).ok()? == 0 {
@@ -99,15 +103,17 @@ fn read_request(stream: &TcpStream) -> Option<Value> {
         if line.is_empty() {
             break;
         }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok()?;
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().ok()?;
+            }
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
         }
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok().or(Some(Value::Null))
+    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    Some((headers, body))
 }
 
 fn answer(mut stream: TcpStream, reply: &Reply) {
@@ -149,7 +155,7 @@ fn answer(mut stream: TcpStream, reply: &Reply) {
 pub struct ScriptedHttpServer {
     /// The API root to hand to an agent, `http://127.0.0.1:PORT/v1`.
     pub base_url: String,
-    requests: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<Received>>>,
 }
 
 impl ScriptedHttpServer {
@@ -159,20 +165,26 @@ impl ScriptedHttpServer {
             !replies.is_empty(),
             "a scripted server needs at least one reply"
         );
+        Self::start_with(move |n, _| replies[n.min(replies.len() - 1)].clone())
+    }
+
+    /// Starts a server that answers request `n` (0-based) with body `body`
+    /// with `script(n, body)`: for several agents at once, whose requests
+    /// interleave.
+    pub fn start_with(script: impl Fn(usize, &Value) -> Reply + Send + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = requests.clone();
         std::thread::spawn(move || {
-            let mut next = 0;
-            for stream in listener.incoming() {
+            for (n, stream) in listener.incoming().enumerate() {
                 let Ok(stream) = stream else { continue };
                 let Some(request) = read_request(&stream) else {
                     continue;
                 };
+                let reply = script(n, &request.1);
                 recorded.lock().unwrap().push(request);
-                answer(stream, &replies[next.min(replies.len() - 1)]);
-                next += 1;
+                answer(stream, &reply);
             }
         });
         Self { base_url, requests }
@@ -180,6 +192,23 @@ impl ScriptedHttpServer {
 
     /// Every request body received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().clone()
+        let requests = self.requests.lock().unwrap();
+        requests.iter().map(|(_, body)| body.clone()).collect()
+    }
+
+    /// The value of header `name` (any case) of every request so far, in
+    /// order (`None` where a request lacked it).
+    pub fn header_values(&self, name: &str) -> Vec<Option<String>> {
+        let name = name.to_ascii_lowercase();
+        let requests = self.requests.lock().unwrap();
+        requests
+            .iter()
+            .map(|(headers, _)| {
+                headers
+                    .iter()
+                    .find(|(header, _)| *header == name)
+                    .map(|(_, value)| value.clone())
+            })
+            .collect()
     }
 }

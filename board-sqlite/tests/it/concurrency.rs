@@ -52,7 +52,8 @@ fn child_claim_complete_loop(path: &str, worker: &str) {
     }
     let mut done = 0;
     while let Some(grant) =
-        block_on(board.claim_next_ready(900, worker)).expect("a claim never errors")
+        block_on(board.claim_next_ready(900, worker, &kanban_core::ClaimFilter::any()))
+            .expect("a claim never errors")
     {
         // An agent works between the claim and the terminal call.
         std::thread::sleep(std::time::Duration::from_millis(3));

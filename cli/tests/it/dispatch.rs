@@ -44,7 +44,7 @@ impl Bench {
         output
     }
 
-    fn event_kinds(&self, id: &str) -> Vec<String> {
+    pub(crate) fn event_kinds(&self, id: &str) -> Vec<String> {
         self.show(id)["events"]
             .as_array()
             .unwrap()
@@ -122,8 +122,21 @@ fn exit_75_requeues_without_counting_and_holds_the_respawn() {
     // does not respawn it inside the hold.
     bench.dispatch_until_idle(&agent.path, &["--rate-limit-cooldown", "0"]);
     assert_eq!(runs(&bench.show(&id)).len(), 1);
+    // The wall is the agent's too: a new card bound for it waits as well,
+    // uncharged and never spawned.
+    let other = bench.add("bound for the same provider", &[]);
+    bench.dispatch_until_idle(&agent.path, &["--rate-limit-cooldown", "0"]);
+    assert_eq!(runs(&bench.show(&other)).len(), 0, "held by the wall");
+    assert_eq!(bench.show(&other)["task"]["consecutive_failures"], 0);
     // A wall booked with no cooldown is claimed again at once.
+    let bench = Bench::new();
     let quick = bench.add("walled briefly", &["--priority", "9"]);
+    let agent = self::agent(
+        &bench,
+        vec![AgentTurn::result(
+            r#"{"failed": true, "failure_retryable": true, "failure_reason": "rate_limit", "error": "429"}"#,
+        )],
+    );
     let once = bench
         .dispatch_command(&agent.path, &["--rate-limit-cooldown", "0", "--once"])
         .output()

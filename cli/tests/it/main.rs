@@ -9,6 +9,7 @@ mod http;
 mod inputs;
 mod prove;
 mod storm;
+mod walls;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -148,6 +149,15 @@ impl Bench {
             .args(extra_args);
         command.output().unwrap()
     }
+}
+
+/// Now, in epoch seconds, as the board stamps it.
+pub(crate) fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
 }
 
 pub(crate) fn text(bytes: &[u8]) -> String {

@@ -107,6 +107,10 @@ fn dispatcher(bench: &Bench, agent: &std::path::Path, until_idle: bool) -> Runni
             // card done or blocked rather than waiting out a backoff.
             "--retry-backoff",
             "0",
+            // One agent serves every card, so a 429 walls them all; a probe
+            // goes through at once, which keeps the storm flowing.
+            "--max-wall",
+            "0",
             "--agent",
         ])
         .arg(agent)

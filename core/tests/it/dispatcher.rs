@@ -32,6 +32,7 @@ fn settings() -> DispatchSettings {
         interval: Duration::from_secs(10),
         grace: Duration::from_secs(5),
         max_runtime_seconds: None,
+        routes: Default::default(),
     }
 }
 
@@ -232,6 +233,9 @@ fn a_previous_dispatchers_dead_worker_is_booked_from_its_result_or_its_trailer()
             turns: 1,
             recovery_attempts: 0,
             retry_after_seconds: None,
+            failure_reason: None,
+            provider: None,
+            model: None,
         },
     ))
     .unwrap();

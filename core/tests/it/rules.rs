@@ -46,6 +46,7 @@ fn report(witness: ExitWitness) -> ExitReport {
         output_tail: "  the end  ".into(),
         policy: FailurePolicy::default(),
         retry_after_seconds: None,
+        wall: None,
     }
 }
 
@@ -400,7 +401,7 @@ fn booking_walls_and_violations_counts_nothing() {
     assert_eq!(t.not_before, Some(None), "no hold after a violation");
     let history = ExitHistory {
         recent_outcomes: vec!["protocol_violation".into(), "protocol_violation".into()],
-        recorded_signal: None,
+        ..ExitHistory::default()
     };
     let (booking, t) = rules::book_exit(
         &running(),

@@ -8,8 +8,9 @@ use std::future::Future;
 use async_trait::async_trait;
 use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
+use kanban_core::walls::Wall;
 use kanban_core::{
-    Board, BoardError, Booking, Claim, ClaimGrant, DispatchBoard, ExitReport, NotLive,
+    Board, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
     ProofIdentity, RunStatus, RunningWorker, SignalReason, WorkerProcess, WorkerResult,
 };
 
@@ -176,9 +177,20 @@ impl DispatchBoard for SimBoard {
         &self,
         ttl_seconds: i64,
         claim_lock: &str,
+        filter: &ClaimFilter,
     ) -> Result<Option<ClaimGrant>, BoardError> {
         self.gate("claim_next_ready").await?;
-        self.inner.claim_next_ready(ttl_seconds, claim_lock).await
+        self.inner
+            .claim_next_ready(ttl_seconds, claim_lock, filter)
+            .await
+    }
+    async fn walls(&self) -> Result<Vec<Wall>, BoardError> {
+        self.gate("walls").await?;
+        self.inner.walls().await
+    }
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError> {
+        self.gate("start_probe").await?;
+        self.inner.start_probe(claim, scopes).await
     }
     async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError> {
         self.gate("record_spawn").await?;

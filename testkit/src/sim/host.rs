@@ -117,6 +117,7 @@ impl Supervisor for SimSupervisor {
         &self,
         claim: &Claim,
         _goal_mode: bool,
+        _route: &str,
     ) -> Result<WorkerProcess, EnvironmentFault> {
         let faults = self
             .fleet

@@ -613,10 +613,12 @@ fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, us
             failure_limit: 2 + rng.pick(2) as u32,
             rate_limit_cooldown: rng.between(10, 120) as i64,
             backoff_base_seconds: rng.between(0, 60) as i64,
+            ..FailurePolicy::default()
         },
         interval: Duration::from_secs(rng.between(1, 30)),
         grace: Duration::from_secs(rng.between(1, 10)),
         max_runtime_seconds: None,
+        routes: Default::default(),
     };
     let plan = WorkerPlan {
         heartbeat_interval: Duration::from_secs(kanban_core::heartbeat_interval_seconds(ttl)),
