@@ -7,7 +7,7 @@ use std::time::Duration;
 use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    Board, BoardAdmin, Claim, DispatchBoard, DispatchEnd, DispatchEvent, DispatchPorts,
+    Board, BoardAdmin, Claim, Clock, DispatchBoard, DispatchEnd, DispatchEvent, DispatchPorts,
     DispatchSettings, Dispatcher, EnvironmentFault, ExitWitness, NewTask, RunMode, StopSignal,
     TaskStatus, WorkerResult,
 };
@@ -614,4 +614,158 @@ fn a_worker_that_reports_an_environment_fault_frees_its_card_uncounted_and_halts
         "the run says what went wrong: {:?}",
         view.runs[0].error
     );
+}
+
+/// Two agents, each on a provider of its own.
+fn two_provider_rig(max_wall_seconds: i64) -> Rig {
+    use kanban_core::walls::{AgentRoute, ProviderId};
+    let route = |name: &str| AgentRoute {
+        identity: format!("{name}#1"),
+        provider: ProviderId {
+            provider: Some(format!("provider-{name}")),
+            model: Some("m".into()),
+        },
+    };
+    rig_with(DispatchSettings {
+        max_in_progress: 4,
+        failure_policy: FailurePolicy {
+            rate_limit_cooldown: 0,
+            max_wall_seconds,
+            ..FailurePolicy::default()
+        },
+        routes: [("a".to_owned(), route("a")), ("b".to_owned(), route("b"))].into(),
+        ..settings()
+    })
+}
+
+impl Rig {
+    fn add_for(&self, title: &str, assignee: &str, priority: i64) -> String {
+        block_on(self.board.create_task(&NewTask {
+            title: title.into(),
+            assignee: Some(assignee.into()),
+            priority,
+            ..NewTask::default()
+        }))
+        .unwrap()
+    }
+
+    /// The card's live worker completes it and exits 0.
+    fn finish(&self, id: &str) {
+        let worker = self.host.worker(id);
+        block_on(self.board.complete(&worker.claim, "done", None)).unwrap();
+        self.host.exit(worker.pid, ExitWitness::Code(0));
+    }
+
+    /// The card's live worker meets a rate wall of provider `a` that resets
+    /// in `reset` seconds, and exits 75.
+    fn hit_wall(&self, id: &str, reset: u64) {
+        let worker = self.host.worker(id);
+        let result = WorkerResult {
+            pid: worker.pid,
+            claim_lock: worker.claim.claim_lock.clone(),
+            exit_code: 75,
+            last_output: "429".into(),
+            turns: 1,
+            recovery_attempts: 0,
+            retry_after_seconds: Some(reset),
+            failure_reason: Some(kanban_core::FailureReason::RateLimit),
+            provider: Some("provider-a".into()),
+            model: Some("m".into()),
+        };
+        block_on(self.board.book_result(&worker.claim, &result)).unwrap();
+        self.host.exit(worker.pid, ExitWitness::Code(75));
+    }
+
+    fn runs_of(&self, ids: &[String]) -> usize {
+        ids.iter().map(|id| self.card(id).runs.len()).sum()
+    }
+}
+
+#[test]
+fn a_wall_holds_one_providers_cards_with_zero_spawns_until_its_reset_then_one_probe() {
+    let mut rig = two_provider_rig(3600);
+    let first = rig.add_for("a first", "a", 10);
+    let held: Vec<String> = (0..3).map(|n| rig.add_for(&format!("a{n}"), "a", 0)).collect();
+    let others: Vec<String> = (0..6).map(|n| rig.add_for(&format!("b{n}"), "b", 5)).collect();
+    rig.tick();
+    rig.hit_wall(&first, 30);
+    let armed_at = rig.time.now();
+    for id in &others[..3] {
+        rig.finish(id);
+    }
+    rig.tick();
+    let walls = block_on(rig.board.walls()).unwrap();
+    assert_eq!(walls.len(), 1);
+    assert_eq!(walls[0].scope, "provider-a model:m");
+    assert_eq!(walls[0].until, armed_at + 30);
+    // Up to the reset: B's cards go on, A's are never spawned nor charged.
+    while rig.time.now() < armed_at + 30 {
+        for id in &others {
+            if rig.host.live(id).iter().any(|p| p.alive) {
+                rig.finish(id);
+            }
+        }
+        rig.tick();
+        assert_eq!(rig.runs_of(&held), 0, "spawned through the wall");
+        rig.time.advance(1);
+    }
+    for id in &others {
+        assert_eq!(rig.status(id), TaskStatus::Done, "{id}");
+    }
+    assert!(held.iter().all(|id| rig.card(id).task.consecutive_failures == 0));
+    // At the reset, with room for four, exactly one probe.
+    rig.tick();
+    let probing: Vec<&String> = std::iter::once(&first)
+        .chain(&held)
+        .filter(|id| rig.status(id) == TaskStatus::Running)
+        .collect();
+    assert_eq!(probing, [&first], "one probe, the first in line");
+    assert!(rig.events().iter().any(|event| matches!(
+        event,
+        DispatchEvent::WallProbe { task_id, .. } if *task_id == first
+    )));
+    rig.tick();
+    assert_eq!(rig.runs_of(&held), 0, "nothing more while the probe runs");
+    // The probe gets an answer: the wall lifts and the rest go.
+    rig.finish(&first);
+    rig.tick();
+    assert!(block_on(rig.board.walls()).unwrap().is_empty());
+    rig.tick();
+    assert!(held.iter().all(|id| rig.status(id) == TaskStatus::Running));
+}
+
+#[test]
+fn a_probe_that_meets_the_wall_again_re_arms_it_with_backoff_within_the_bound() {
+    // The provider names a day; the dispatcher waits ten minutes at most.
+    let mut rig = two_provider_rig(600);
+    let ids: Vec<String> = (0..3).map(|n| rig.add_for(&format!("a{n}"), "a", 3 - n)).collect();
+    rig.tick();
+    // All three met the wall: one wall, three hits.
+    for id in &ids {
+        if rig.status(id) == TaskStatus::Running {
+            rig.hit_wall(id, 86_400);
+        }
+    }
+    let armed_at = rig.time.now();
+    rig.tick();
+    let wall = block_on(rig.board.walls()).unwrap()[0].clone();
+    assert_eq!(wall.hits, 3);
+    assert_eq!(wall.until, armed_at + 600, "bounded by --max-wall");
+    rig.time.advance(599);
+    rig.tick();
+    assert!(ids.iter().all(|id| rig.status(id) != TaskStatus::Running));
+    rig.time.advance(1);
+    rig.tick();
+    let probe: Vec<&String> = ids
+        .iter()
+        .filter(|id| rig.status(id) == TaskStatus::Running)
+        .collect();
+    assert_eq!(probe.len(), 1, "one probe");
+    rig.hit_wall(probe[0], 20);
+    let again = rig.time.now();
+    rig.tick();
+    let wall = block_on(rig.board.walls()).unwrap()[0].clone();
+    assert_eq!(wall.failed_probes, 1);
+    assert_eq!(wall.until, again + 40, "the reset, doubled");
+    assert!(ids.iter().all(|id| rig.status(id) != TaskStatus::Running));
 }

@@ -13,6 +13,7 @@ mod properties;
 mod recovery;
 mod rules;
 mod tables;
+mod walls;
 
 use kanban_core::{Environment, vars};
 
