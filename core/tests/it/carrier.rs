@@ -27,6 +27,7 @@ fn a_claim_travels_through_the_carrier_and_back_unchanged() {
             (vars::DB, "/boards/kanban.db".to_owned()),
             (vars::RUN_ID, "42".to_owned()),
             (vars::CLAIM_LOCK, "host:1:abcdef".to_owned()),
+            (vars::FENCE_TOKEN, "42".to_owned()),
             (vars::BOARD, "team".to_owned()),
         ]
     );
@@ -38,7 +39,7 @@ fn a_claim_travels_through_the_carrier_and_back_unchanged() {
     };
     assert_eq!(
         unnamed.to_env_pairs().len(),
-        4,
+        5,
         "no board variable without a board"
     );
 }

@@ -769,3 +769,33 @@ fn a_probe_that_meets_the_wall_again_re_arms_it_with_backoff_within_the_bound() 
     assert_eq!(wall.until, again + 40, "the reset, doubled");
     assert!(ids.iter().all(|id| rig.status(id) != TaskStatus::Running));
 }
+
+#[test]
+fn a_command_agent_that_reports_its_provider_is_held_by_that_providers_wall() {
+    // One unnamed command agent: nothing known of its provider until a
+    // result names it; the wall on that provider then holds its cards.
+    let mut rig = rig_with(DispatchSettings {
+        max_in_progress: 1,
+        failure_policy: FailurePolicy {
+            rate_limit_cooldown: 0,
+            ..FailurePolicy::default()
+        },
+        ..settings()
+    });
+    let first = rig.add("first");
+    rig.time.advance(1);
+    let next = rig.add("next");
+    rig.tick();
+    rig.hit_wall(&first, 30);
+    rig.tick();
+    let walls = block_on(rig.board.walls()).unwrap();
+    assert_eq!(walls[0].scope, "provider-a model:m");
+    assert_eq!(walls[0].route, "default");
+    rig.time.advance(29);
+    rig.tick();
+    assert_eq!(rig.card(&next).runs.len(), 0, "held by the learnt provider's wall");
+    assert!(rig.events().iter().any(|event| matches!(
+        event,
+        DispatchEvent::WallHeld { route, for_seconds: 30, .. } if route == "default"
+    )));
+}
