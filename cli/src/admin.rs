@@ -134,17 +134,7 @@ pub(crate) fn walls(global: &GlobalArgs, env: &Environment, as_json: bool) -> an
     let walls = block_on(board.walls())?;
     let now = SystemClock.now();
     if as_json {
-        let rows: Vec<serde_json::Value> = walls
-            .iter()
-            .map(|wall| {
-                json!({
-                    "scope": wall.scope, "kind": wall.kind.as_str(), "agent": wall.route,
-                    "since": wall.since, "until": wall.until, "holding": wall.until > now,
-                    "reason": wall.reason, "source": wall.source, "hits": wall.hits,
-                    "failed_probes": wall.failed_probes, "probe_run": wall.probe_run,
-                })
-            })
-            .collect();
+        let rows: Vec<serde_json::Value> = walls.iter().map(|wall| wall_json(wall, now)).collect();
         outln!("{}", serde_json::Value::Array(rows));
         return Ok(0);
     }
@@ -156,6 +146,15 @@ pub(crate) fn walls(global: &GlobalArgs, env: &Environment, as_json: bool) -> an
     Ok(0)
 }
 
+fn wall_json(wall: &kanban_core::walls::Wall, now: i64) -> serde_json::Value {
+    json!({
+        "scope": wall.scope, "kind": wall.kind.as_str(), "agent": wall.route,
+        "since": wall.since, "until": wall.until, "holding": wall.until > now,
+        "reason": wall.reason, "source": wall.source, "hits": wall.hits,
+        "failed_probes": wall.failed_probes, "probe_run": wall.probe_run,
+    })
+}
+
 pub(crate) fn show(
     global: &GlobalArgs,
     env: &Environment,
@@ -164,11 +163,20 @@ pub(crate) fn show(
 ) -> anyhow::Result<i32> {
     let board = open_board_for_reading(global, env)?;
     let view = block_on(board.show_task(id))?;
+    let now = SystemClock.now();
+    // The walls this card met last (a wall names the card and run that
+    // hit it): why the card, and its agent's other cards, wait.
+    let source = format!("{}#", view.task.id);
+    let met: Vec<_> = block_on(board.walls())?
+        .into_iter()
+        .filter(|wall| wall.source.starts_with(&source))
+        .collect();
     if as_json {
         let value = json!({
             "task": task_json(&view.task),
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
+            "walls": met.iter().map(|wall| wall_json(wall, now)).collect::<Vec<_>>(),
         });
         outln!("{value}");
         return Ok(0);
@@ -181,8 +189,12 @@ pub(crate) fn show(
         task.priority,
         task.consecutive_failures
     );
-    if let Some(note) = retry_note(task.not_before, SystemClock.now()) {
+    if let Some(note) = retry_note(task.not_before, now) {
         outln!("{note}");
+    }
+    if !met.is_empty() {
+        outln!("met a provider wall (it holds every card of that provider; kanban walls):");
+        out!("{}", walls_table(&met, now));
     }
     if let Some(body) = &task.body {
         outln!("\n{body}\n");

@@ -112,6 +112,12 @@ fn a_walled_provider_holds_its_cards_until_the_reset_then_one_probe_then_the_res
         "a rate wall is the endpoint and the model"
     );
     assert_eq!(wall["agent"], "a");
+    assert_eq!(
+        bench.show(&first)["walls"][0]["scope"],
+        wall["scope"],
+        "show names the wall its card met"
+    );
+    assert!(bench.show(&held[0])["walls"].as_array().unwrap().is_empty());
     let armed = event_time(&bench, &first, "wall_armed");
     let until = wall["until"].as_i64().unwrap();
     assert_eq!(
