@@ -217,6 +217,7 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
             agents: plan.agents.clone(),
             board_slug: plan.board_slug.clone(),
             logs,
+            board: Some(board.path().to_owned()),
         },
         interrupt.clone(),
         Box::new(say),

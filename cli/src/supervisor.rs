@@ -206,6 +206,9 @@ pub(crate) struct ProcessSupervisor {
     stop_seen: AtomicBool,
     cursors: Mutex<BTreeMap<u32, Cursor>>,
     echo: Box<dyn Fn(&str) + Send + Sync>,
+    /// Commits to the board by anybody else (a card added, a worker's
+    /// call) wake the dispatcher at once; `None` polls on the interval only.
+    board_watch: Mutex<Option<kanban_board_sqlite::ChangeWatch>>,
 }
 
 impl std::fmt::Debug for ProcessSupervisor {
@@ -226,6 +229,8 @@ pub(crate) struct WorkerCommand {
     pub(crate) agents: BTreeMap<String, String>,
     pub(crate) board_slug: String,
     pub(crate) logs: PathBuf,
+    /// The board file, watched for commits between ticks.
+    pub(crate) board: Option<PathBuf>,
 }
 
 impl ProcessSupervisor {
@@ -248,7 +253,23 @@ impl ProcessSupervisor {
             stop_seen: AtomicBool::new(false),
             cursors: Mutex::new(BTreeMap::new()),
             echo,
+            // Without a watch the interval still ticks: the watch only
+            // makes pickup sooner, never correctness.
+            board_watch: Mutex::new(
+                command
+                    .board
+                    .and_then(|path| kanban_board_sqlite::ChangeWatch::open(path).ok()),
+            ),
         }
+    }
+
+    /// True when somebody committed to the board since the last look.
+    fn board_changed(&self) -> bool {
+        self.board_watch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+            .is_some_and(kanban_board_sqlite::ChangeWatch::changed)
     }
 
     /// The card's log; an id that is not a plain id (a hostile board row)
@@ -496,6 +517,8 @@ impl Supervisor for ProcessSupervisor {
 impl Wakeups for ProcessSupervisor {
     async fn wait(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
+        // What the tick itself committed is not news.
+        self.board_changed();
         loop {
             if self.interrupt.load(Ordering::SeqCst) != 0
                 && !self.stop_seen.swap(true, Ordering::SeqCst)
@@ -512,6 +535,9 @@ impl Wakeups for ProcessSupervisor {
                 () = tokio::time::sleep(slice) => {}
             }
             self.echo_worker_lines();
+            if self.board_changed() {
+                return;
+            }
         }
     }
 

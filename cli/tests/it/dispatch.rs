@@ -555,3 +555,36 @@ fn a_board_call_stuck_on_a_busy_lock_does_not_stall_reaping() {
     let status = dispatcher.wait().unwrap();
     assert_eq!(status.code(), Some(130));
 }
+
+#[test]
+fn a_card_added_while_the_dispatcher_waits_out_a_long_interval_is_claimed_at_once() {
+    let bench = Bench::new();
+    let agent = agent(&bench, vec![AgentTurn::result(SUCCESS).completing()]);
+    // A minute between ticks, as by default.
+    let mut dispatcher = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--agent"])
+        .arg(&agent.path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let it finish its first (empty) tick and start waiting.
+    std::thread::sleep(Duration::from_secs(1));
+    let id = bench.add("added while it waits", &[]);
+    let added = Instant::now();
+    let mut done = false;
+    while added.elapsed() < Duration::from_secs(20) && !done {
+        done = bench.show(&id)["task"]["status"] == "done";
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(dispatcher.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = dispatcher.wait();
+    // Without the board watch the card waits for the next tick, 59 s away.
+    assert!(done, "the card was not claimed until the next tick");
+}

@@ -69,7 +69,10 @@ fn recovers_in_place() {
     );
     assert_eq!(case.requests[0]["task"]["body"], "the body");
     let run = bench.show(&id)["runs"][0]["id"].clone();
-    assert_eq!(case.requests[0]["fence_token"], run, "the run id is the fencing token");
+    assert_eq!(
+        case.requests[0]["fence_token"], run,
+        "the run id is the fencing token"
+    );
     assert_eq!(case.requests[1]["fence_token"], run);
     assert_eq!(bench.show(&id)["task"]["status"], "done");
     assert_eq!(

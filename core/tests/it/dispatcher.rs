@@ -685,8 +685,12 @@ impl Rig {
 fn a_wall_holds_one_providers_cards_with_zero_spawns_until_its_reset_then_one_probe() {
     let mut rig = two_provider_rig(3600);
     let first = rig.add_for("a first", "a", 10);
-    let held: Vec<String> = (0..3).map(|n| rig.add_for(&format!("a{n}"), "a", 0)).collect();
-    let others: Vec<String> = (0..6).map(|n| rig.add_for(&format!("b{n}"), "b", 5)).collect();
+    let held: Vec<String> = (0..3)
+        .map(|n| rig.add_for(&format!("a{n}"), "a", 0))
+        .collect();
+    let others: Vec<String> = (0..6)
+        .map(|n| rig.add_for(&format!("b{n}"), "b", 5))
+        .collect();
     rig.tick();
     rig.hit_wall(&first, 30);
     let armed_at = rig.time.now();
@@ -712,7 +716,10 @@ fn a_wall_holds_one_providers_cards_with_zero_spawns_until_its_reset_then_one_pr
     for id in &others {
         assert_eq!(rig.status(id), TaskStatus::Done, "{id}");
     }
-    assert!(held.iter().all(|id| rig.card(id).task.consecutive_failures == 0));
+    assert!(
+        held.iter()
+            .all(|id| rig.card(id).task.consecutive_failures == 0)
+    );
     // At the reset, with room for four, exactly one probe.
     rig.tick();
     let probing: Vec<&String> = std::iter::once(&first)
@@ -738,7 +745,9 @@ fn a_wall_holds_one_providers_cards_with_zero_spawns_until_its_reset_then_one_pr
 fn a_probe_that_meets_the_wall_again_re_arms_it_with_backoff_within_the_bound() {
     // The provider names a day; the dispatcher waits ten minutes at most.
     let mut rig = two_provider_rig(600);
-    let ids: Vec<String> = (0..3).map(|n| rig.add_for(&format!("a{n}"), "a", 3 - n)).collect();
+    let ids: Vec<String> = (0..3)
+        .map(|n| rig.add_for(&format!("a{n}"), "a", 3 - n))
+        .collect();
     rig.tick();
     // All three met the wall: one wall, three hits.
     for id in &ids {
@@ -793,7 +802,11 @@ fn a_command_agent_that_reports_its_provider_is_held_by_that_providers_wall() {
     assert_eq!(walls[0].route, "default");
     rig.time.advance(29);
     rig.tick();
-    assert_eq!(rig.card(&next).runs.len(), 0, "held by the learnt provider's wall");
+    assert_eq!(
+        rig.card(&next).runs.len(),
+        0,
+        "held by the learnt provider's wall"
+    );
     assert!(rig.events().iter().any(|event| matches!(
         event,
         DispatchEvent::WallHeld { route, for_seconds: 30, .. } if route == "default"

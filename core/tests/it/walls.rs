@@ -169,7 +169,11 @@ fn more_hits_extend_but_never_shorten_and_a_failed_probe_backs_off() {
     assert_eq!(other.probe_run, Some(9), "the probe still runs");
     assert_eq!(other.source, "t_2#8");
     let later = arm_wall(Some(&existing), &hit("S", Some(900)), "t_2", 8, NOW, BOUNDS);
-    assert_eq!(later.until, NOW + 1800, "a later reset (backed off) moves the wall out");
+    assert_eq!(
+        later.until,
+        NOW + 1800,
+        "a later reset (backed off) moves the wall out"
+    );
     // The probe itself hit it again: doubled from the reset, whatever the
     // old wall said, and the probe is over.
     let probe = arm_wall(Some(&existing), &hit("S", Some(30)), "t_3", 9, NOW, BOUNDS);
@@ -234,8 +238,7 @@ fn a_booking_arms_lifts_or_ends_a_probe() {
         BookingKind::TimedOut,
         BookingKind::ProtocolViolation,
     ] {
-        let changes =
-            walls_after_booking(&[], Some(&hit("S", None)), kind, "t", 9, NOW, BOUNDS);
+        let changes = walls_after_booking(&[], Some(&hit("S", None)), kind, "t", 9, NOW, BOUNDS);
         assert!(changes.is_empty(), "{kind:?}");
     }
     // The probe answered: lifted. It crashed: the probe ends, the wall stays.
@@ -270,9 +273,17 @@ fn the_gate_holds_until_the_reset_then_lets_one_probe_through() {
         // (walls, running runs, gate)
         (vec![], &none, Gate::Open),
         (vec![wall("other", NOW + 10, None)], &none, Gate::Open),
-        (vec![wall("S", NOW + 10, None)], &none, Gate::Held { until: NOW + 10 }),
+        (
+            vec![wall("S", NOW + 10, None)],
+            &none,
+            Gate::Held { until: NOW + 10 },
+        ),
         (vec![wall("S", NOW, None)], &none, Gate::Probe),
-        (vec![wall("S", NOW - 5, Some(9))], &running, Gate::Held { until: NOW - 5 }),
+        (
+            vec![wall("S", NOW - 5, Some(9))],
+            &running,
+            Gate::Held { until: NOW - 5 },
+        ),
         (vec![wall("S", NOW - 5, Some(9))], &none, Gate::Probe),
         (
             vec![wall("S", NOW + 10, None), wall("agent:a#1", NOW + 20, None)],
