@@ -2,12 +2,13 @@
 //! reclaim, and reading it all back.
 
 use async_trait::async_trait;
-use kanban_core::rules;
+use kanban_core::rules::{self, NewEvent};
 use kanban_core::{
     BoardAdmin, BoardError, Claim, ClaimGrant, DispatchBoard, EventRecord, NewTask, TaskRecord,
     TaskStatus, TaskView,
 };
 use rusqlite::{OptionalExtension, params};
+use serde_json::json;
 
 use crate::dispatch::claim_in;
 use crate::open::SqliteBoard;
@@ -113,6 +114,33 @@ impl BoardAdmin for SqliteBoard {
                 let transition = rules::unblock(&card)?;
                 apply(tx, &task_id, &transition, now)?;
                 Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError> {
+        let scope = scope.to_owned();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let source: Option<String> = tx
+                    .prepare_cached("DELETE FROM provider_walls WHERE scope = ?1 RETURNING source")?
+                    .query_row(params![scope], |row| row.get(0))
+                    .optional()?;
+                let Some(source) = source else {
+                    return Ok(false);
+                };
+                // `TASK#RUN`: the card that met the wall keeps its history.
+                let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
+                let event = NewEvent::new(
+                    "wall_lifted",
+                    run.parse::<i64>().ok(),
+                    json!({"scope": scope, "by": "operator"}),
+                );
+                if existing_card(tx, task_id).is_ok() {
+                    append_event(tx, task_id, &event, now)?;
+                }
+                Ok(true)
             })
         })
         .await

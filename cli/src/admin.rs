@@ -146,6 +146,21 @@ pub(crate) fn walls(global: &GlobalArgs, env: &Environment, as_json: bool) -> an
     Ok(0)
 }
 
+/// `kanban walls --lift SCOPE`.
+pub(crate) fn lift_wall(
+    global: &GlobalArgs,
+    env: &Environment,
+    scope: &str,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    if block_on(board.lift_wall(scope))? {
+        outln!("lifted the wall on {scope}: its cards may be claimed at once");
+        Ok(0)
+    } else {
+        bail!("no provider wall on {scope:?}; `kanban walls` lists them")
+    }
+}
+
 fn wall_json(wall: &kanban_core::walls::Wall, now: i64) -> serde_json::Value {
     json!({
         "scope": wall.scope, "kind": wall.kind.as_str(), "agent": wall.route,

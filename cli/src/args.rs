@@ -84,6 +84,10 @@ pub(crate) enum Command {
         /// One JSON array.
         #[arg(long)]
         json: bool,
+        /// Lift the wall of this scope by hand (the provider is back sooner
+        /// than it said, or the agent is gone); its cards may be claimed at once.
+        #[arg(long, value_name = "SCOPE", conflicts_with = "json")]
+        lift: Option<String>,
     },
     /// Show a card with its runs and events.
     ///

@@ -92,7 +92,10 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Migrate => admin::migrate(global, env),
         Command::Add(args) => admin::add(global, env, &args),
         Command::Ls { status, json } => admin::list(global, env, status.as_deref(), json),
-        Command::Walls { json } => admin::walls(global, env, json),
+        Command::Walls { json, lift } => match lift {
+            Some(scope) => admin::lift_wall(global, env, &scope),
+            None => admin::walls(global, env, json),
+        },
         Command::Show { id, json } => admin::show(global, env, &id, json),
         Command::Events { id, json } => admin::events(global, env, &id, json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),

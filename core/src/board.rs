@@ -196,6 +196,9 @@ pub trait BoardAdmin: Send + Sync {
     ) -> Result<Option<ClaimGrant>, BoardError>;
     /// Moves a blocked card back to `ready` (or `todo` while a parent is open).
     async fn unblock(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Lifts the provider wall of `scope` by hand (event `wall_lifted` on
+    /// the card that met it last); false when no such wall stands.
+    async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError>;
     /// Takes a running card back from its worker: the run closes as
     /// `reclaimed`, the card is ready again (todo while a parent is open)
     /// and its failure count is reset.

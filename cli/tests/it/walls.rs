@@ -134,6 +134,9 @@ fn a_walled_provider_holds_its_cards_until_the_reset_then_one_probe_then_the_res
     // Before the reset, another dispatcher holds them too.
     dispatch(&bench, &agents, &["--max-in-progress", "4"]);
     assert_eq!(walled.requests().len(), 1);
+    let unknown = bench.run(&["walls", "--lift", "no such scope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(text(&unknown.stderr).contains("no provider wall on \"no such scope\""));
 
     // After the reset, with room for four: one probe first, the rest once
     // it lifted the wall.
@@ -274,4 +277,31 @@ fn fence_check_and_fence_run_refuse_a_stale_run() {
     assert!(!never.exists());
     let check = fence(&["check"], None);
     assert_eq!(check.status.code(), Some(1));
+}
+
+#[test]
+fn an_operator_lifts_a_wall_by_hand_and_its_cards_go_at_once() {
+    let walled = model(Some(
+        Reply::json(429, "rate limit reached").with_header("retry-after", "3000"),
+    ));
+    let agents = [format!("http:{}?model=m&retries=0", walled.base_url)];
+    let bench = Bench::new();
+    let first = bench.add("first", &["--priority", "1"]);
+    let second = bench.add("second", &[]);
+    dispatch(&bench, &agents, &["--max-in-progress", "1"]);
+    assert_eq!(runs(&bench.show(&second)).len(), 0);
+    let scope = walls(&bench)[0]["scope"].as_str().unwrap().to_owned();
+    assert_eq!(
+        walls(&bench)[0]["until"].as_i64().unwrap() - event_time(&bench, &first, "wall_armed"),
+        3000
+    );
+    let said = bench.ok(&["walls", "--lift", &scope]);
+    assert!(said.contains("lifted the wall"), "{said}");
+    assert!(walls(&bench).is_empty());
+    assert_eq!(
+        bench.event(&first, "wall_lifted")["payload"]["by"],
+        "operator"
+    );
+    dispatch(&bench, &agents, &["--max-in-progress", "1"]);
+    assert_eq!(bench.show(&second)["task"]["status"], "done");
 }
