@@ -38,7 +38,14 @@ pub struct TaskBrief {
     /// side effect stamped with it can be refused once a newer run exists.
     #[serde(skip)]
     pub fence_token: Option<i64>,
+    /// The newest comments on the card (at most [`BRIEF_COMMENTS`]), newest
+    /// last: how a human steers the agent between runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<kanban_core::CommentRecord>,
 }
+
+/// Comments a turn request carries.
+pub const BRIEF_COMMENTS: usize = 20;
 
 /// How an [`ExecAgent`] runs its command.
 #[derive(Clone, Debug)]

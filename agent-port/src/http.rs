@@ -388,11 +388,19 @@ impl HttpAgent {
         );
         let mut messages = Vec::new();
         if let Some(task) = task {
-            let body = if task.body.trim().is_empty() {
+            let mut body = if task.body.trim().is_empty() {
                 String::new()
             } else {
                 format!("\n\n{}", task.body)
             };
+            if !task.comments.is_empty() {
+                body.push_str(
+                    "\n\nComments on the card, newest last (people steer your work here):",
+                );
+                for comment in &task.comments {
+                    body.push_str(&format!("\n- {}: {}", comment.author, comment.body));
+                }
+            }
             messages.push(json!({
                 "role": "system",
                 "content": format!(

@@ -15,7 +15,9 @@ mod protocol;
 mod tools;
 
 pub use activity::Activity;
-pub use exec::{EXIT_DRAIN, ExecAgent, ExecAgentConfig, STDOUT_TAIL_BYTES, TaskBrief};
+pub use exec::{
+    BRIEF_COMMENTS, EXIT_DRAIN, ExecAgent, ExecAgentConfig, STDOUT_TAIL_BYTES, TaskBrief,
+};
 pub use http::{HttpAgent, HttpAgentConfig, parse_chat_completion, parse_chat_stream};
 pub use judge::{CommandJudge, parse_verdict};
 pub use mcp::{

@@ -56,7 +56,7 @@ pub fn board_tool_specs(with_show: bool) -> Vec<ToolSpec> {
     if with_show {
         specs.push(ToolSpec {
             name: "kanban_show",
-            description: "Read your own card: title, body, status and its runs so far.",
+            description: "Read your own card: title, body, status, its runs so far, and the comments on it (humans steer you there; newest last).",
             schema: object(json!({}), &[]),
         });
     }
@@ -257,7 +257,7 @@ impl BoardTools {
                         .collect();
                     let task = &view.task;
                     ToolOutcome::ok(
-                        json!({"id": task.id, "title": task.title, "body": task.body, "status": task.status.as_str(), "runs": runs}).to_string(),
+                        json!({"id": task.id, "title": task.title, "body": task.body, "status": task.status.as_str(), "runs": runs, "comments": view.comments}).to_string(),
                         false,
                     )
                 }

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use kanban_core::rules::{self, NewEvent};
 use kanban_core::{
-    BoardAdmin, BoardError, Claim, ClaimGrant, DispatchBoard, EventRecord, NewTask, TaskRecord,
-    TaskStatus, TaskView,
+    BoardAdmin, BoardError, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord, DispatchBoard,
+    EventRecord, MAX_COMMENT_BYTES, NewTask, TaskRecord, TaskStatus, TaskView,
 };
 use rusqlite::{OptionalExtension, params};
 use serde_json::json;
@@ -119,6 +119,35 @@ impl BoardAdmin for SqliteBoard {
         .await
     }
 
+    async fn add_comment(&self, task_id: &str, author: &str, text: &str) -> Result<(), BoardError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(BoardError::InvalidInput(
+                "a comment needs some text".to_owned(),
+            ));
+        }
+        if text.len() > MAX_COMMENT_BYTES {
+            return Err(BoardError::InvalidInput(format!(
+                "a comment is at most {MAX_COMMENT_BYTES} bytes ({} given); put long text in a file and comment its path",
+                text.len()
+            )));
+        }
+        let (task_id, author, text) = (task_id.to_owned(), author.to_owned(), text.to_owned());
+        self.call(move |store| {
+            store.write(|tx, now| {
+                existing_card(tx, &task_id)?;
+                tx.prepare_cached(
+                    "INSERT INTO task_comments (task_id, author, body, created_at) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![task_id, author, text, now])?;
+                let event = NewEvent::new("commented", None, json!({"author": author}));
+                append_event(tx, &task_id, &event, now)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
     async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError> {
         let scope = scope.to_owned();
         self.call(move |store| {
@@ -185,11 +214,27 @@ impl BoardAdmin for SqliteBoard {
                     )?
                     .query_map(params![task_id], |row| row.get(0))?
                     .collect::<rusqlite::Result<_>>()?;
+                let mut comments: Vec<CommentRecord> = conn
+                    .prepare_cached(
+                        "SELECT id, author, body, created_at FROM task_comments
+                          WHERE task_id = ?1 ORDER BY id DESC LIMIT ?2",
+                    )?
+                    .query_map(params![task_id, COMMENTS_SHOWN as i64], |row| {
+                        Ok(CommentRecord {
+                            id: row.get(0)?,
+                            author: row.get(1)?,
+                            body: row.get(2)?,
+                            created_at: row.get(3)?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                comments.reverse();
                 Ok(Some(TaskView {
                     task,
                     parents,
                     runs,
                     events,
+                    comments,
                 }))
             })?;
             view.ok_or_else(|| BoardError::TaskNotFound(task_id.clone()))

@@ -12,7 +12,9 @@ use serde_json::json;
 use crate::args::{AddArgs, GlobalArgs};
 use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading};
 use crate::out::{out, outln};
-use crate::output::{event_json, retry_note, run_json, short, table, task_json, walls_table};
+use crate::output::{
+    event_json, retry_note, run_json, short, table, task_json, utc_time, walls_table,
+};
 use crate::runtime::block_on;
 
 pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
@@ -146,6 +148,25 @@ pub(crate) fn walls(global: &GlobalArgs, env: &Environment, as_json: bool) -> an
     Ok(0)
 }
 
+/// `kanban comment TASK TEXT`: a human's comment, outside any run.
+pub(crate) fn comment(
+    global: &GlobalArgs,
+    env: &Environment,
+    task: &str,
+    text: &str,
+    author: Option<&str>,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let author = author
+        .map(str::trim)
+        .filter(|author| !author.is_empty())
+        .or_else(|| env.get_trimmed("USER"))
+        .unwrap_or("human");
+    block_on(board.add_comment(task, author, text))?;
+    outln!("{task} commented");
+    Ok(0)
+}
+
 /// `kanban walls --lift SCOPE`.
 pub(crate) fn lift_wall(
     global: &GlobalArgs,
@@ -191,6 +212,7 @@ pub(crate) fn show(
             "task": task_json(&view.task),
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
+            "comments": view.comments,
             "walls": met.iter().map(|wall| wall_json(wall, now)).collect::<Vec<_>>(),
         });
         outln!("{value}");
@@ -247,6 +269,17 @@ pub(crate) fn show(
     );
     outln!("\nevents:");
     out!("{}", events_table(&view.events));
+    if !view.comments.is_empty() {
+        outln!("\ncomments (newest last):");
+        for comment in &view.comments {
+            outln!(
+                "  {} {}: {}",
+                utc_time(comment.created_at),
+                comment.author,
+                comment.body
+            );
+        }
+    }
     Ok(0)
 }
 

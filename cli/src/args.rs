@@ -154,10 +154,19 @@ pub(crate) enum Command {
         #[arg(long)]
         note: Option<String>,
     },
-    /// Comment on the worker's card (inside an agent; reads the claim carrier).
+    /// Comment on a card: `comment TASK TEXT` from anywhere (a human steering
+    /// the card's agent: the next run's turn request and `kanban_show` carry
+    /// it), or `comment TEXT` inside an agent (reads the claim carrier; fenced).
     ///
-    /// Example: kanban comment "found the bug in parser.rs"
-    Comment { text: String },
+    /// Example: kanban comment t_1a2b3c4d "use the v2 API, not v1"
+    Comment {
+        /// [TASK] TEXT: the card (outside a worker) and the comment.
+        #[arg(num_args = 1..=2, required = true, value_names = ["TASK", "TEXT"])]
+        words: Vec<String>,
+        /// Who says it (outside a worker; default $USER, else `human`).
+        #[arg(long)]
+        author: Option<String>,
+    },
     /// Work the claimed card named by the claim carrier, turn by turn.
     ///
     /// Reads HERMES_KANBAN_TASK, _DB, _RUN_ID, _CLAIM_LOCK (and _BOARD,

@@ -81,7 +81,7 @@ fn read_by_kanban(name: &str) -> bool {
         || name.starts_with("KANBAN_")
         || matches!(
             name,
-            "HOME" | "PATH" | "XDG_DATA_HOME" | "NO_COLOR" | "OPENAI_API_KEY"
+            "HOME" | "PATH" | "USER" | "XDG_DATA_HOME" | "NO_COLOR" | "OPENAI_API_KEY"
         )
 }
 
@@ -104,7 +104,11 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Complete { summary, result } => agent_calls::complete(env, &summary, result),
         Command::Block { reason } => agent_calls::block(env, &reason),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
-        Command::Comment { text } => agent_calls::comment(env, &text),
+        Command::Comment { words, author } => match words.as_slice() {
+            [task, text] => admin::comment(global, env, task, text, author.as_deref()),
+            [text] => agent_calls::comment(env, text),
+            _ => anyhow::bail!("kanban comment takes [TASK] TEXT"),
+        },
         Command::Worker(args) => {
             runtime::install_signal_handlers(interrupt)?;
             Ok(worker::worker(env, &args, interrupt.clone()))

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kanban_agent_port::{
-    Activity, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent, HttpAgentConfig,
-    TaskBrief,
+    Activity, BRIEF_COMMENTS, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent,
+    HttpAgentConfig, TaskBrief,
 };
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::rules::FailurePolicy;
@@ -174,7 +174,7 @@ async fn run_worker_process(
         }
     };
     let interval = Duration::from_secs(heartbeat_interval_seconds(claim_ttl(&view, &claim)));
-    let task = view.task;
+    let task = view.task.clone();
     let run_limit = task
         .max_runtime_seconds
         .or(args.max_runtime)
@@ -197,6 +197,14 @@ async fn run_worker_process(
         title: task.title.clone(),
         body: task.body.clone().unwrap_or_default(),
         fence_token: Some(claim.run_id),
+        comments: view
+            .comments
+            .iter()
+            .rev()
+            .take(BRIEF_COMMENTS)
+            .rev()
+            .cloned()
+            .collect(),
     };
     let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);

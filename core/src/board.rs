@@ -179,6 +179,22 @@ pub struct TaskView {
     pub parents: Vec<String>,
     pub runs: Vec<RunRecord>,
     pub events: Vec<EventRecord>,
+    /// The newest [`COMMENTS_SHOWN`] comments, newest last.
+    pub comments: Vec<CommentRecord>,
+}
+
+/// Comments a card view carries (the newest; older ones stay on the board).
+pub const COMMENTS_SHOWN: usize = 50;
+/// The longest comment a board takes, in bytes.
+pub const MAX_COMMENT_BYTES: usize = 16 * 1024;
+
+/// A comment on a card: from a human steering its agent, or from the agent.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CommentRecord {
+    pub id: i64,
+    pub author: String,
+    pub body: String,
+    pub created_at: i64,
 }
 
 /// The dispatcher's and operator's side of a board. Kept apart from
@@ -196,6 +212,9 @@ pub trait BoardAdmin: Send + Sync {
     ) -> Result<Option<ClaimGrant>, BoardError>;
     /// Moves a blocked card back to `ready` (or `todo` while a parent is open).
     async fn unblock(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Adds a comment from outside any run (a human steering the card's
+    /// agent between runs); event `commented`.
+    async fn add_comment(&self, task_id: &str, author: &str, text: &str) -> Result<(), BoardError>;
     /// Lifts the provider wall of `scope` by hand (event `wall_lifted` on
     /// the card that met it last); false when no such wall stands.
     async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError>;
