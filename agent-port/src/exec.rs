@@ -24,6 +24,8 @@ use crate::protocol::{AgentExit, ResultLine, parse_result_line, settle_turn};
 /// The most of an agent's stdout a turn keeps: its result line is the last
 /// JSON line, so a bounded tail is all that is ever read, whatever it prints.
 pub const STDOUT_TAIL_BYTES: usize = 1 << 20;
+/// What one turn's agent output may add to the card's log, per pipe.
+pub const FORWARD_LIMIT_BYTES: usize = 8 * 1024 * 1024;
 /// How long the pipes are read after the agent exits: a background process
 /// that inherited them (a `setsid` daemon) must not hold the turn open.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(200);
@@ -106,13 +108,30 @@ fn drain<R: AsyncRead + Unpin + Send + 'static>(
     let filled = tail.clone();
     tokio::spawn(async move {
         let mut chunk = vec![0u8; 8192];
+        let mut forwarded = 0usize;
         loop {
             match pipe.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
                 Ok(read) => {
                     activity.touch();
                     if let Some(forward) = forward {
-                        forward(&chunk[..read]);
+                        // The log keeps what a turn printed up to a bound;
+                        // past it, one line says so (the tail is still kept).
+                        let room = FORWARD_LIMIT_BYTES.saturating_sub(forwarded);
+                        let part = read.min(room);
+                        if part > 0 {
+                            forward(&chunk[..part]);
+                        }
+                        if part < read && room > 0 {
+                            forward(
+                                format!(
+                                    "\n[kanban] the agent printed more than {} MiB this turn; the rest is not logged\n",
+                                    FORWARD_LIMIT_BYTES >> 20
+                                )
+                                .as_bytes(),
+                            );
+                        }
+                        forwarded = forwarded.saturating_add(read);
                     }
                     let mut tail = lock(&filled);
                     tail.bytes.extend(&chunk[..read]);

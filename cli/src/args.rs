@@ -75,6 +75,21 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a card's worker log: every run, or one (`--run N`); `--follow`
+    /// keeps printing while the card runs. Logs live in `logs/` beside the
+    /// board; one past 16 MiB moves to `TASK.log.1` when the next run starts,
+    /// and each agent turn adds at most 8 MiB per stream.
+    ///
+    /// Example: kanban logs t_1a2b3c4d --run 3 --follow
+    Logs {
+        id: String,
+        /// Only this run (its id, as `kanban show` lists it).
+        #[arg(long, value_name = "N")]
+        run: Option<i64>,
+        /// Keep printing what is appended while the card runs; Ctrl-C stops.
+        #[arg(long, short)]
+        follow: bool,
+    },
     /// List the provider walls: scopes (an endpoint and key, a model, or an
     /// agent) whose cards wait, uncharged, until the provider's reset time;
     /// then one probe card goes through (docs/policy.md).

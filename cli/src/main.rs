@@ -11,6 +11,7 @@ mod demo;
 mod dispatch;
 mod duration;
 mod fence;
+mod logs;
 mod mcp;
 mod out;
 mod output;
@@ -92,6 +93,12 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Migrate => admin::migrate(global, env),
         Command::Add(args) => admin::add(global, env, &args),
         Command::Ls { status, json } => admin::list(global, env, status.as_deref(), json),
+        Command::Logs { id, run, follow } => {
+            if follow {
+                runtime::install_signal_handlers(interrupt)?;
+            }
+            logs::logs(global, env, &id, run, follow, interrupt)
+        }
         Command::Walls { json, lift } => match lift {
             Some(scope) => admin::lift_wall(global, env, &scope),
             None => admin::walls(global, env, json),

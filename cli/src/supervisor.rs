@@ -63,6 +63,32 @@ pub(crate) fn alive(pid: i64, started_at: Option<i64>) -> bool {
 
 /// The hex SHA-256 digest of a worker's seal: what the board keeps, so that
 /// the seal itself is never written where an agent could read it.
+/// A card's log in `logs`; an id that is not a plain id (a hostile board
+/// row) is named by its digest, so no id can make a path outside `logs/`.
+pub(crate) fn log_path(logs: &Path, task_id: &str) -> PathBuf {
+    if kanban_core::is_valid_task_id(task_id) {
+        logs.join(format!("{task_id}.log"))
+    } else {
+        let digest = seal_digest(task_id);
+        logs.join(format!("invalid-id-{}.log", &digest[..16]))
+    }
+}
+
+/// A card's log past this size is moved to `TASK.log.1` (replacing the one
+/// before) when its next run starts: a card's logs never hold more than
+/// about twice this plus one run.
+pub(crate) const LOG_ROTATE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Moves a long log aside before a new run writes to it. No run of the card
+/// is alive then (earlier runs are swept first), so nothing writes to it.
+fn rotate_log(log: &Path) {
+    if std::fs::metadata(log).is_ok_and(|meta| meta.len() > LOG_ROTATE_BYTES) {
+        let mut old = log.as_os_str().to_owned();
+        old.push(".1");
+        let _ = std::fs::rename(log, PathBuf::from(old));
+    }
+}
+
 pub(crate) fn seal_digest(seal: &str) -> String {
     Sha256::digest(seal.as_bytes())
         .iter()
@@ -272,15 +298,8 @@ impl ProcessSupervisor {
             .is_some_and(kanban_board_sqlite::ChangeWatch::changed)
     }
 
-    /// The card's log; an id that is not a plain id (a hostile board row)
-    /// is named by its digest, so no id can make a path outside `logs/`.
     fn log_path(&self, task_id: &str) -> PathBuf {
-        if kanban_core::is_valid_task_id(task_id) {
-            self.logs.join(format!("{task_id}.log"))
-        } else {
-            let digest = seal_digest(task_id);
-            self.logs.join(format!("invalid-id-{}.log", &digest[..16]))
-        }
+        log_path(&self.logs, task_id)
     }
 
     /// Copies the `[kanban]` lines workers wrote since the last look.
@@ -352,6 +371,7 @@ impl Supervisor for ProcessSupervisor {
             )));
         };
         let log = self.log_path(&claim.task_id);
+        rotate_log(&log);
         let unwritable = |error: std::io::Error| {
             EnvironmentFault::Configuration(format!(
                 "cannot write the worker log {}: {error}; make the log folder writable",

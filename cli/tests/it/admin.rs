@@ -189,33 +189,55 @@ fn a_humans_comment_reaches_the_next_runs_agent_and_show() {
     assert_eq!(comments.len(), 2);
     assert_eq!(comments[0]["author"], "ana");
     assert_eq!(comments[0]["body"], "use the v2 API, not v1");
-    assert_eq!(comments[1]["body"], "and keep it short", "newest last, trimmed");
+    assert_eq!(
+        comments[1]["body"], "and keep it short",
+        "newest last, trimmed"
+    );
     assert!(bench.event_kinds(&id).contains(&"commented".to_owned()));
     let human = bench.ok(&["show", &id]);
     assert!(human.contains("ana: use the v2 API, not v1"), "{human}");
 
     let carrier = bench.claim(&id, None);
-    let agent = AgentScript::new(vec![AgentTurn::result(
-        r#"{"completed": true, "final_response": "ok"}"#,
-    )
-    .completing()])
+    let agent = AgentScript::new(vec![
+        AgentTurn::result(r#"{"completed": true, "final_response": "ok"}"#).completing(),
+    ])
     .write(bench.path(), "agent.sh");
     let output = bench.worker(&carrier, &agent.path, &[], &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let request = &agent.requests()[0];
-    assert_eq!(request["task"]["comments"][0]["body"], "use the v2 API, not v1");
-    assert_eq!(request["task"]["comments"][1]["author"], comments[1]["author"]);
+    assert_eq!(
+        request["task"]["comments"][0]["body"],
+        "use the v2 API, not v1"
+    );
+    assert_eq!(
+        request["task"]["comments"][1]["author"],
+        comments[1]["author"]
+    );
 
     for (args, needle) in [
-        (vec!["comment", id.as_str(), "   "], "a comment needs some text"),
-        (vec!["comment", "t_00000000", "hello"], "t_00000000 is not on this board"),
+        (
+            vec!["comment", id.as_str(), "   "],
+            "a comment needs some text",
+        ),
+        (
+            vec!["comment", "t_00000000", "hello"],
+            "t_00000000 is not on this board",
+        ),
     ] {
         let output = bench.run(&args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
-        assert!(text(&output.stderr).contains(needle), "{}", text(&output.stderr));
+        assert!(
+            text(&output.stderr).contains(needle),
+            "{}",
+            text(&output.stderr)
+        );
     }
     let long = "x".repeat(kanban_core::MAX_COMMENT_BYTES + 1);
     let output = bench.run(&["comment", &id, &long]);
     assert!(text(&output.stderr).contains("at most 16384 bytes"));
-    assert_eq!(bench.show(&id)["comments"].as_array().unwrap().len(), 2, "nothing was added");
+    assert_eq!(
+        bench.show(&id)["comments"].as_array().unwrap().len(),
+        2,
+        "nothing was added"
+    );
 }

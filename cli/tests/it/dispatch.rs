@@ -588,3 +588,71 @@ fn a_card_added_while_the_dispatcher_waits_out_a_long_interval_is_claimed_at_onc
     // Without the board watch the card waits for the next tick, 59 s away.
     assert!(done, "the card was not claimed until the next tick");
 }
+
+#[test]
+fn kanban_logs_prints_a_cards_runs_one_run_and_follows_to_the_end() {
+    let bench = Bench::new();
+    let id = bench.add("logged", &[]);
+    let marker = bench.path().join("ran-once");
+    let agent = bench.path().join("two-runs.sh");
+    write_executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\nif [ -e '{m}' ]; then echo 'second run output'; \"$KANBAN_BIN\" complete --summary ok >&2; echo '{{\"completed\": true}}'; exit 0; fi\ntouch '{m}'\necho 'first run output'\nexit 3\n",
+            m = marker.display()
+        ),
+    );
+    bench.dispatch_until_idle(&agent, &["--retry-backoff", "0"]);
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done");
+    let run_ids: Vec<String> = runs(&card).iter().map(|r| r["id"].to_string()).collect();
+    assert_eq!(run_ids.len(), 2);
+    let all = bench.ok(&["logs", &id]);
+    assert!(all.contains("first run output") && all.contains("second run output"), "{all}");
+    let first = bench.ok(&["logs", &id, "--run", &run_ids[0]]);
+    assert!(first.contains("first run output"), "{first}");
+    assert!(!first.contains("second run output"), "{first}");
+    let second = bench.ok(&["logs", &id, "--run", &run_ids[1]]);
+    assert!(second.contains("second run output") && !second.contains("first run output"));
+    // Following a card that no longer runs prints its log and ends.
+    let started = Instant::now();
+    let followed = bench.ok(&["logs", &id, "--follow"]);
+    assert!(followed.contains("second run output"));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for (args, needle) in [
+        (vec!["logs", id.as_str(), "--run", "999"], "has no run 999"),
+        (vec!["logs", "t_00000000"], "t_00000000 is not on this board"),
+    ] {
+        let output = bench.run(&args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(text(&output.stderr).contains(needle), "{}", text(&output.stderr));
+    }
+    let fresh = bench.add("never ran", &[]);
+    let output = bench.run(&["logs", &fresh]);
+    assert!(text(&output.stderr).contains("has not run yet"));
+}
+
+#[test]
+fn a_long_log_is_moved_aside_and_a_turn_adds_a_bounded_amount() {
+    let bench = Bench::new();
+    let id = bench.add("loud", &[]);
+    let logs = bench.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    // An old log past the rotation size.
+    std::fs::write(logs.join(format!("{id}.log")), vec![b'o'; 17 << 20]).unwrap();
+    let agent = agent(
+        &bench,
+        vec![AgentTurn::result(SUCCESS)
+            .completing()
+            .after("head -c 9437184 /dev/zero | tr '\\0' 'x'")],
+    );
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    let old = std::fs::metadata(logs.join(format!("{id}.log.1"))).unwrap();
+    assert_eq!(old.len(), 17 << 20, "the old log was moved aside whole");
+    let log = std::fs::read(logs.join(format!("{id}.log"))).unwrap();
+    assert!(log.len() < 9 << 20, "{} bytes", log.len());
+    assert!(log.len() > 8 << 20);
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains("the agent printed more than 8 MiB this turn; the rest is not logged"));
+}

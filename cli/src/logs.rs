@@ -1,0 +1,172 @@
+//! `kanban logs`: a card's worker log, whole, one run of it, or followed.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kanban_core::{BoardAdmin, Environment, TaskStatus};
+
+use crate::args::GlobalArgs;
+use crate::board_path::open_board_for_reading;
+use crate::out::out;
+use crate::runtime::block_on;
+use crate::supervisor::{log_path, run_marker};
+
+/// How often `--follow` looks for more.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// The lines of run `run` in a log: from its marker to the next run's.
+fn run_section(text: &str, run: i64) -> Option<String> {
+    let marker = run_marker(run);
+    let start = text.lines().position(|line| line == marker)?;
+    let lines: Vec<&str> = text
+        .lines()
+        .skip(start)
+        .enumerate()
+        .take_while(|(index, line)| *index == 0 || !line.starts_with("[kanban-dispatch] run "))
+        .map(|(_, line)| line)
+        .collect();
+    Some(lines.join("\n") + "\n")
+}
+
+fn read_lossy(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+}
+
+pub(crate) fn logs(
+    global: &GlobalArgs,
+    env: &Environment,
+    task: &str,
+    run: Option<i64>,
+    follow: bool,
+    interrupt: &Arc<AtomicUsize>,
+) -> anyhow::Result<i32> {
+    let board = open_board_for_reading(global, env)?;
+    // The card must exist: a typo names no file, and says so.
+    let view = block_on(board.show_task(task))?;
+    let folder = board.path().parent().unwrap_or(Path::new(".")).join("logs");
+    let current = log_path(&folder, task);
+    let mut older = current.as_os_str().to_owned();
+    older.push(".1");
+    let older = PathBuf::from(older);
+    if let Some(run) = run {
+        if !view.runs.iter().any(|r| r.id == run) {
+            bail!("{task} has no run {run}; `kanban show {task}` lists its runs");
+        }
+        // A rotated log holds the older runs.
+        let section = [&current, &older]
+            .into_iter()
+            .filter_map(|path| read_lossy(path))
+            .find_map(|text| run_section(&text, run));
+        match section {
+            Some(section) if !follow => {
+                out!("{section}");
+                return Ok(0);
+            }
+            Some(_) => {}
+            None => bail!(
+                "the log of run {run} of {task} is gone (logs rotate past 16 MiB; `kanban prune` removes old ones)"
+            ),
+        }
+    }
+    let Ok(mut file) = std::fs::File::open(&current) else {
+        if view.runs.is_empty() {
+            bail!("{task} has not run yet: no log");
+        }
+        bail!("no log for {task} at {}", current.display());
+    };
+    let mut shown = String::new();
+    file.read_to_string_lossy(&mut shown)?;
+    let print = |text: &str| match run {
+        Some(run) => run_section(text, run).unwrap_or_default(),
+        None => text.to_owned(),
+    };
+    out!("{}", print(&shown));
+    if !follow {
+        return Ok(0);
+    }
+    // Follow: print what is appended until the card no longer runs (the run
+    // asked for, or any) and nothing more came for a second, or Ctrl-C.
+    let mut offset = file.seek(SeekFrom::End(0))?;
+    let mut quiet_since = Instant::now();
+    let mut pending = String::new();
+    loop {
+        if interrupt.load(Ordering::SeqCst) != 0 {
+            return Ok(0);
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+        let mut more = Vec::new();
+        file.seek(SeekFrom::Start(offset))?;
+        let read = file.read_to_end(&mut more)?;
+        offset += read as u64;
+        if read > 0 {
+            quiet_since = Instant::now();
+            pending.push_str(&String::from_utf8_lossy(&more));
+            // Whole lines only, so a run's end marker is seen whole.
+            if let Some(end) = pending.rfind('\n') {
+                let lines: String = pending.drain(..=end).collect();
+                for line in lines.split_inclusive('\n') {
+                    // Following one run: the next run's marker ends it.
+                    if run.is_some() && line.starts_with("[kanban-dispatch] run ") {
+                        return Ok(0);
+                    }
+                    out!("{line}");
+                }
+            }
+        }
+        let running = block_on(board.show_task(task))
+            .map(|view| {
+                view.task.status == TaskStatus::Running
+                    && run.is_none_or(|run| view.task.current_run_id == Some(run))
+            })
+            .unwrap_or(false);
+        if !running && quiet_since.elapsed() > Duration::from_secs(1) {
+            if !pending.is_empty() {
+                out!("{pending}");
+            }
+            return Ok(0);
+        }
+    }
+}
+
+trait ReadLossy {
+    fn read_to_string_lossy(&mut self, into: &mut String) -> std::io::Result<()>;
+}
+
+impl ReadLossy for std::fs::File {
+    fn read_to_string_lossy(&mut self, into: &mut String) -> std::io::Result<()> {
+        let mut bytes = Vec::new();
+        self.read_to_end(&mut bytes)?;
+        into.push_str(&String::from_utf8_lossy(&bytes));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_section;
+
+    #[test]
+    fn a_run_is_cut_from_its_marker_to_the_next() {
+        let log = "\n[kanban-dispatch] run 1 spawned\none\n\n[kanban-dispatch] run 2 spawned\ntwo\nmore\n[kanban-dispatch] run 3 spawned\nthree\n";
+        assert_eq!(
+            run_section(log, 1).unwrap(),
+            "[kanban-dispatch] run 1 spawned\none\n\n"
+        );
+        assert_eq!(
+            run_section(log, 2).unwrap(),
+            "[kanban-dispatch] run 2 spawned\ntwo\nmore\n"
+        );
+        assert_eq!(
+            run_section(log, 3).unwrap(),
+            "[kanban-dispatch] run 3 spawned\nthree\n"
+        );
+        assert_eq!(run_section(log, 4), None);
+        assert_eq!(run_section("[kanban-dispatch] run 11 spawned\n", 1), None);
+    }
+}
