@@ -17,6 +17,26 @@ use crate::rows::{
     read_task, run_from_row, task_from_row,
 };
 
+impl SqliteBoard {
+    /// Applies one of core's operator rules to a card, in one transaction.
+    async fn operate(
+        &self,
+        task_id: &str,
+        rule: impl Fn(&rules::CardState) -> Result<rules::Transition, BoardError> + Send + 'static,
+    ) -> Result<(), BoardError> {
+        let task_id = task_id.to_owned();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                let card = existing_card(tx, &task_id)?;
+                let transition = rule(&card)?;
+                apply(tx, &task_id, &transition, now)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+}
+
 #[async_trait]
 impl BoardAdmin for SqliteBoard {
     async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
@@ -25,70 +45,14 @@ impl BoardAdmin for SqliteBoard {
                 "a task needs a non-blank title".to_owned(),
             ));
         }
+        if new.every_seconds.is_some_and(|every| every < 1) {
+            return Err(BoardError::InvalidInput(
+                "a recurring card's period (--every) is at least one second".to_owned(),
+            ));
+        }
         let new = new.clone();
-        self.call(move |store| {
-            store.write(|tx, now| {
-                if let Some(key) = &new.idempotency_key {
-                    let existing: Option<String> = tx
-                        .query_row(
-                            "SELECT id FROM tasks WHERE idempotency_key = ?1 AND status != 'archived' ORDER BY created_at DESC LIMIT 1",
-                            params![key],
-                            |row| row.get(0),
-                        )
-                        .optional()?;
-                    if let Some(id) = existing {
-                        return Ok(id);
-                    }
-                }
-                let mut open_parents = false;
-                for parent in &new.parents {
-                    let status: Option<String> = tx
-                        .query_row("SELECT status FROM tasks WHERE id = ?1", params![parent], |row| row.get(0))
-                        .optional()?;
-                    match status.as_deref().map(TaskStatus::parse) {
-                        None => return Err(BoardError::TaskNotFound(parent.clone()).into()),
-                        Some(status) => {
-                            open_parents |= !matches!(status, Some(TaskStatus::Done | TaskStatus::Archived));
-                        }
-                    }
-                }
-                let status = rules::initial_status(new.start_blocked, open_parents);
-                let id = loop {
-                    let candidate: String = tx.query_row("SELECT 't_' || lower(hex(randomblob(4)))", [], |row| row.get(0))?;
-                    let taken: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)", params![candidate], |row| row.get(0))?;
-                    if !taken {
-                        break candidate;
-                    }
-                };
-                tx.execute(
-                    "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
-                                        max_retries, goal_mode, goal_max_turns, max_runtime_seconds)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-                    params![
-                        id,
-                        new.title,
-                        new.body,
-                        new.assignee,
-                        status.as_str(),
-                        new.priority,
-                        now,
-                        new.idempotency_key,
-                        new.max_retries,
-                        i64::from(new.goal_mode),
-                        new.goal_max_turns,
-                        new.max_runtime_seconds,
-                    ],
-                )?;
-                for parent in &new.parents {
-                    tx.execute("INSERT OR IGNORE INTO task_links (parent_id, child_id) VALUES (?1, ?2)", params![parent, id])?;
-                }
-                for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
-                    append_event(tx, &id, &event, now)?;
-                }
-                Ok(id)
-            })
-        })
-        .await
+        self.call(move |store| store.write(|tx, now| insert_task(tx, &new, now)))
+            .await
     }
 
     async fn claim_task(
@@ -114,6 +78,67 @@ impl BoardAdmin for SqliteBoard {
                 let transition = rules::unblock(&card)?;
                 apply(tx, &task_id, &transition, now)?;
                 Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn cancel(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let reason = reason.to_owned();
+        self.operate(task_id, move |card| rules::cancel(card, &reason))
+            .await
+    }
+
+    async fn archive(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, rules::archive).await
+    }
+
+    async fn hold(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let reason = reason.to_owned();
+        self.operate(task_id, move |card| rules::hold(card, &reason))
+            .await
+    }
+
+    async fn release_hold(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, rules::release_hold).await
+    }
+
+    async fn edit(&self, task_id: &str, edit: &rules::CardEdit) -> Result<(), BoardError> {
+        let edit = edit.clone();
+        self.operate(task_id, move |card| rules::edit(card, &edit))
+            .await
+    }
+
+    async fn prune(&self, before: i64, dry_run: bool) -> Result<Vec<String>, BoardError> {
+        self.call(move |store| {
+            store.write(|tx, _| {
+                let ids: Vec<String> = tx
+                    .prepare_cached(
+                        "SELECT t.id FROM tasks t
+                          WHERE t.status IN ('done', 'archived')
+                            AND COALESCE((SELECT MAX(e.created_at) FROM task_events e WHERE e.task_id = t.id),
+                                         t.completed_at, t.created_at) < ?1
+                          ORDER BY t.created_at",
+                    )?
+                    .query_map(params![before], |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                if dry_run {
+                    return Ok(ids);
+                }
+                for id in &ids {
+                    // Run ids stay unique after this (AUTOINCREMENT): a
+                    // fencing token is never handed out twice.
+                    for sql in [
+                        "DELETE FROM task_events WHERE task_id = ?1",
+                        "DELETE FROM task_comments WHERE task_id = ?1",
+                        "DELETE FROM task_runs WHERE task_id = ?1",
+                        "DELETE FROM task_links WHERE child_id = ?1 OR parent_id = ?1",
+                        "DELETE FROM tasks WHERE id = ?1",
+                    ] {
+                        tx.prepare_cached(sql)?.execute(params![id])?;
+                    }
+                }
+                Ok(ids)
             })
         })
         .await
@@ -345,4 +370,141 @@ impl SqliteBoard {
     pub fn task(&self, task_id: &str) -> Result<Option<TaskRecord>, BoardError> {
         self.store.read(|conn| read_task(conn, task_id))
     }
+}
+
+/// Creates a card inside the caller's transaction; returns its id (or the
+/// existing card's for a repeated idempotency key).
+pub(crate) fn insert_task(
+    tx: &rusqlite::Connection,
+    new: &NewTask,
+    now: i64,
+) -> Result<String, crate::open::TxError> {
+    if let Some(key) = &new.idempotency_key {
+        let existing: Option<String> = tx
+            .query_row(
+                "SELECT id FROM tasks WHERE idempotency_key = ?1 AND status != 'archived' ORDER BY created_at DESC LIMIT 1",
+                params![key],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if let Some(id) = existing {
+            return Ok(id);
+        }
+    }
+    let mut open_parents = false;
+    for parent in &new.parents {
+        let status: Option<String> = tx
+            .query_row(
+                "SELECT status FROM tasks WHERE id = ?1",
+                params![parent],
+                |row| row.get(0),
+            )
+            .optional()?;
+        match status.as_deref().map(TaskStatus::parse) {
+            None => return Err(BoardError::TaskNotFound(parent.clone()).into()),
+            Some(status) => {
+                open_parents |= !matches!(status, Some(TaskStatus::Done | TaskStatus::Archived));
+            }
+        }
+    }
+    let status = rules::initial_status(new.start_blocked, open_parents);
+    let id = loop {
+        let candidate: String =
+            tx.query_row("SELECT 't_' || lower(hex(randomblob(4)))", [], |row| {
+                row.get(0)
+            })?;
+        let taken: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)",
+            params![candidate],
+            |row| row.get(0),
+        )?;
+        if !taken {
+            break candidate;
+        }
+    };
+    tx.execute(
+        "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
+                            max_retries, goal_mode, goal_max_turns, max_runtime_seconds,
+                            not_before, every_seconds, scheduled_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        params![
+            id,
+            new.title,
+            new.body,
+            new.assignee,
+            status.as_str(),
+            new.priority,
+            now,
+            new.idempotency_key,
+            new.max_retries,
+            i64::from(new.goal_mode),
+            new.goal_max_turns,
+            new.max_runtime_seconds,
+            new.not_before,
+            new.every_seconds,
+            new.every_seconds.map(|_| new.not_before.unwrap_or(now)),
+        ],
+    )?;
+    for parent in &new.parents {
+        tx.execute(
+            "INSERT OR IGNORE INTO task_links (parent_id, child_id) VALUES (?1, ?2)",
+            params![parent, id],
+        )?;
+    }
+    for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
+        append_event(tx, &id, &event, now)?;
+    }
+    if new.not_before.is_some() || new.every_seconds.is_some() {
+        let event = NewEvent::new(
+            "scheduled",
+            None,
+            json!({"not_before": new.not_before, "every_seconds": new.every_seconds}),
+        );
+        append_event(tx, &id, &event, now)?;
+    }
+    Ok(id)
+}
+
+/// The next occurrence of a recurring card that just completed, created in
+/// the same transaction: one card at a time, due one period after this one
+/// was ([`rules::next_occurrence`]).
+pub(crate) fn recur(
+    tx: &rusqlite::Connection,
+    task_id: &str,
+    now: i64,
+) -> Result<(), crate::open::TxError> {
+    let row = tx
+        .prepare_cached(
+            "SELECT title, body, assignee, priority, max_retries, goal_mode, goal_max_turns,
+                    max_runtime_seconds, every_seconds, COALESCE(scheduled_at, created_at)
+               FROM tasks WHERE id = ?1 AND every_seconds IS NOT NULL",
+        )?
+        .query_row(params![task_id], |row| {
+            Ok((
+                NewTask {
+                    title: row.get(0)?,
+                    body: row.get(1)?,
+                    assignee: row.get(2)?,
+                    priority: row.get::<_, Option<i64>>(3)?.unwrap_or(0),
+                    max_retries: row.get(4)?,
+                    goal_mode: row.get::<_, i64>(5)? != 0,
+                    goal_max_turns: row.get(6)?,
+                    max_runtime_seconds: row.get(7)?,
+                    every_seconds: row.get(8)?,
+                    ..NewTask::default()
+                },
+                row.get::<_, i64>(9)?,
+            ))
+        })
+        .optional()?;
+    let Some((mut next, scheduled_at)) = row else {
+        return Ok(());
+    };
+    let every = next.every_seconds.unwrap_or(1);
+    let due = rules::next_occurrence(scheduled_at, every, now);
+    next.not_before = Some(due);
+    let id = insert_task(tx, &next, now)?;
+    let event = NewEvent::new("recurred", None, json!({"next": id, "due": due}));
+    append_event(tx, task_id, &event, now)?;
+    Ok(())
 }

@@ -33,7 +33,7 @@ pub(crate) fn claim_in(
             "INSERT INTO task_runs (task_id, profile, status, claim_lock, claim_expires, started_at, lease_ttl)
              SELECT t.id, t.assignee, 'running', ?2, ?3, ?4, ?5 FROM tasks t
               WHERE t.id = ?1 AND t.status = 'ready' AND t.claim_lock IS NULL
-                AND NOT EXISTS ({OPEN_PARENT})"
+                AND t.held_reason IS NULL AND NOT EXISTS ({OPEN_PARENT})"
         ))?
         .execute(params![task_id, claim_lock, expires, now, ttl])?;
     if opened == 0 {
@@ -199,7 +199,7 @@ impl DispatchBoard for SqliteBoard {
                 let candidates: Vec<String> = {
                     let mut statement = tx.prepare_cached(
                         "SELECT id FROM tasks
-                          WHERE status = 'ready' AND claim_lock IS NULL
+                          WHERE status = 'ready' AND claim_lock IS NULL AND held_reason IS NULL
                             AND (not_before IS NULL OR not_before <= ?1)
                             AND (?2 IS NULL OR COALESCE(assignee, '') IN (SELECT value FROM json_each(?2)))
                           ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 32",

@@ -15,7 +15,8 @@ use crate::proof::lease_view;
 
 pub(crate) const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
-    consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds";
+    consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds, \
+    held_reason, every_seconds";
 pub(crate) const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
     started_at, ended_at, outcome, summary, error, worker_started_at";
 pub(crate) const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
@@ -56,6 +57,8 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         last_failure_error: row.get(17)?,
         last_heartbeat_at: row.get(18)?,
         max_runtime_seconds: row.get(19)?,
+        held_reason: row.get(20)?,
+        every_seconds: row.get(21)?,
     })
 }
 
@@ -100,7 +103,8 @@ pub(crate) fn read_task(conn: &Connection, task_id: &str) -> rusqlite::Result<Op
 pub(crate) fn card_state(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<CardState>> {
     conn.prepare_cached(&format!(
         "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
-                t.consecutive_failures, t.max_retries, EXISTS ({OPEN_PARENT})
+                t.consecutive_failures, t.max_retries, EXISTS ({OPEN_PARENT}),
+                t.held_reason IS NOT NULL
            FROM tasks t WHERE t.id = ?1"
     ))?
     .query_row(params![task_id], |row| {
@@ -114,6 +118,7 @@ pub(crate) fn card_state(conn: &Connection, task_id: &str) -> rusqlite::Result<O
             consecutive_failures: row.get(5)?,
             max_retries: row.get(6)?,
             open_parents: row.get(7)?,
+            held: row.get(8)?,
         })
     })
     .optional()
@@ -187,6 +192,29 @@ pub(crate) fn apply(
     }
     if let Some(not_before) = transition.not_before {
         set("not_before", Box::new(not_before));
+    }
+    if let Some(held) = &transition.held {
+        set("held_reason", Box::new(held.clone()));
+    }
+    if let Some(edit) = &transition.edit {
+        if let Some(title) = &edit.title {
+            set("title", Box::new(title.clone()));
+        }
+        if let Some(body) = &edit.body {
+            set("body", Box::new(body.clone()));
+        }
+        if let Some(priority) = edit.priority {
+            set("priority", Box::new(priority));
+        }
+        if let Some(assignee) = &edit.assignee {
+            set("assignee", Box::new(assignee.clone()));
+        }
+        if let Some(max_retries) = edit.max_retries {
+            set("max_retries", Box::new(max_retries));
+        }
+        if let Some(max_runtime) = edit.max_runtime_seconds {
+            set("max_runtime_seconds", Box::new(max_runtime));
+        }
     }
     if let Some(completion) = &transition.completion {
         set("result", Box::new(completion.result.clone()));

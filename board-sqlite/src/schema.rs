@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 4] = [
+pub const MIGRATIONS: [&str; 5] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -118,5 +118,12 @@ CREATE TABLE IF NOT EXISTS provider_walls (
     failed_probes  INTEGER NOT NULL DEFAULT 0,
     probe_run      INTEGER
 );
+"#,
+    // 5: the operator's lifecycle: a hold (why; NULL: not held), and
+    // recurring cards (the period and when this occurrence was due).
+    r#"
+ALTER TABLE tasks ADD COLUMN held_reason TEXT;
+ALTER TABLE tasks ADD COLUMN every_seconds INTEGER;
+ALTER TABLE tasks ADD COLUMN scheduled_at INTEGER;
 "#,
 ];

@@ -165,9 +165,15 @@ impl Board for SqliteBoard {
         result: Option<String>,
     ) -> Result<(), BoardError> {
         let summary = summary.to_owned();
-        let owned = claim.clone();
-        self.fenced(claim, "complete", move |_, now| {
-            Some(rules::complete(&owned, &summary, result.as_deref(), now))
+        let claim = claim.clone();
+        self.call(move |store| {
+            store.write(|tx, now| {
+                fence(tx, &claim, "complete", now)?;
+                let transition = rules::complete(&claim, &summary, result.as_deref(), now);
+                apply(tx, &claim.task_id, &transition, now)?;
+                // A recurring card's next occurrence, in the same commit.
+                crate::admin::recur(tx, &claim.task_id, now)
+            })
         })
         .await
     }

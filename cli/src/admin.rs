@@ -9,9 +9,10 @@ use kanban_core::{
 };
 use serde_json::json;
 
-use crate::args::{AddArgs, GlobalArgs};
+use crate::args::{AddArgs, EditArgs, GlobalArgs};
 use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading};
-use crate::out::{out, outln};
+use crate::duration::parse_moment;
+use crate::out::{errln, out, outln};
 use crate::output::{
     event_json, retry_note, run_json, short, table, task_json, utc_time, walls_table,
 };
@@ -52,7 +53,16 @@ pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<
 
 pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
+    let now = SystemClock.now();
+    let not_before = args
+        .not_before
+        .as_deref()
+        .map(|raw| parse_moment(raw, now))
+        .transpose()
+        .map_err(|problem| anyhow::anyhow!("--not-before: {problem}"))?;
     let new = NewTask {
+        not_before,
+        every_seconds: args.every,
         title: args.title.clone(),
         body: args.body.clone(),
         assignee: args.assignee.clone(),
@@ -81,15 +91,112 @@ fn parse_status(raw: &str) -> anyhow::Result<TaskStatus> {
     })
 }
 
+/// An operator's change to one card.
+pub(crate) enum Operation<'a> {
+    Cancel(&'a str),
+    Archive,
+    Hold(&'a str),
+    Release,
+}
+
+/// `kanban cancel|archive|hold|release ID`.
+pub(crate) fn operate(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    operation: Operation<'_>,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let done = match operation {
+        Operation::Cancel(reason) => {
+            block_on(board.cancel(id, reason))?;
+            "cancelled (archived; a running worker is stopped by its dispatcher)"
+        }
+        Operation::Archive => {
+            block_on(board.archive(id))?;
+            "archived"
+        }
+        Operation::Hold(reason) => {
+            block_on(board.hold(id, reason))?;
+            "held: it is not claimed until `kanban release`"
+        }
+        Operation::Release => {
+            block_on(board.release_hold(id))?;
+            "released: claimable again"
+        }
+    };
+    outln!("{id} {done}");
+    Ok(0)
+}
+
+/// `kanban edit ID …`.
+pub(crate) fn edit(global: &GlobalArgs, env: &Environment, args: &EditArgs) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let change = kanban_core::rules::CardEdit {
+        title: args.title.clone(),
+        body: args.body.clone(),
+        priority: args.priority,
+        assignee: args
+            .assignee
+            .as_ref()
+            .map(|name| Some(name.trim().to_owned()).filter(|name| !name.is_empty())),
+        max_retries: args.max_retries.map(Some),
+        max_runtime_seconds: args.max_runtime.map(Some),
+    };
+    block_on(board.edit(&args.id, &change))?;
+    outln!("{} edited: {}", args.id, change.fields().join(", "));
+    Ok(0)
+}
+
+/// `kanban prune --older-than D [--dry-run]`: the cards and their logs.
+pub(crate) fn prune(
+    global: &GlobalArgs,
+    env: &Environment,
+    older_than: i64,
+    dry_run: bool,
+) -> anyhow::Result<i32> {
+    let board = open_board(global, env)?;
+    let before = SystemClock.now().saturating_sub(older_than);
+    let ids = block_on(board.prune(before, dry_run))?;
+    if !dry_run {
+        let logs = board
+            .path()
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("logs");
+        for id in &ids {
+            let log = crate::supervisor::log_path(&logs, id);
+            let _ = std::fs::remove_file(&log);
+            let mut older = log.into_os_string();
+            older.push(".1");
+            let _ = std::fs::remove_file(older);
+        }
+    }
+    for id in &ids {
+        outln!("{id}");
+    }
+    let verb = if dry_run { "would prune" } else { "pruned" };
+    errln!(
+        "{verb} {} card(s) done or archived with no activity for {older_than}s",
+        ids.len()
+    );
+    Ok(0)
+}
+
 pub(crate) fn list(
     global: &GlobalArgs,
     env: &Environment,
     status: Option<&str>,
+    archived: bool,
     as_json: bool,
 ) -> anyhow::Result<i32> {
     let status = status.map(parse_status).transpose()?;
     let board = open_board_for_reading(global, env)?;
-    let tasks = block_on(board.list_tasks(status))?;
+    let mut tasks = block_on(board.list_tasks(status))?;
+    // Archived cards are out of the way unless asked for.
+    if !archived && status.is_none() {
+        tasks.retain(|task| task.status != TaskStatus::Archived);
+    }
     let now = SystemClock.now();
     if as_json {
         outln!(
@@ -103,10 +210,7 @@ pub(crate) fn list(
         .map(|t| {
             vec![
                 t.id.clone(),
-                match retry_note(t.not_before, now) {
-                    Some(note) => format!("{}, {note}", t.status.as_str()),
-                    None => t.status.as_str().to_owned(),
-                },
+                status_line(t, now),
                 t.priority.to_string(),
                 t.current_run_id
                     .map(|r| r.to_string())
@@ -222,13 +326,10 @@ pub(crate) fn show(
     outln!("{}  {}", task.id, task.title);
     outln!(
         "status: {}   priority: {}   failures: {}",
-        task.status.as_str(),
+        status_line(task, now),
         task.priority,
         task.consecutive_failures
     );
-    if let Some(note) = retry_note(task.not_before, now) {
-        outln!("{note}");
-    }
     if !met.is_empty() {
         outln!("met a provider wall (it holds every card of that provider; kanban walls):");
         out!("{}", walls_table(&met, now));
@@ -392,4 +493,19 @@ pub(crate) fn reclaim(
         block_on(board.show_task(id))?.task.status.as_str()
     );
     Ok(0)
+}
+
+/// A card's status as `ls` and `show` say it: held, waiting, recurring.
+fn status_line(task: &kanban_core::TaskRecord, now: i64) -> String {
+    let mut line = task.status.as_str().to_owned();
+    if let Some(reason) = &task.held_reason {
+        line.push_str(&format!(", held: {}", short(reason, 40)));
+    }
+    if let Some(note) = retry_note(task.not_before, now) {
+        line.push_str(&format!(", {note}"));
+    }
+    if let Some(every) = task.every_seconds {
+        line.push_str(&format!(", every {every}s"));
+    }
+    line
 }

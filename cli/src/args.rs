@@ -71,9 +71,56 @@ pub(crate) enum Command {
         /// Only cards with this status (todo, ready, running, blocked, done, archived).
         #[arg(long)]
         status: Option<String>,
+        /// Include archived (and cancelled) cards, hidden otherwise.
+        #[arg(long)]
+        archived: bool,
         /// One JSON array.
         #[arg(long)]
         json: bool,
+    },
+    /// Cancel a card: it leaves every lane (archived) with why; a running
+    /// card's worker and agent are stopped by their dispatcher.
+    ///
+    /// Example: kanban cancel t_1a2b3c4d --reason "not needed any more"
+    Cancel {
+        id: String,
+        /// Why, for the event log.
+        #[arg(long, default_value = "cancelled by an operator")]
+        reason: String,
+    },
+    /// Change a card's title, body, priority, assignee or limits (a running
+    /// run goes on; the next run reads the new fields).
+    ///
+    /// Example: kanban edit t_1a2b3c4d --priority 5 --assignee reviewer
+    Edit(EditArgs),
+    /// Archive a card nobody works (`ls --archived` shows it).
+    ///
+    /// Example: kanban archive t_1a2b3c4d
+    Archive { id: String },
+    /// Hold a ready (or todo) card: it is not claimed until `release`.
+    ///
+    /// Example: kanban hold t_1a2b3c4d --reason "waiting for the API key"
+    Hold {
+        id: String,
+        /// Why, for the event log and `ls`.
+        #[arg(long, default_value = "held by an operator")]
+        reason: String,
+    },
+    /// Release a held card: claimable again.
+    ///
+    /// Example: kanban release t_1a2b3c4d
+    Release { id: String },
+    /// Delete done and archived cards with no activity for a while, with
+    /// their runs, events, comments and logs.
+    ///
+    /// Example: kanban prune --older-than 30d --dry-run
+    Prune {
+        /// Only cards whose last event is older than this (7d, 12h…).
+        #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
+        older_than: i64,
+        /// List what would go; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Print a card's worker log: every run, or one (`--run N`); `--follow`
     /// keeps printing while the card runs. Logs live in `logs/` beside the
@@ -367,9 +414,38 @@ pub(crate) struct AddArgs {
     /// Start blocked instead of ready.
     #[arg(long)]
     pub(crate) blocked: bool,
+    /// Not claimed before this time: RFC 3339 (2026-12-03T09:00:00Z) or
+    /// +DURATION from now (+10m, +2h).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) not_before: Option<String>,
+    /// Recurring: when this card is done, the next one is added, due one
+    /// period after this one was (30m, 1d…); never two at once.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
+    pub(crate) every: Option<i64>,
     /// Print `{"id": ...}`.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EditArgs {
+    pub(crate) id: String,
+    #[arg(long)]
+    pub(crate) title: Option<String>,
+    #[arg(long)]
+    pub(crate) body: Option<String>,
+    /// Higher runs first.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) priority: Option<i64>,
+    /// Route the card to this agent (an empty value clears it).
+    #[arg(long)]
+    pub(crate) assignee: Option<String>,
+    /// Counted failures before the card is blocked.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) max_retries: Option<u32>,
+    /// The longest one run may take (90s, 30m, 2h…).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
+    pub(crate) max_runtime: Option<i64>,
 }
 
 #[derive(Debug, Args)]

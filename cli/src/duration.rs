@@ -8,6 +8,25 @@ const LONGEST: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Parses a duration: seconds (`90`, `0.5`) or a number with a unit (`90s`,
 /// `30m`, `2h`, `1d`). Negative, non-finite and absurd values (over a
 /// year) are refused with a message that says what is accepted.
+/// A moment as people write it: an RFC 3339 time (`2026-12-03T09:00:00Z`,
+/// `2026-12-03T10:00:00+01:00`) or `+DURATION` from now (`+10m`, `+2h`);
+/// in epoch seconds, `now` given.
+pub(crate) fn parse_moment(raw: &str, now: i64) -> Result<i64, String> {
+    let text = raw.trim();
+    if let Some(after) = text.strip_prefix('+') {
+        let wait = parse_duration(after)?;
+        let seconds = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
+        return Ok(now.saturating_add(seconds));
+    }
+    text.parse::<jiff::Timestamp>()
+        .map(|time| time.as_second())
+        .map_err(|_| {
+            format!(
+                "{raw:?} is not a time: use RFC 3339 (2026-12-03T09:00:00Z) or +DURATION from now (+10m, +2h)"
+            )
+        })
+}
+
 pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     let text = raw.trim();
     let (number, unit) = match text.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {

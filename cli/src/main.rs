@@ -29,6 +29,7 @@ use std::sync::atomic::AtomicUsize;
 use clap::{CommandFactory, Parser};
 use kanban_core::Environment;
 
+use crate::admin::Operation;
 use crate::args::{Cli, Command, FenceCommand};
 use crate::out::{errln, out};
 
@@ -92,7 +93,22 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Init => admin::init(global, env),
         Command::Migrate => admin::migrate(global, env),
         Command::Add(args) => admin::add(global, env, &args),
-        Command::Ls { status, json } => admin::list(global, env, status.as_deref(), json),
+        Command::Ls {
+            status,
+            archived,
+            json,
+        } => admin::list(global, env, status.as_deref(), archived, json),
+        Command::Cancel { id, reason } => {
+            admin::operate(global, env, &id, Operation::Cancel(&reason))
+        }
+        Command::Edit(args) => admin::edit(global, env, &args),
+        Command::Archive { id } => admin::operate(global, env, &id, Operation::Archive),
+        Command::Hold { id, reason } => admin::operate(global, env, &id, Operation::Hold(&reason)),
+        Command::Release { id } => admin::operate(global, env, &id, Operation::Release),
+        Command::Prune {
+            older_than,
+            dry_run,
+        } => admin::prune(global, env, older_than, dry_run),
         Command::Logs { id, run, follow } => {
             if follow {
                 runtime::install_signal_handlers(interrupt)?;

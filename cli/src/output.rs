@@ -26,6 +26,8 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "last_heartbeat_at": task.last_heartbeat_at,
         "max_runtime_seconds": task.max_runtime_seconds,
         "result": task.result,
+        "held_reason": task.held_reason,
+        "every_seconds": task.every_seconds,
     })
 }
 

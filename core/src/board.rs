@@ -101,6 +101,11 @@ pub struct NewTask {
     pub start_blocked: bool,
     /// The longest a run of this card may take, in seconds.
     pub max_runtime_seconds: Option<i64>,
+    /// Not claimed before this time (epoch seconds).
+    pub not_before: Option<i64>,
+    /// Recurs: when it is done, the next card is due one period after this
+    /// one was (never two at once).
+    pub every_seconds: Option<i64>,
 }
 
 /// A claim just taken.
@@ -140,6 +145,10 @@ pub struct TaskRecord {
     pub last_failure_error: Option<String>,
     pub last_heartbeat_at: Option<i64>,
     pub max_runtime_seconds: Option<i64>,
+    /// Why an operator holds it (`kanban hold`); `None`: not held.
+    pub held_reason: Option<String>,
+    /// It recurs with this period.
+    pub every_seconds: Option<i64>,
 }
 
 /// A run (one claim of a card) as stored.
@@ -215,6 +224,21 @@ pub trait BoardAdmin: Send + Sync {
     /// Adds a comment from outside any run (a human steering the card's
     /// agent between runs); event `commented`.
     async fn add_comment(&self, task_id: &str, author: &str, text: &str) -> Result<(), BoardError>;
+    /// Cancels a card ([`crate::rules::cancel`]): archived with why; a
+    /// running card's run closes and its worker is fenced out.
+    async fn cancel(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
+    /// Archives a card nobody works ([`crate::rules::archive`]).
+    async fn archive(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Holds a ready or todo card: not claimed until released.
+    async fn hold(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
+    /// Releases a held card.
+    async fn release_hold(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Edits a card's fields ([`crate::rules::edit`]).
+    async fn edit(&self, task_id: &str, edit: &crate::rules::CardEdit) -> Result<(), BoardError>;
+    /// Deletes done and archived cards whose last event is older than
+    /// `before`, with their runs, events, comments and links; returns their
+    /// ids (their logs are the caller's to remove). `dry_run` deletes nothing.
+    async fn prune(&self, before: i64, dry_run: bool) -> Result<Vec<String>, BoardError>;
     /// Lifts the provider wall of `scope` by hand (event `wall_lifted` on
     /// the card that met it last); false when no such wall stands.
     async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError>;

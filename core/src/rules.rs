@@ -41,6 +41,8 @@ pub struct CardState {
     pub max_retries: Option<u32>,
     /// Some parent of the card is neither done nor archived.
     pub open_parents: bool,
+    /// An operator holds the card (`kanban hold`): it is not claimed.
+    pub held: bool,
 }
 
 /// How a card's open run is closed.
@@ -96,6 +98,39 @@ pub struct Transition {
     pub events: Vec<NewEvent>,
     /// Changes to the provider walls (see [`crate::walls`]).
     pub walls: Vec<WallChange>,
+    /// The operator's hold (`Some(None)` releases it).
+    pub held: Option<Option<String>>,
+    /// An operator's edit of the card's fields.
+    pub edit: Option<CardEdit>,
+}
+
+/// An operator's edit: each field given replaces the card's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CardEdit {
+    pub title: Option<String>,
+    pub body: Option<String>,
+    pub priority: Option<i64>,
+    /// `Some(None)` clears the assignee.
+    pub assignee: Option<Option<String>>,
+    pub max_retries: Option<Option<u32>>,
+    pub max_runtime_seconds: Option<Option<i64>>,
+}
+
+impl CardEdit {
+    /// The names of the fields it changes, for the `edited` event.
+    pub fn fields(&self) -> Vec<&'static str> {
+        [
+            ("title", self.title.is_some()),
+            ("body", self.body.is_some()),
+            ("priority", self.priority.is_some()),
+            ("assignee", self.assignee.is_some()),
+            ("max_retries", self.max_retries.is_some()),
+            ("max_runtime_seconds", self.max_runtime_seconds.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
 }
 
 /// A dispatcher's knobs for failed runs: they travel with every booking and
@@ -299,6 +334,8 @@ fn counted_failure(
     }
     Transition {
         walls: Vec::new(),
+        held: None,
+        edit: None,
         close_run: Some(RunClose {
             status: outcome.to_owned(),
             outcome: outcome.to_owned(),
@@ -487,6 +524,8 @@ fn book_card_exit(
     }
     let transition = Transition {
         walls: Vec::new(),
+        held: None,
+        edit: None,
         close_run: Some(RunClose {
             status: booking.kind.as_str().to_owned(),
             outcome: booking.kind.as_str().to_owned(),
@@ -631,6 +670,8 @@ pub fn settle_overrun(
 pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) -> Transition {
     Transition {
         walls: Vec::new(),
+        held: None,
+        edit: None,
         close_run: Some(RunClose {
             status: "done".to_owned(),
             outcome: "completed".to_owned(),
@@ -688,6 +729,8 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
     let landing = requeue_landing(card.open_parents);
     Ok(Transition {
         walls: Vec::new(),
+        held: None,
+        edit: None,
         close_run: Some(RunClose {
             status: "reclaimed".to_owned(),
             outcome: "reclaimed".to_owned(),
@@ -789,4 +832,127 @@ pub fn claimed_event(claim: &Claim, expires: i64, ttl: i64) -> NewEvent {
         Some(claim.run_id),
         json!({"lock": claim.claim_lock, "expires": expires, "run_id": claim.run_id, "ttl": ttl}),
     )
+}
+
+fn refuse(card: &CardState, action: &'static str) -> BoardError {
+    BoardError::InvalidTransition {
+        task_id: card.task_id.clone(),
+        status: card.status.as_str().to_owned(),
+        action,
+    }
+}
+
+/// An operator's cancel: the card leaves every lane (archived) with why. A
+/// running card's run closes as `cancelled` and its claim is released, so
+/// its worker is fenced out and its dispatcher stops it and its agent.
+pub fn cancel(card: &CardState, reason: &str) -> Result<Transition, BoardError> {
+    if matches!(card.status, TaskStatus::Done | TaskStatus::Archived) {
+        return Err(refuse(card, "cancel"));
+    }
+    let running = card.status == TaskStatus::Running;
+    Ok(Transition {
+        close_run: running.then(|| RunClose {
+            status: "cancelled".to_owned(),
+            outcome: "cancelled".to_owned(),
+            summary: None,
+            error: Some(format!("cancelled: {reason}")),
+        }),
+        release_claim: running,
+        status: Some(TaskStatus::Archived),
+        not_before: Some(None),
+        held: Some(None),
+        events: vec![NewEvent::new(
+            "cancelled",
+            card.current_run_id.filter(|_| running),
+            json!({"reason": reason, "was": card.status.as_str()}),
+        )],
+        ..Transition::default()
+    })
+}
+
+/// An operator's archive of a card nobody works: out of every lane; a
+/// running card is cancelled first (`kanban cancel`).
+pub fn archive(card: &CardState) -> Result<Transition, BoardError> {
+    if matches!(card.status, TaskStatus::Running | TaskStatus::Archived) {
+        return Err(refuse(card, "archive"));
+    }
+    Ok(Transition {
+        status: Some(TaskStatus::Archived),
+        not_before: Some(None),
+        events: vec![NewEvent::new(
+            "archived",
+            None,
+            json!({"was": card.status.as_str()}),
+        )],
+        ..Transition::default()
+    })
+}
+
+/// An operator's hold of a card waiting for its turn (ready or todo): it is
+/// not claimed until released.
+pub fn hold(card: &CardState, reason: &str) -> Result<Transition, BoardError> {
+    if !matches!(card.status, TaskStatus::Ready | TaskStatus::Todo) || card.held {
+        return Err(refuse(card, if card.held { "hold again" } else { "hold" }));
+    }
+    Ok(Transition {
+        held: Some(Some(reason.to_owned())),
+        events: vec![NewEvent::new("held", None, json!({"reason": reason}))],
+        ..Transition::default()
+    })
+}
+
+/// Releases an operator's hold: the card is claimable again.
+pub fn release_hold(card: &CardState) -> Result<Transition, BoardError> {
+    if !card.held {
+        return Err(BoardError::InvalidInput(format!(
+            "{} is not held; nothing to release",
+            card.task_id
+        )));
+    }
+    Ok(Transition {
+        held: Some(None),
+        events: vec![NewEvent::new("released", None, json!({}))],
+        ..Transition::default()
+    })
+}
+
+/// An operator's edit of a card that is not archived (a running card's
+/// run goes on; the next run reads the new fields).
+pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError> {
+    if card.status == TaskStatus::Archived {
+        return Err(refuse(card, "edit"));
+    }
+    let fields = edit.fields();
+    if fields.is_empty() {
+        return Err(BoardError::InvalidInput(
+            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --max-retries, --max-runtime"
+                .to_owned(),
+        ));
+    }
+    if edit
+        .title
+        .as_deref()
+        .is_some_and(|title| title.trim().is_empty())
+    {
+        return Err(BoardError::InvalidInput(
+            "a task needs a non-blank title".to_owned(),
+        ));
+    }
+    Ok(Transition {
+        edit: Some(edit.clone()),
+        events: vec![NewEvent::new("edited", None, json!({"fields": fields}))],
+        ..Transition::default()
+    })
+}
+
+/// When the next occurrence of a card recurring every `every` seconds
+/// (scheduled at `scheduled_at`) is due: the first period boundary after
+/// `now`, so a late finish never starts a burst of catch-up cards.
+pub fn next_occurrence(scheduled_at: i64, every: i64, now: i64) -> i64 {
+    let every = every.max(1);
+    if now < scheduled_at {
+        return scheduled_at.saturating_add(every);
+    }
+    let periods = (now - scheduled_at) / every + 1;
+    scheduled_at.saturating_add(periods.saturating_mul(every))
 }

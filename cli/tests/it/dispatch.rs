@@ -608,7 +608,10 @@ fn kanban_logs_prints_a_cards_runs_one_run_and_follows_to_the_end() {
     let run_ids: Vec<String> = runs(&card).iter().map(|r| r["id"].to_string()).collect();
     assert_eq!(run_ids.len(), 2);
     let all = bench.ok(&["logs", &id]);
-    assert!(all.contains("first run output") && all.contains("second run output"), "{all}");
+    assert!(
+        all.contains("first run output") && all.contains("second run output"),
+        "{all}"
+    );
     let first = bench.ok(&["logs", &id, "--run", &run_ids[0]]);
     assert!(first.contains("first run output"), "{first}");
     assert!(!first.contains("second run output"), "{first}");
@@ -621,11 +624,18 @@ fn kanban_logs_prints_a_cards_runs_one_run_and_follows_to_the_end() {
     assert!(started.elapsed() < Duration::from_secs(10));
     for (args, needle) in [
         (vec!["logs", id.as_str(), "--run", "999"], "has no run 999"),
-        (vec!["logs", "t_00000000"], "t_00000000 is not on this board"),
+        (
+            vec!["logs", "t_00000000"],
+            "t_00000000 is not on this board",
+        ),
     ] {
         let output = bench.run(&args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
-        assert!(text(&output.stderr).contains(needle), "{}", text(&output.stderr));
+        assert!(
+            text(&output.stderr).contains(needle),
+            "{}",
+            text(&output.stderr)
+        );
     }
     let fresh = bench.add("never ran", &[]);
     let output = bench.run(&["logs", &fresh]);
@@ -642,9 +652,11 @@ fn a_long_log_is_moved_aside_and_a_turn_adds_a_bounded_amount() {
     std::fs::write(logs.join(format!("{id}.log")), vec![b'o'; 17 << 20]).unwrap();
     let agent = agent(
         &bench,
-        vec![AgentTurn::result(SUCCESS)
-            .completing()
-            .after("head -c 9437184 /dev/zero | tr '\\0' 'x'")],
+        vec![
+            AgentTurn::result(SUCCESS)
+                .completing()
+                .after("head -c 9437184 /dev/zero | tr '\\0' 'x'"),
+        ],
     );
     bench.dispatch_until_idle(&agent.path, &[]);
     assert_eq!(bench.show(&id)["task"]["status"], "done");
@@ -655,4 +667,153 @@ fn a_long_log_is_moved_aside_and_a_turn_adds_a_bounded_amount() {
     assert!(log.len() > 8 << 20);
     let text = String::from_utf8_lossy(&log);
     assert!(text.contains("the agent printed more than 8 MiB this turn; the rest is not logged"));
+}
+
+#[test]
+fn the_card_lifecycle_cancel_edit_archive_hold_release_not_before_every_prune() {
+    let bench = Bench::new();
+    // Cancel a running card: its dispatcher stops the worker and the agent.
+    let long = bench.add("long", &[]);
+    let agent_pids = bench.path().join("agent-pids");
+    let sleeper = bench.path().join("sleeper.sh");
+    write_executable(
+        &sleeper,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\necho $$ >> '{}'\nsleep 60\n",
+            agent_pids.display()
+        ),
+    );
+    let mut dispatcher = bench
+        .dispatch_command(&sleeper, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", || agent_pids.exists());
+    let said = bench.ok(&["cancel", &long, "--reason", "not needed"]);
+    assert!(said.contains("cancelled"), "{said}");
+    let agent_pid: i32 = std::fs::read_to_string(&agent_pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("the cancelled card's agent to stop", || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid), None).is_err()
+            || reaped(agent_pid)
+    });
+    let card = bench.show(&long);
+    assert_eq!(card["task"]["status"], "archived");
+    assert_eq!(runs(&card)[0]["outcome"], "cancelled");
+    assert_eq!(
+        bench.event(&long, "cancelled")["payload"]["reason"],
+        "not needed"
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(dispatcher.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = dispatcher.wait();
+    assert!(
+        !bench.ok(&["ls"]).contains(&long),
+        "archived cards are hidden"
+    );
+    assert!(bench.ok(&["ls", "--archived"]).contains(&long));
+
+    // Edit, hold and release, a delayed card, a recurring one.
+    let held = bench.add("held", &["--priority", "1"]);
+    bench.ok(&["edit", &held, "--title", "held, renamed", "--priority", "7"]);
+    let card = bench.show(&held);
+    assert_eq!(card["task"]["title"], "held, renamed");
+    assert_eq!(card["task"]["priority"], 7);
+    assert_eq!(
+        bench.event(&held, "edited")["payload"]["fields"],
+        serde_json::json!(["title", "priority"])
+    );
+    bench.ok(&["hold", &held, "--reason", "waiting for the key"]);
+    assert!(bench.ok(&["ls"]).contains("held: waiting for the key"));
+    let later = bench.add("later", &["--not-before", "+1h"]);
+    let recurring = bench.add("nightly", &["--every", "1d"]);
+    let agent = agent(&bench, vec![AgentTurn::result(SUCCESS).completing()]);
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(
+        runs(&bench.show(&held)).len(),
+        0,
+        "a held card is not claimed"
+    );
+    assert_eq!(runs(&bench.show(&later)).len(), 0, "not before its time");
+    assert_eq!(bench.show(&recurring)["task"]["status"], "done");
+    let next = bench.event(&recurring, "recurred")["payload"]["next"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let next_card = bench.show(&next);
+    assert_eq!(next_card["task"]["title"], "nightly");
+    assert_eq!(next_card["task"]["every_seconds"], 86_400);
+    let created = bench.show(&recurring)["task"]["created_at"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        next_card["task"]["not_before"].as_i64().unwrap(),
+        created + 86_400
+    );
+    bench.ok(&["release", &held]);
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(bench.show(&held)["task"]["status"], "done");
+    assert_eq!(
+        runs(&bench.show(&next)).len(),
+        0,
+        "one occurrence at a time"
+    );
+
+    // Refusals name the card and change nothing.
+    for (args, needle) in [
+        (vec!["release", held.as_str()], "is not held"),
+        (vec!["edit", held.as_str()], "nothing to edit"),
+        (vec!["archive", held.as_str()], ""),
+        (vec!["cancel", held.as_str()], "cannot cancel it"),
+        (
+            vec!["edit", held.as_str(), "--priority", "1"],
+            "cannot edit it",
+        ),
+        (
+            vec!["add", "x", "--not-before", "tomorrow"],
+            "is not a time",
+        ),
+    ] {
+        let output = bench.run(&args);
+        if needle.is_empty() {
+            assert!(output.status.success());
+            continue;
+        }
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(
+            text(&output.stderr).contains(needle),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+
+    // Prune: done and archived cards idle past the cutoff, with their logs.
+    assert!(bench.path().join(format!("logs/{held}.log")).exists());
+    let dry = bench.ok(&["prune", "--older-than", "1s", "--dry-run"]);
+    assert!(dry.is_empty(), "nothing is a second old yet: {dry}");
+    std::thread::sleep(Duration::from_millis(2100));
+    let dry = bench.ok(&["prune", "--older-than", "1s", "--dry-run"]);
+    assert!(
+        dry.contains(&held) && dry.contains(&long) && !dry.contains(&later),
+        "{dry}"
+    );
+    assert_eq!(
+        bench.show(&held)["task"]["status"],
+        "archived",
+        "a dry run deletes nothing"
+    );
+    let pruned = bench.ok(&["prune", "--older-than", "1s"]);
+    assert!(pruned.contains(&held));
+    assert!(
+        !bench.path().join(format!("logs/{held}.log")).exists(),
+        "its log went too"
+    );
+    assert_eq!(bench.run(&["show", &held]).status.code(), Some(1));
+    assert_eq!(bench.show(&later)["task"]["status"], "ready");
 }

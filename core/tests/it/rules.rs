@@ -31,6 +31,7 @@ fn card(status: TaskStatus) -> CardState {
         consecutive_failures: 0,
         max_retries: None,
         open_parents: false,
+        held: false,
     }
 }
 
@@ -982,4 +983,131 @@ fn operator_moves_reset_what_they_say_and_leave_an_event() {
     let t = rules::reject_claim_for_parents();
     assert_eq!(kinds(&t), ["claim_rejected"]);
     assert_eq!(t.events[0].payload["reason"], "parents_not_done");
+}
+
+#[test]
+fn operators_cancel_archive_hold_release_and_edit() {
+    use kanban_core::rules::{CardEdit, archive, cancel, edit, hold, release_hold};
+    // Cancel: every lane but done and archived; a running card's run closes
+    // and its claim goes, so its worker is fenced out.
+    let t = cancel(&running(), "no longer needed").unwrap();
+    assert_eq!(t.status, Some(TaskStatus::Archived));
+    assert!(t.release_claim);
+    assert_eq!(t.close_run.as_ref().unwrap().outcome, "cancelled");
+    assert_eq!(t.events[0].kind, "cancelled");
+    assert_eq!(t.events[0].run_id, Some(7));
+    assert_eq!(t.events[0].payload["was"], "running");
+    assert_eq!(t.held, Some(None));
+    for status in [TaskStatus::Ready, TaskStatus::Todo, TaskStatus::Blocked] {
+        let t = cancel(&card(status), "r").unwrap();
+        assert!(!t.release_claim && t.close_run.is_none(), "{status:?}");
+        assert_eq!(t.events[0].run_id, None);
+        assert_eq!(t.status, Some(TaskStatus::Archived));
+    }
+    for status in [TaskStatus::Done, TaskStatus::Archived] {
+        assert!(cancel(&card(status), "r").is_err(), "{status:?}");
+    }
+    // Archive: not while it runs (cancel that), not twice.
+    for (status, ok) in [
+        (TaskStatus::Done, true),
+        (TaskStatus::Blocked, true),
+        (TaskStatus::Ready, true),
+        (TaskStatus::Todo, true),
+        (TaskStatus::Running, false),
+        (TaskStatus::Archived, false),
+    ] {
+        let result = archive(&card(status));
+        assert_eq!(result.is_ok(), ok, "{status:?}");
+        if let Ok(t) = result {
+            assert_eq!(t.status, Some(TaskStatus::Archived));
+            assert_eq!(t.events[0].kind, "archived");
+        }
+    }
+    // Hold: ready or todo, once; release: only a held card.
+    for (status, ok) in [
+        (TaskStatus::Ready, true),
+        (TaskStatus::Todo, true),
+        (TaskStatus::Running, false),
+        (TaskStatus::Blocked, false),
+        (TaskStatus::Done, false),
+    ] {
+        assert_eq!(hold(&card(status), "why").is_ok(), ok, "{status:?}");
+    }
+    let t = hold(&card(TaskStatus::Ready), "why").unwrap();
+    assert_eq!(t.held, Some(Some("why".into())));
+    assert_eq!(t.status, None, "a held card keeps its lane");
+    let held = CardState {
+        held: true,
+        ..card(TaskStatus::Ready)
+    };
+    assert!(hold(&held, "again").is_err());
+    assert_eq!(release_hold(&held).unwrap().held, Some(None));
+    assert_eq!(release_hold(&held).unwrap().events[0].kind, "released");
+    assert!(matches!(
+        release_hold(&card(TaskStatus::Ready)),
+        Err(BoardError::InvalidInput(_))
+    ));
+    // Edit: anything but an archived card; at least one field; a title
+    // that is not blank.
+    let change = CardEdit {
+        priority: Some(3),
+        assignee: Some(None),
+        ..CardEdit::default()
+    };
+    let t = edit(&running(), &change).unwrap();
+    assert_eq!(t.edit, Some(change.clone()));
+    assert_eq!(
+        t.events[0].payload["fields"],
+        serde_json::json!(["priority", "assignee"])
+    );
+    assert!(edit(&card(TaskStatus::Archived), &change).is_err());
+    assert!(edit(&running(), &CardEdit::default()).is_err());
+    let blank = CardEdit {
+        title: Some("  ".into()),
+        ..CardEdit::default()
+    };
+    assert!(edit(&running(), &blank).is_err());
+    let all = CardEdit {
+        title: Some("t".into()),
+        body: Some("b".into()),
+        priority: Some(1),
+        assignee: Some(Some("a".into())),
+        max_retries: Some(Some(2)),
+        max_runtime_seconds: Some(Some(60)),
+    };
+    assert_eq!(
+        all.fields(),
+        [
+            "title",
+            "body",
+            "priority",
+            "assignee",
+            "max_retries",
+            "max_runtime_seconds"
+        ]
+    );
+}
+
+#[test]
+fn a_recurring_card_is_due_at_the_first_period_boundary_after_now() {
+    use kanban_core::rules::next_occurrence;
+    let table = [
+        // (scheduled at, every, now, next due)
+        (1000, 60, 1010, 1060),
+        (1000, 60, 1059, 1060),
+        (1000, 60, 1060, 1120),
+        (1000, 60, 1061, 1120),
+        (1000, 60, 1000, 1060),
+        (1000, 60, 5000, 5020),
+        (1000, 60, 900, 1060),
+        (1000, 0, 1010, 1011),
+        (i64::MAX - 10, 60, i64::MAX - 5, i64::MAX),
+    ];
+    for (scheduled, every, now, due) in table {
+        assert_eq!(
+            next_occurrence(scheduled, every, now),
+            due,
+            "{scheduled} {every} {now}"
+        );
+    }
 }
