@@ -109,6 +109,7 @@ fn drain<R: AsyncRead + Unpin + Send + 'static>(
     tokio::spawn(async move {
         let mut chunk = vec![0u8; 8192];
         let mut forwarded = 0usize;
+        let mut noted = false;
         loop {
             match pipe.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
@@ -122,7 +123,8 @@ fn drain<R: AsyncRead + Unpin + Send + 'static>(
                         if part > 0 {
                             forward(&chunk[..part]);
                         }
-                        if part < read && room > 0 {
+                        if part < read && !noted {
+                            noted = true;
                             forward(
                                 format!(
                                     "\n[kanban] the agent printed more than {} MiB this turn; the rest is not logged\n",
