@@ -9,6 +9,7 @@ use kanban_core::{
 };
 use serde_json::json;
 
+use crate::agents_file::{agents_file_path, load, names};
 use crate::args::{AddArgs, EditArgs, GlobalArgs};
 use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading};
 use crate::duration::parse_moment;
@@ -53,6 +54,7 @@ pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<
 
 pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
+    check_assignee(global, env, board.path(), args.assignee.as_deref())?;
     let now = SystemClock.now();
     let not_before = args
         .not_before
@@ -129,9 +131,35 @@ pub(crate) fn operate(
     Ok(0)
 }
 
+/// With an agents file, an assignee must name one of its agents: a typo is
+/// caught when it is written, not by a card that never runs.
+fn check_assignee(
+    global: &GlobalArgs,
+    env: &Environment,
+    board: &std::path::Path,
+    assignee: Option<&str>,
+) -> anyhow::Result<()> {
+    let Some(assignee) = assignee.map(str::trim).filter(|a| !a.is_empty()) else {
+        return Ok(());
+    };
+    let Some(path) = agents_file_path(global.agents.as_deref(), board) else {
+        return Ok(());
+    };
+    let file = load(&path, env).map_err(anyhow::Error::msg)?;
+    if !file.agents.contains_key(assignee) {
+        bail!(
+            "--assignee {assignee}: no agent of that name in {} ({}); add it there, or pick one of those",
+            path.display(),
+            names(&file.agents)
+        );
+    }
+    Ok(())
+}
+
 /// `kanban edit ID …`.
 pub(crate) fn edit(global: &GlobalArgs, env: &Environment, args: &EditArgs) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
+    check_assignee(global, env, board.path(), args.assignee.as_deref())?;
     let change = kanban_core::rules::CardEdit {
         title: args.title.clone(),
         body: args.body.clone(),

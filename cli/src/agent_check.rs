@@ -6,6 +6,8 @@ use std::path::Path;
 use kanban_core::Environment;
 use kanban_core::walls::{AgentRoute, ProviderId, route_label};
 
+use crate::agents_file::AgentCommand;
+
 /// The dispatcher's agents by route (`""`: the unnamed one), from its
 /// `--agent` values: `NAME=SPEC` names an agent (the cards assigned to NAME
 /// go to it), a bare `SPEC` is the unnamed agent (cards with no assignee, or
@@ -58,8 +60,9 @@ pub(crate) fn is_agent_name(name: &str) -> bool {
 /// and never reaches the board), and the provider it is known to call
 /// before it ran: an HTTP agent's endpoint, key fingerprint and model;
 /// nothing for a command agent (it reports its own in its result line).
-pub(crate) fn agent_route(route: &str, spec: &str, env: &Environment) -> AgentRoute {
+pub(crate) fn agent_route(route: &str, agent: &AgentCommand, env: &Environment) -> AgentRoute {
     use sha2::Digest;
+    let spec = agent.spec.as_str();
     let digest = sha2::Sha256::digest(spec.as_bytes());
     let short: String = digest
         .iter()
@@ -76,6 +79,7 @@ pub(crate) fn agent_route(route: &str, spec: &str, env: &Environment) -> AgentRo
     AgentRoute {
         identity: format!("{}#{short}", route_label(route)),
         provider,
+        max_in_progress: agent.max_in_progress,
     }
 }
 

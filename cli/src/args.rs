@@ -37,6 +37,10 @@ pub(crate) struct GlobalArgs {
     /// The board's name under the kanban home.
     #[arg(long, global = true, value_name = "SLUG")]
     pub(crate) board: Option<String>,
+    /// The agents file (default: kanban.toml beside the board, when there is
+    /// one): named agents that cards are routed to by assignee (docs/cli.md).
+    #[arg(long, global = true, value_name = "FILE", env = "KANBAN_AGENTS")]
+    pub(crate) agents: Option<PathBuf>,
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
@@ -465,7 +469,7 @@ pub(crate) struct WorkerArgs {
     #[arg(long, value_name = "DURATION", default_value = "10", value_parser = parse_duration)]
     pub(crate) grace: Duration,
     /// A turn of a command agent is stopped after this long.
-    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration, overrides_with = "turn_timeout")]
     pub(crate) turn_timeout: Duration,
     /// The longest the run may take when the card names no limit.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]

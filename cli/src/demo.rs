@@ -11,6 +11,7 @@ use kanban_core::rules::FailurePolicy;
 use kanban_core::{BoardAdmin, BookingKind, DispatchSettings, NewTask, RunMode};
 
 use crate::agent_check::agent_route;
+use crate::agents_file::AgentCommand;
 use crate::dispatch::DispatchPlan;
 
 /// The demo's second agent, for the card that hits a quota wall.
@@ -76,8 +77,14 @@ pub(crate) fn demo(
     drop(board);
     let exe = std::env::current_exe()?;
     let sim = format!("'{}' sim-agent", exe.display());
-    let agents: std::collections::BTreeMap<String, String> =
-        [(String::new(), sim.clone()), (METERED.to_owned(), sim)].into();
+    let agents = crate::dispatch::Agents {
+        by_route: [
+            (String::new(), AgentCommand::bare(sim.clone())),
+            (METERED.to_owned(), AgentCommand::bare(sim)),
+        ]
+        .into(),
+        unassigned: None,
+    };
     let env = kanban_core::Environment::default();
     let plan = DispatchPlan {
         db: path.clone(),
@@ -91,9 +98,11 @@ pub(crate) fn demo(
             grace: Duration::from_secs(5),
             max_runtime_seconds: None,
             routes: agents
+                .by_route
                 .iter()
-                .map(|(route, spec)| (route.clone(), agent_route(route, spec, &env)))
+                .map(|(route, agent)| (route.clone(), agent_route(route, agent, &env)))
                 .collect(),
+            unassigned_route: None,
         },
         agents,
         worker_args: vec![

@@ -18,6 +18,7 @@ use kanban_core::{
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::agent_check::agent_route;
+use crate::agents_file::AgentCommand;
 use crate::args::DispatchArgs;
 use crate::out::errln;
 use crate::output::time_of_day;
@@ -33,14 +34,23 @@ pub(crate) struct DispatchPlan {
     pub(crate) settings: DispatchSettings,
     pub(crate) worker_args: Vec<String>,
     pub(crate) worker_env: Vec<(String, String)>,
-    /// The agents by route (`""`: the unnamed one); each worker gets its card's.
-    pub(crate) agents: BTreeMap<String, String>,
+    /// The agents by route; each worker gets its card's.
+    pub(crate) agents: Agents,
+}
+
+/// A dispatcher's agents.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Agents {
+    /// By route (`""`: the unnamed agent).
+    pub(crate) by_route: BTreeMap<String, AgentCommand>,
+    /// The named agent for cards with no assignee (the file's `default`).
+    pub(crate) unassigned: Option<String>,
 }
 
 impl DispatchPlan {
     pub(crate) fn from_args(
         args: &DispatchArgs,
-        agents: BTreeMap<String, String>,
+        agents: Agents,
         db: PathBuf,
         board_slug: String,
         env: &Environment,
@@ -95,9 +105,11 @@ impl DispatchPlan {
                 grace: args.grace,
                 max_runtime_seconds: args.max_runtime,
                 routes: agents
+                    .by_route
                     .iter()
-                    .map(|(route, spec)| (route.clone(), agent_route(route, spec, env)))
+                    .map(|(route, agent)| (route.clone(), agent_route(route, agent, env)))
                     .collect(),
+                unassigned_route: agents.unassigned.clone(),
             },
             worker_args,
             worker_env: Vec::new(),
@@ -214,7 +226,7 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
             exe,
             args: plan.worker_args.clone(),
             env: plan.worker_env.clone(),
-            agents: plan.agents.clone(),
+            agents: plan.agents.by_route.clone(),
             board_slug: plan.board_slug.clone(),
             logs,
             board: Some(board.path().to_owned()),

@@ -5,6 +5,7 @@
 mod admin;
 mod agent_calls;
 mod agent_check;
+mod agents_file;
 mod args;
 mod board_path;
 mod demo;
@@ -87,6 +88,35 @@ fn read_by_kanban(name: &str) -> bool {
         )
 }
 
+/// A dispatcher's agents: the agents file's (if any), then `--agent`
+/// values, which add agents or replace the file's of the same name.
+fn dispatch_agents(
+    global: &args::GlobalArgs,
+    db: &std::path::Path,
+    values: &[String],
+    env: &Environment,
+) -> Result<dispatch::Agents, String> {
+    let file = agents_file::agents_file_path(global.agents.as_deref(), db)
+        .map(|path| agents_file::load(&path, env))
+        .transpose()?;
+    let given = if values.is_empty() && file.is_some() {
+        std::collections::BTreeMap::new()
+    } else {
+        agent_check::parse_agents(values, env)?
+    };
+    let mut agents = dispatch::Agents::default();
+    if let Some(file) = file {
+        agents.unassigned = file.default;
+        agents.by_route = file.agents;
+    }
+    for (route, spec) in given {
+        agents
+            .by_route
+            .insert(route, agents_file::AgentCommand::bare(spec));
+    }
+    Ok(agents)
+}
+
 fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<i32> {
     let global = &cli.global;
     match cli.command {
@@ -150,7 +180,7 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             runtime::install_signal_handlers(interrupt)?;
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
-            let agents = match agent_check::parse_agents(&args.agent, env) {
+            let agents = match dispatch_agents(global, &db, &args.agent, env) {
                 Ok(agents) => agents,
                 Err(problem) => {
                     errln!("error: {problem}; nothing was claimed");

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::agents_file::AgentCommand;
 use async_trait::async_trait;
 use kanban_core::{
     Claim, EnvironmentFault, ExitWitness, RunLog, StopSignal, Supervisor, Wakeups, WorkerExit,
@@ -224,7 +225,7 @@ pub(crate) struct ProcessSupervisor {
     logs: PathBuf,
     worker_args: Vec<String>,
     worker_env: Vec<(String, String)>,
-    agents: BTreeMap<String, String>,
+    agents: BTreeMap<String, AgentCommand>,
     board_slug: String,
     exits: Arc<Mutex<Vec<WorkerExit>>>,
     wake: Arc<tokio::sync::Notify>,
@@ -251,8 +252,8 @@ pub(crate) struct WorkerCommand {
     pub(crate) exe: PathBuf,
     pub(crate) args: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
-    /// The agent command of each route (`""`: the unnamed agent).
-    pub(crate) agents: BTreeMap<String, String>,
+    /// The agent of each route (`""`: the unnamed agent).
+    pub(crate) agents: BTreeMap<String, AgentCommand>,
     pub(crate) board_slug: String,
     pub(crate) logs: PathBuf,
     /// The board file, watched for commits between ticks.
@@ -392,7 +393,9 @@ impl Supervisor for ProcessSupervisor {
             .env(crate::worker::SEAL_VAR, &seal)
             .arg("worker")
             .args(&self.worker_args)
-            .args(["--agent", agent])
+            .args(["--agent", agent.spec.as_str()])
+            .args(&agent.args)
+            .envs(agent.env.iter().map(|(k, v)| (k, v)))
             .envs(claim.to_env_pairs())
             .env(vars::BOARD, &self.board_slug)
             .envs(self.worker_env.iter().map(|(k, v)| (k, v)))

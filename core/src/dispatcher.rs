@@ -59,6 +59,9 @@ pub struct DispatchSettings {
     /// with no assignee, or every card when no agent is named), each with
     /// the provider it is known to call (for walls). Empty: one unnamed agent.
     pub routes: BTreeMap<String, AgentRoute>,
+    /// The named agent that takes the cards with no assignee, when there is
+    /// no unnamed agent.
+    pub unassigned_route: Option<String>,
 }
 
 impl Default for DispatchSettings {
@@ -71,6 +74,7 @@ impl Default for DispatchSettings {
             grace: Duration::from_secs(10),
             max_runtime_seconds: None,
             routes: BTreeMap::new(),
+            unassigned_route: None,
         }
     }
 }
@@ -423,7 +427,7 @@ impl Dispatcher {
         if settings.routes.is_empty() {
             let unnamed = AgentRoute {
                 identity: route_label("").to_owned(),
-                provider: ProviderId::default(),
+                ..AgentRoute::default()
             };
             settings.routes.insert(String::new(), unnamed);
         }
@@ -460,8 +464,39 @@ impl Dispatcher {
         if !assignee.is_empty() && self.settings.routes.contains_key(assignee) {
             return Some(assignee.to_owned());
         }
-        let unnamed = self.settings.routes.contains_key("");
-        (unnamed && (assignee.is_empty() || !named)).then(String::new)
+        if self.settings.routes.contains_key("") {
+            return (assignee.is_empty() || !named).then(String::new);
+        }
+        self.settings
+            .unassigned_route
+            .clone()
+            .filter(|route| assignee.is_empty() && self.settings.routes.contains_key(route))
+    }
+
+    /// The assignees whose cards `route` serves (`""`: no assignee); `None`
+    /// for every card (a lone unnamed agent).
+    fn assignees_of(&self, route: &str) -> Option<BTreeSet<String>> {
+        let named = self.settings.routes.keys().any(|route| !route.is_empty());
+        if !named {
+            return None;
+        }
+        let mut assignees = BTreeSet::from([route.to_owned()]);
+        if self.settings.unassigned_route.as_deref() == Some(route) {
+            assignees.insert(String::new());
+        }
+        Some(assignees)
+    }
+
+    /// The filter admitting the cards of `routes` only.
+    fn filter_for<'a>(&self, routes: impl IntoIterator<Item = &'a String>) -> ClaimFilter {
+        let mut admitted = BTreeSet::new();
+        for route in routes {
+            match self.assignees_of(route) {
+                None => return ClaimFilter::any(),
+                Some(assignees) => admitted.extend(assignees),
+            }
+        }
+        ClaimFilter::only(admitted)
     }
 
     /// The identity of a route's agent, as walls name it.
@@ -470,16 +505,6 @@ impl Dispatcher {
             || route_label(route).to_owned(),
             |agent| agent.identity.clone(),
         )
-    }
-
-    /// The assignees a route serves: `None` for all.
-    fn route_filter(&self, route: &str) -> ClaimFilter {
-        let named = self.settings.routes.keys().any(|route| !route.is_empty());
-        if named {
-            ClaimFilter::only([route.to_owned()])
-        } else {
-            ClaimFilter::any()
-        }
     }
 
     /// The workers this dispatcher started that have not been booked yet.
@@ -1343,13 +1368,30 @@ impl Dispatcher {
         let running_runs: BTreeSet<i64> =
             running.iter().map(|worker| worker.claim.run_id).collect();
         let now = self.ports.clock.now();
-        let mut open = Vec::new();
+        let mut open = BTreeSet::new();
         let mut probes = Vec::new();
         let mut held = BTreeMap::new();
-        for route in self.settings.routes.keys() {
+        // Room per agent under its own limit, counting its runs on the board.
+        let mut room: BTreeMap<String, usize> = BTreeMap::new();
+        for (route, agent) in &self.settings.routes {
+            if let Some(limit) = agent.max_in_progress {
+                let runs = self.run_routes.values().filter(|r| *r == route).count();
+                room.insert(route.clone(), limit.saturating_sub(runs));
+            }
+        }
+        let routes: Vec<String> = self
+            .settings
+            .routes
+            .keys()
+            .filter(|route| room.get(*route) != Some(&0))
+            .cloned()
+            .collect();
+        for route in &routes {
             let scopes = self.scopes.get(route).cloned().unwrap_or_default();
             match gate(&walls, &scopes, &running_runs, now) {
-                Gate::Open => open.push(route.clone()),
+                Gate::Open => {
+                    open.insert(route.clone());
+                }
                 Gate::Held { until } => {
                     held.insert(route.clone(), until);
                 }
@@ -1372,22 +1414,14 @@ impl Dispatcher {
             }
         }
         self.held = held;
-        let named = self.settings.routes.keys().any(|route| !route.is_empty());
-        let open_filter = if named {
-            ClaimFilter::only(open)
-        } else if open.is_empty() {
-            ClaimFilter::only([])
-        } else {
-            ClaimFilter::any()
-        };
         let mut spawned = 0;
         let mut probes = probes.into_iter();
         for _ in 0..budget {
             // Probes first: one card per walled route whose reset came.
             let (filter, probe) = match probes.next() {
-                Some((route, scopes)) => (self.route_filter(&route), Some(scopes)),
-                None if open_filter.admits_none() => break,
-                None => (open_filter.clone(), None),
+                Some((route, scopes)) => (self.filter_for([&route]), Some(scopes)),
+                None if open.is_empty() => break,
+                None => (self.filter_for(&open), None),
             };
             let lock = self.ports.supervisor.new_claim_lock();
             let grant = match self
@@ -1424,6 +1458,12 @@ impl Dispatcher {
                 });
             }
             self.run_routes.insert(claim.run_id, route.clone());
+            if let Some(left) = room.get_mut(&route) {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    open.remove(&route);
+                }
+            }
             if grant.rerun && !self.ports.supervisor.sweep_earlier_runs(&claim).await {
                 let reason = "a process of an earlier run of this card would not die".to_owned();
                 self.release(&claim, Release::NotStarted { reason }).await;

@@ -81,6 +81,9 @@ pub struct ProviderId {
 pub struct AgentRoute {
     pub identity: String,
     pub provider: ProviderId,
+    /// Runs of this agent on the board at once, at most (`None`: only the
+    /// dispatcher's own limit).
+    pub max_in_progress: Option<usize>,
 }
 
 /// Keeps a name fit for a scope: printable, one line, bounded.

@@ -817,3 +817,118 @@ fn the_card_lifecycle_cancel_edit_archive_hold_release_not_before_every_prune() 
     assert_eq!(bench.run(&["show", &held]).status.code(), Some(1));
     assert_eq!(bench.show(&later)["task"]["status"], "ready");
 }
+
+#[test]
+fn an_agents_file_routes_cards_by_assignee_with_each_agents_limits_and_environment() {
+    let bench = Bench::new();
+    let seen = bench.path().join("seen");
+    let running = bench.path().join("running");
+    std::fs::create_dir_all(&running).unwrap();
+    // The reviewer notes how many of its runs overlap; the coder notes its
+    // environment and times its first turn out.
+    let reviewer = bench.path().join("reviewer.sh");
+    write_executable(
+        &reviewer,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\ntouch '{r}'/$$\necho \"reviewer $HERMES_KANBAN_TASK $(ls '{r}' | wc -l)\" >> '{s}'\nsleep 0.5\nrm '{r}'/$$\n\"$KANBAN_BIN\" complete --summary reviewed >&2 || exit $?\necho '{{\"completed\": true}}'\n",
+            r = running.display(),
+            s = seen.display()
+        ),
+    );
+    let coder = bench.path().join("coder.sh");
+    // Its first turn outlives its 1 s limit.
+    write_executable(
+        &coder,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\necho \"coder $HERMES_KANBAN_TASK $CODER_PROFILE turn $KANBAN_TURN\" >> '{s}'\nif [ \"$KANBAN_TURN\" = 1 ]; then sleep 5; fi\n\"$KANBAN_BIN\" complete --summary coded >&2 || exit $?\necho '{{\"completed\": true}}'\n",
+            s = seen.display()
+        ),
+    );
+    std::fs::write(
+        bench.path().join("kanban.toml"),
+        format!(
+            "default = \"coder\"\n\n[agents.coder]\ncommand = \"{}\"\nturn_timeout = \"1s\"\nrecovery_delays = \"0\"\nenv = {{ CODER_PROFILE = \"strict\" }}\n\n[agents.reviewer]\ncommand = \"{}\"\nmax_in_progress = 1\n",
+            coder.display(),
+            reviewer.display()
+        ),
+    )
+    .unwrap();
+    let unassigned = bench.add("write it", &[]);
+    let reviews: Vec<String> = (0..3)
+        .map(|n| bench.add(&format!("review {n}"), &["--assignee", "reviewer"]))
+        .collect();
+    let refused = bench.run(&["add", "lost", "--assignee", "ghost"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = text(&refused.stderr);
+    assert!(
+        said.contains("no agent of that name") && said.contains("coder, reviewer"),
+        "{said}"
+    );
+    let refused = bench.run(&["edit", &reviews[0], "--assignee", "ghost"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(text(&refused.stderr).contains("no agent of that name"));
+
+    // No --agent: the file's agents serve.
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args([
+            "dispatch",
+            "--until-idle",
+            "--interval",
+            "0.2",
+            "--max-in-progress",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let log = std::fs::read_to_string(&seen).unwrap();
+    assert!(
+        log.contains(&format!("coder {unassigned} strict turn 1")),
+        "{log}"
+    );
+    // The coder's own turn limit (1 s, not the dispatcher's 30 m) stopped it.
+    let coded = bench.show(&unassigned);
+    assert_eq!(runs(&coded)[0]["outcome"], "timed_out");
+    assert!(
+        runs(&coded)[0]["summary"]
+            .as_str()
+            .unwrap_or("")
+            .contains("1 s deadline")
+            || runs(&coded)[0]["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("1 s deadline"),
+        "{coded}"
+    );
+    for id in &reviews {
+        assert!(
+            log.contains(&format!("reviewer {id} 1")),
+            "one reviewer at a time: {log}"
+        );
+        assert_eq!(bench.show(id)["task"]["status"], "done");
+    }
+
+    // A broken file stops the dispatcher before any claim, naming the fix.
+    std::fs::write(
+        bench.path().join("kanban.toml"),
+        "[agents.coder]\ncommand = \"./x\"\nhttp = \"y\"\n",
+    )
+    .unwrap();
+    bench.add("waits", &[]);
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--once"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(78));
+    assert!(
+        text(&output.stderr).contains("give exactly one of `command`"),
+        "{}",
+        text(&output.stderr)
+    );
+}

@@ -33,6 +33,7 @@ fn settings() -> DispatchSettings {
         grace: Duration::from_secs(5),
         max_runtime_seconds: None,
         routes: Default::default(),
+        unassigned_route: None,
     }
 }
 
@@ -625,6 +626,7 @@ fn two_provider_rig(max_wall_seconds: i64) -> Rig {
             provider: Some(format!("provider-{name}")),
             model: Some("m".into()),
         },
+        max_in_progress: None,
     };
     rig_with(DispatchSettings {
         max_in_progress: 4,

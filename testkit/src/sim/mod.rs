@@ -619,6 +619,7 @@ fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, us
         grace: Duration::from_secs(rng.between(1, 10)),
         max_runtime_seconds: None,
         routes: Default::default(),
+        unassigned_route: None,
     };
     let plan = WorkerPlan {
         heartbeat_interval: Duration::from_secs(kanban_core::heartbeat_interval_seconds(ttl)),

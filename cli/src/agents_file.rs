@@ -1,0 +1,201 @@
+//! The board's agents file: named agents, each a command or an HTTP
+//! endpoint with its own limits and environment, that cards are routed to by
+//! assignee. `kanban.toml` beside the board, or `--agents FILE`.
+//!
+//! ```toml
+//! default = "coder"                  # the agent for cards with no assignee
+//!
+//! [agents.coder]
+//! command = "./agents/coder.sh"      # or: http = "https://api.example/v1?model=m"
+//! turn_timeout = "20m"
+//! recovery_delays = "15,45,90"
+//! max_in_progress = 2
+//! env = { CODER_PROFILE = "strict" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kanban_core::Environment;
+use serde::Deserialize;
+
+use crate::agent_check::{is_agent_name, validate_agent};
+use crate::duration::parse_duration;
+
+/// The file name looked for beside the board.
+pub(crate) const AGENTS_FILE: &str = "kanban.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileShape {
+    default: Option<String>,
+    #[serde(default)]
+    agents: BTreeMap<String, EntryShape>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryShape {
+    command: Option<String>,
+    http: Option<String>,
+    turn_timeout: Option<String>,
+    recovery_delays: Option<String>,
+    max_in_progress: Option<u32>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for EntryShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The environment may carry secrets: names only.
+        f.debug_struct("EntryShape")
+            .field("command", &self.command)
+            .field("http", &self.http)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One agent as a worker is started for it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct AgentCommand {
+    /// What `kanban worker --agent` gets: a command or `http:…`.
+    pub(crate) spec: String,
+    /// More worker arguments (`--turn-timeout`, `--recovery-delays`).
+    pub(crate) args: Vec<String>,
+    /// More worker (and so agent) environment.
+    pub(crate) env: Vec<(String, String)>,
+    /// Runs of this agent at once on the board, at most.
+    pub(crate) max_in_progress: Option<usize>,
+}
+
+impl AgentCommand {
+    /// An agent given on the command line: its spec alone.
+    pub(crate) fn bare(spec: String) -> Self {
+        Self {
+            spec,
+            args: Vec::new(),
+            env: Vec::new(),
+            max_in_progress: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for AgentCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentCommand")
+            .field("spec", &self.spec)
+            .field("args", &self.args)
+            .field(
+                "env",
+                &self.env.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            )
+            .field("max_in_progress", &self.max_in_progress)
+            .finish()
+    }
+}
+
+/// The agents of a board's file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AgentsFile {
+    pub(crate) path: PathBuf,
+    pub(crate) agents: BTreeMap<String, AgentCommand>,
+    /// The agent for cards with no assignee.
+    pub(crate) default: Option<String>,
+}
+
+/// Where the agents file is: `--agents FILE` (it must exist), else
+/// `kanban.toml` beside the board (if it exists).
+pub(crate) fn agents_file_path(given: Option<&Path>, board: &Path) -> Option<PathBuf> {
+    if let Some(given) = given {
+        return Some(given.to_owned());
+    }
+    let beside = board.parent().unwrap_or(Path::new(".")).join(AGENTS_FILE);
+    beside.is_file().then_some(beside)
+}
+
+/// Reads and checks an agents file: every agent named as a card's assignee
+/// can be, has exactly one of `command` and `http` (checked as `--agent`
+/// is), and limits that parse.
+pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String> {
+    let where_ = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read the agents file {where_}: {error}"))?;
+    let shape: FileShape = toml::from_str(&text).map_err(|error| {
+        format!(
+            "the agents file {where_} is not valid: {}",
+            error.to_string().trim()
+        )
+    })?;
+    let mut agents = BTreeMap::new();
+    for (name, entry) in shape.agents {
+        let problem = |what: String| format!("{where_}: agent {name}: {what}");
+        if !is_agent_name(&name) {
+            return Err(format!(
+                "{where_}: {name:?} cannot name an agent: use letters, digits, '_', '-' and '.'"
+            ));
+        }
+        let spec = match (entry.command, entry.http) {
+            (Some(command), None) => command,
+            (None, Some(http)) if http.starts_with("http:") => http,
+            (None, Some(http)) => format!("http:{http}"),
+            _ => {
+                return Err(problem(
+                    "give exactly one of `command` (a command run once per turn) and `http` (an OpenAI-compatible endpoint)".to_owned(),
+                ));
+            }
+        };
+        validate_agent(Some(&spec), env).map_err(&problem)?;
+        let mut args = Vec::new();
+        if let Some(limit) = &entry.turn_timeout {
+            parse_duration(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;
+            args.extend(["--turn-timeout".to_owned(), limit.clone()]);
+        }
+        if let Some(delays) = &entry.recovery_delays {
+            let valid = delays
+                .split(',')
+                .all(|delay| delay.trim().parse::<u64>().is_ok());
+            if !valid {
+                return Err(problem(format!(
+                    "recovery_delays {delays:?}: give whole seconds separated by commas (15,45,90)"
+                )));
+            }
+            args.extend(["--recovery-delays".to_owned(), delays.clone()]);
+        }
+        if entry.max_in_progress == Some(0) {
+            return Err(problem("max_in_progress is at least 1".to_owned()));
+        }
+        agents.insert(
+            name,
+            AgentCommand {
+                spec,
+                args,
+                env: entry.env.into_iter().collect(),
+                max_in_progress: entry
+                    .max_in_progress
+                    .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
+            },
+        );
+    }
+    if let Some(default) = &shape.default
+        && !agents.contains_key(default)
+    {
+        return Err(format!(
+            "{where_}: default = {default:?} names no agent of the file ({})",
+            names(&agents)
+        ));
+    }
+    Ok(AgentsFile {
+        path: path.to_owned(),
+        agents,
+        default: shape.default,
+    })
+}
+
+/// The agents' names, for messages.
+pub(crate) fn names(agents: &BTreeMap<String, AgentCommand>) -> String {
+    if agents.is_empty() {
+        return "it names none".to_owned();
+    }
+    agents.keys().cloned().collect::<Vec<_>>().join(", ")
+}
