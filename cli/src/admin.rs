@@ -15,7 +15,7 @@ use crate::board_path::{board_path, board_slug, open_board, open_board_for_readi
 use crate::duration::parse_moment;
 use crate::out::{errln, out, outln};
 use crate::output::{
-    event_json, retry_note, run_json, short, table, task_json, utc_time, walls_table,
+    event_json, human_time, retry_note, run_json, short, table, task_json, walls_table,
 };
 use crate::runtime::block_on;
 
@@ -369,7 +369,8 @@ pub(crate) fn show(
         outln!(
             "claim: run {} lock {lock} expires {}",
             task.current_run_id.unwrap_or(0),
-            task.claim_expires.unwrap_or(0)
+            task.claim_expires
+                .map_or_else(|| "-".to_owned(), |at| human_time(at, now))
         );
     }
     if let Some(result) = &task.result {
@@ -397,13 +398,13 @@ pub(crate) fn show(
         table(&["RUN", "STATUS", "OUTCOME", "LOCK", "SUMMARY"], &runs)
     );
     outln!("\nevents:");
-    out!("{}", events_table(&view.events));
+    out!("{}", events_table(&view.events, now));
     if !view.comments.is_empty() {
         outln!("\ncomments (newest last):");
         for comment in &view.comments {
             outln!(
                 "  {} {}: {}",
-                utc_time(comment.created_at),
+                human_time(comment.created_at, now),
                 comment.author,
                 comment.body
             );
@@ -412,13 +413,13 @@ pub(crate) fn show(
     Ok(0)
 }
 
-fn events_table(events: &[kanban_core::EventRecord]) -> String {
+fn events_table(events: &[kanban_core::EventRecord], now: i64) -> String {
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
             vec![
                 e.id.to_string(),
-                e.created_at.to_string(),
+                human_time(e.created_at, now),
                 e.run_id
                     .map(|r| r.to_string())
                     .unwrap_or_else(|| "-".into()),
@@ -447,7 +448,7 @@ pub(crate) fn events(
             outln!("{}", event_json(event));
         }
     } else {
-        out!("{}", events_table(&view.events));
+        out!("{}", events_table(&view.events, SystemClock.now()));
     }
     Ok(0)
 }

@@ -47,6 +47,10 @@ pub(crate) struct GlobalArgs {
     /// Errors only on stderr.
     #[arg(short, long, global = true)]
     pub(crate) quiet: bool,
+    /// Times in UTC instead of the local time zone (`--json` always gives
+    /// epoch seconds).
+    #[arg(long, global = true)]
+    pub(crate) utc: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,6 +91,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban cancel t_1a2b3c4d --reason "not needed any more"
     Cancel {
+        /// The card's id (as `ls` lists it).
         id: String,
         /// Why, for the event log.
         #[arg(long, default_value = "cancelled by an operator")]
@@ -100,11 +105,15 @@ pub(crate) enum Command {
     /// Archive a card nobody works (`ls --archived` shows it).
     ///
     /// Example: kanban archive t_1a2b3c4d
-    Archive { id: String },
+    Archive {
+        /// The card's id (as `ls` lists it).
+        id: String,
+    },
     /// Hold a ready (or todo) card: it is not claimed until `release`.
     ///
     /// Example: kanban hold t_1a2b3c4d --reason "waiting for the API key"
     Hold {
+        /// The card's id (as `ls` lists it).
         id: String,
         /// Why, for the event log and `ls`.
         #[arg(long, default_value = "held by an operator")]
@@ -113,7 +122,10 @@ pub(crate) enum Command {
     /// Release a held card: claimable again.
     ///
     /// Example: kanban release t_1a2b3c4d
-    Release { id: String },
+    Release {
+        /// The card's id (as `ls` lists it).
+        id: String,
+    },
     /// Delete done and archived cards with no activity for a while, with
     /// their runs, events, comments and logs.
     ///
@@ -133,6 +145,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban logs t_1a2b3c4d --run 3 --follow
     Logs {
+        /// The card's id (as `ls` lists it).
         id: String,
         /// Only this run (its id, as `kanban show` lists it).
         #[arg(long, value_name = "N")]
@@ -159,7 +172,9 @@ pub(crate) enum Command {
     ///
     /// Example: kanban show t_1a2b3c4d
     Show {
+        /// The card's id (as `ls` lists it).
         id: String,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -167,6 +182,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban events t_1a2b3c4d --json
     Events {
+        /// The card's id (as `ls` lists it).
         id: String,
         /// One JSON object per line.
         #[arg(long)]
@@ -176,6 +192,7 @@ pub(crate) enum Command {
     ///
     /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent ./agent.sh
     Claim {
+        /// The card's id (as `ls` lists it).
         id: String,
         /// The lease, 1s to 24h (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
         #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
@@ -187,11 +204,15 @@ pub(crate) enum Command {
     /// Move a blocked card back to ready (todo while a parent is open).
     ///
     /// Example: kanban unblock t_1a2b3c4d
-    Unblock { id: String },
+    Unblock {
+        /// The card's id (as `ls` lists it).
+        id: String,
+    },
     /// Take a card back from its worker: the run closes as reclaimed, the card is ready again.
     ///
     /// Example: kanban reclaim t_1a2b3c4d
     Reclaim {
+        /// The card's id (as `ls` lists it).
         id: String,
         /// Why, for the event log.
         #[arg(long, default_value = "operator reclaim")]
@@ -201,8 +222,10 @@ pub(crate) enum Command {
     ///
     /// Example: kanban complete --summary "notes written" --result "see NOTES.md"
     Complete {
+        /// What was done, in a line or two.
         #[arg(long)]
         summary: String,
+        /// The result itself, when there is one to keep (a path, a link, a figure).
         #[arg(long)]
         result: Option<String>,
     },
@@ -210,6 +233,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban block --reason "need the API key"
     Block {
+        /// Why, for the event log.
         #[arg(long)]
         reason: String,
     },
@@ -217,6 +241,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban heartbeat --note "half way"
     Heartbeat {
+        /// A note kept with the heartbeat event.
         #[arg(long)]
         note: Option<String>,
     },
@@ -388,9 +413,12 @@ pub(crate) struct DispatchArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct AddArgs {
+    /// The card's title: what is to be done, in one line.
     pub(crate) title: String,
+    /// The card's body: details for the agent (it reads title and body).
     #[arg(long)]
     pub(crate) body: Option<String>,
+    /// The agent the card goes to (a name of the agents file, or of `--agent NAME=CMD`).
     #[arg(long)]
     pub(crate) assignee: Option<String>,
     /// Higher runs first.
@@ -433,9 +461,12 @@ pub(crate) struct AddArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct EditArgs {
+    /// The card's id (as `ls` lists it).
     pub(crate) id: String,
+    /// A new title.
     #[arg(long)]
     pub(crate) title: Option<String>,
+    /// The card's body: details for the agent (it reads title and body).
     #[arg(long)]
     pub(crate) body: Option<String>,
     /// Higher runs first.
@@ -530,4 +561,47 @@ pub(crate) struct ProveArgs {
     /// Print {"live": bool, "reason": "..."}.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command says what it does, every flag and argument what it is,
+    /// and docs/cli.md names every command.
+    #[test]
+    fn every_help_entry_is_filled_in_and_documented() {
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md"))
+            .expect("docs/cli.md");
+        let mut missing = Vec::new();
+        let mut walk = vec![(String::from("kanban"), Cli::command())];
+        while let Some((path, command)) = walk.pop() {
+            if command.is_hide_set() {
+                continue;
+            }
+            if command.get_about().is_none() {
+                missing.push(format!("{path}: no about"));
+            }
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let name = sub.get_name().to_owned();
+                let listed = docs.contains(&format!("`{name}"));
+                if path == "kanban" && name != "help" && !sub.is_hide_set() && !listed {
+                    missing.push(format!("docs/cli.md does not name `{name}`"));
+                }
+                walk.push((format!("{path} {name}"), sub.clone()));
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
 }

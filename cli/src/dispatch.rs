@@ -239,7 +239,16 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
         supervisor: supervisor.clone(),
         clock: Arc::new(SystemClock),
         wakeups: supervisor,
-        notes: Arc::new(|event: &kanban_core::DispatchEvent| say(&event.to_string())),
+        notes: Arc::new(|event: &kanban_core::DispatchEvent| match event {
+            // What each tick decided and why: `-v` and `-vv`, on stderr.
+            kanban_core::DispatchEvent::Tick { .. } => {
+                tracing::info!(target: "kanban::dispatch", "{event}");
+            }
+            kanban_core::DispatchEvent::ClaimPlan { .. } => {
+                tracing::debug!(target: "kanban::dispatch", "{event}");
+            }
+            _ => say(&event.to_string()),
+        }),
     };
     let mut dispatcher = Dispatcher::new(ports, plan.settings.clone());
     let end = runtime.block_on(dispatcher.run(plan.mode));

@@ -66,15 +66,39 @@ fn main() {
         std::process::exit(1);
     }
     init_logging(cli.global.verbose, cli.global.quiet, &env);
+    output::use_utc(cli.global.utc);
     let interrupt = Arc::new(AtomicUsize::new(0));
+    let json = json_requested(&cli.command);
     let code = match run(cli, &env, &interrupt) {
         Ok(code) => code,
+        // With --json, scripts get the error as JSON too.
+        Err(error) if json => {
+            errln!(
+                "{}",
+                serde_json::json!({"error": format!("{error:#}"), "exit_code": 1})
+            );
+            1
+        }
         Err(error) => {
             errln!("error: {error:#}");
             1
         }
     };
     std::process::exit(code);
+}
+
+/// True when the command was asked for JSON output.
+fn json_requested(command: &Command) -> bool {
+    match command {
+        Command::Ls { json, .. }
+        | Command::Show { json, .. }
+        | Command::Events { json, .. }
+        | Command::Claim { json, .. }
+        | Command::Walls { json, .. } => *json,
+        Command::Add(args) => args.json,
+        Command::Prove(args) => args.json,
+        _ => false,
+    }
 }
 
 /// The variables kanban reads: only these must be text. Any other variable

@@ -59,29 +59,23 @@ pub(crate) fn event_json(event: &EventRecord) -> Value {
     })
 }
 
-/// Renders rows as a plain, left-aligned table with a header.
+/// Renders rows as a plain, left-aligned table with a header: columns two
+/// spaces apart, no borders, no trailing blanks (grep and awk read it).
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(header.to_vec());
     for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
+        table.add_row(row.clone());
     }
-    let line = |cells: Vec<&str>| {
-        let mut out = String::new();
-        for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
-            if index + 1 == cells.len() {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  "));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-    let mut out = line(header.to_vec());
-    out.push('\n');
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    let mut out = String::new();
+    for line in table.lines() {
+        out.push_str(line.trim_end());
         out.push('\n');
     }
     out
@@ -98,46 +92,68 @@ pub(crate) fn short(text: &str, limit: usize) -> String {
     out
 }
 
-/// `epoch` as a UTC date and time: `2026-12-02 20:49:03Z`.
-pub(crate) fn utc_time(epoch: i64) -> String {
-    let days = epoch.div_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {}Z", time_of_day(epoch))
+/// Times for people are in the local time zone unless `--utc` says UTC;
+/// set once, at start-up, by the binary.
+static UTC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints human times in UTC from now on (`--utc`).
+pub(crate) fn use_utc(utc: bool) {
+    UTC.store(utc, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn zone() -> jiff::tz::TimeZone {
+    if UTC.load(std::sync::atomic::Ordering::Relaxed) {
+        jiff::tz::TimeZone::UTC
+    } else {
+        // No zone configured, or one that cannot be read: UTC, said as such.
+        jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC)
+    }
+}
+
+/// `epoch` as a date and time in `zone`: `2026-12-02 20:49:03 UTC`; an
+/// epoch out of range prints as the number it is.
+fn clock_time(epoch: i64, zone: jiff::tz::TimeZone) -> String {
+    match jiff::Timestamp::from_second(epoch) {
+        Ok(at) => at
+            .to_zoned(zone)
+            .strftime("%Y-%m-%d %H:%M:%S %Z")
+            .to_string(),
+        Err(_) => format!("@{epoch}"),
+    }
+}
+
+/// `epoch` in UTC: `2026-12-02 20:49:03 UTC`.
+#[cfg(test)]
+fn utc_time(epoch: i64) -> String {
+    clock_time(epoch, jiff::tz::TimeZone::UTC)
+}
+
+/// `epoch` for people: local time (UTC with `--utc`) and how far from now:
+/// `2026-12-02 21:49:03 CET (5m ago)`.
+pub(crate) fn human_time(epoch: i64, now: i64) -> String {
+    let when = clock_time(epoch, zone());
+    match now - epoch {
+        0 => format!("{when} (now)"),
+        ago if ago > 0 => format!("{when} ({} ago)", span(ago)),
+        ahead => format!("{when} (in {})", span(-ahead)),
+    }
 }
 
 /// The UTC time of day of `epoch`: `20:49:03`.
 pub(crate) fn time_of_day(epoch: i64) -> String {
-    let second = epoch.rem_euclid(86_400);
-    format!(
-        "{:02}:{:02}:{:02}",
-        second / 3600,
-        second % 3600 / 60,
-        second % 60
-    )
+    match jiff::Timestamp::from_second(epoch) {
+        Ok(at) => at.strftime("%H:%M:%S").to_string(),
+        Err(_) => format!("@{epoch}"),
+    }
 }
 
-/// When a card held back after a failure may be claimed again, if later
-/// than `now`: `retry at 2026-12-02 20:49:03Z (in 9m 58s)`.
 /// The provider walls as a table: scope, kind, state, hits, who hit it last.
 pub(crate) fn walls_table(walls: &[kanban_core::walls::Wall], now: i64) -> String {
     let rows: Vec<Vec<String>> = walls
         .iter()
         .map(|wall| {
             let state = match (wall.probe_run, wall.until > now) {
-                (_, true) => format!(
-                    "holds until {} (in {})",
-                    utc_time(wall.until),
-                    span(wall.until - now)
-                ),
+                (_, true) => format!("holds until {}", human_time(wall.until, now)),
                 (Some(run), false) => format!("probing with run {run}"),
                 (None, false) => "reset: the next card is its probe".to_owned(),
             };
@@ -163,50 +179,60 @@ fn span(wait: i64) -> String {
     match wait {
         ..60 => format!("{wait}s"),
         60..3600 => format!("{}m {}s", wait / 60, wait % 60),
-        _ => format!("{}h {}m", wait / 3600, wait % 3600 / 60),
+        3600..86_400 => format!("{}h {}m", wait / 3600, wait % 3600 / 60),
+        _ => format!("{}d {}h", wait / 86_400, wait % 86_400 / 3600),
     }
 }
 
+/// When a card held back after a failure may be claimed again, if later
+/// than `now`: `retry at 2026-12-02 20:49:03 UTC (in 9m 58s)`.
 pub(crate) fn retry_note(not_before: Option<i64>, now: i64) -> Option<String> {
     let at = not_before.filter(|at| *at > now)?;
-    Some(format!("retry at {} (in {})", utc_time(at), span(at - now)))
+    Some(format!("retry at {}", human_time(at, now)))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{retry_note, utc_time};
+    use super::{human_time, retry_note, use_utc, utc_time};
 
     #[test]
     fn utc_times_match_the_calendar() {
         for (epoch, expected) in [
-            (0, "1970-01-01 00:00:00Z"),
-            (951_782_400, "2000-02-29 00:00:00Z"),
-            (1_796_244_201, "2026-12-02 20:43:21Z"),
-            (-1, "1969-12-31 23:59:59Z"),
-            (253_402_300_799, "9999-12-31 23:59:59Z"),
+            (0, "1970-01-01 00:00:00 UTC"),
+            (951_782_400, "2000-02-29 00:00:00 UTC"),
+            (1_796_244_201, "2026-12-02 20:43:21 UTC"),
+            (-1, "1969-12-31 23:59:59 UTC"),
+            (253_402_300_799, "9999-12-31 23:59:59 UTC"),
         ] {
             assert_eq!(utc_time(epoch), expected);
         }
-        // No panic at the ends of the range.
-        utc_time(i64::MIN / 2);
-        utc_time(i64::MAX / 2);
+        // Out of range: the number, no panic.
+        assert_eq!(utc_time(i64::MAX / 2), format!("@{}", i64::MAX / 2));
+        assert_eq!(utc_time(i64::MIN), format!("@{}", i64::MIN));
     }
 
     #[test]
-    fn a_retry_note_only_for_a_wait_still_ahead() {
+    fn human_times_say_how_far_from_now() {
+        use_utc(true);
+        assert_eq!(human_time(100, 100), "1970-01-01 00:01:40 UTC (now)");
+        assert_eq!(human_time(40, 100), "1970-01-01 00:00:40 UTC (1m 0s ago)");
+        assert_eq!(
+            human_time(100 + 90_000, 100),
+            "1970-01-02 01:01:40 UTC (in 1d 1h)"
+        );
         assert_eq!(retry_note(None, 100), None);
         assert_eq!(retry_note(Some(100), 100), None);
         assert_eq!(
             retry_note(Some(101), 100).as_deref(),
-            Some("retry at 1970-01-01 00:01:41Z (in 1s)")
+            Some("retry at 1970-01-01 00:01:41 UTC (in 1s)")
         );
         assert_eq!(
             retry_note(Some(100 + 598), 100).as_deref(),
-            Some("retry at 1970-01-01 00:11:38Z (in 9m 58s)")
+            Some("retry at 1970-01-01 00:11:38 UTC (in 9m 58s)")
         );
         assert_eq!(
             retry_note(Some(100 + 7260), 100).as_deref(),
-            Some("retry at 1970-01-01 02:02:40Z (in 2h 1m)")
+            Some("retry at 1970-01-01 02:02:40 UTC (in 2h 1m)")
         );
     }
 }

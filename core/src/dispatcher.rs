@@ -126,6 +126,23 @@ pub enum DispatchEvent {
         for_ms: u64,
     },
     Resumed,
+    /// What one tick decided about claiming, and why (for `-v`).
+    Tick {
+        /// Workers of this host running or being stopped.
+        running: usize,
+        /// Claims this tick could make (the room under --max-in-progress).
+        room: usize,
+        spawned: usize,
+        /// Why no more were claimed.
+        why: &'static str,
+    },
+    /// Which agents' cards a tick could claim (for `-vv`).
+    ClaimPlan {
+        open: Vec<String>,
+        walled: Vec<String>,
+        probing: Vec<String>,
+        at_their_limit: Vec<String>,
+    },
     /// A wall holds an agent's cards.
     WallHeld {
         route: String,
@@ -224,6 +241,28 @@ impl fmt::Display for DispatchEvent {
                 *for_ms as f64 / 1000.0
             ),
             Self::Resumed => f.write_str("claiming resumed"),
+            Self::Tick {
+                running,
+                room,
+                spawned,
+                why,
+            } => write!(
+                f,
+                "tick: {running} running, room for {room}, spawned {spawned}; {why}"
+            ),
+            Self::ClaimPlan {
+                open,
+                walled,
+                probing,
+                at_their_limit,
+            } => write!(
+                f,
+                "claim plan: open [{}], walled [{}], probing [{}], at their limit [{}]",
+                open.join(", "),
+                walled.join(", "),
+                probing.join(", "),
+                at_their_limit.join(", ")
+            ),
             Self::WallHeld {
                 route, for_seconds, ..
             } => write!(
@@ -714,6 +753,13 @@ impl Dispatcher {
             report.booked += self.watch_worker(worker, now, mono).await;
         }
         let paused = self.paused();
+        let local = running
+            .iter()
+            .filter(|worker| self.host_local(&worker.claim))
+            .count()
+            .max(self.children.len());
+        let room = self.settings.max_in_progress.saturating_sub(local);
+        let mut why = "nothing more to claim now";
         if claiming && self.halt.is_none() && !paused {
             match self.ports.board.promote_ready().await {
                 Ok(0) => {}
@@ -725,7 +771,24 @@ impl Dispatcher {
                 // Claims went through: the environment is healthy again.
                 self.next_pause = FIRST_PAUSE;
             }
+            if room == 0 {
+                why = "every slot is taken (--max-in-progress)";
+            } else if report.spawned == room {
+                why = "every free slot was filled";
+            }
+        } else {
+            why = match (claiming, self.halt.is_some(), paused) {
+                (false, _, _) => "not claiming: stopping",
+                (_, true, _) => "not claiming: halted by a fault of the environment",
+                _ => "not claiming: paused by a transient fault",
+            };
         }
+        self.note(DispatchEvent::Tick {
+            running: local,
+            room,
+            spawned: report.spawned,
+            why,
+        });
         report.idle = report.spawned == 0
             && self.paused_until_ms.is_none()
             && running.is_empty()
@@ -1404,6 +1467,22 @@ impl Dispatcher {
                 }
             }
         }
+        let label = |routes: &mut dyn Iterator<Item = &String>| {
+            routes
+                .map(|route| route_label(route).to_owned())
+                .collect::<Vec<_>>()
+        };
+        self.note(DispatchEvent::ClaimPlan {
+            open: label(&mut open.iter()),
+            walled: label(&mut held.keys()),
+            probing: label(&mut probes.iter().map(|(route, _)| route)),
+            at_their_limit: label(
+                &mut room
+                    .iter()
+                    .filter(|(_, left)| **left == 0)
+                    .map(|(route, _)| route),
+            ),
+        });
         for (route, until) in &held {
             if self.held.get(route) != Some(until) {
                 self.note(DispatchEvent::WallHeld {

@@ -241,3 +241,29 @@ fn a_humans_comment_reaches_the_next_runs_agent_and_show() {
         "nothing was added"
     );
 }
+
+#[test]
+fn errors_are_json_with_json_and_times_are_human_without() {
+    let bench = Bench::new();
+    let output = bench.run(&["show", "t_00000000", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let error: Value = serde_json::from_str(text(&output.stderr).trim()).unwrap();
+    assert_eq!(error["error"], "task t_00000000 is not on this board");
+    assert_eq!(error["exit_code"], 1);
+    let plain = bench.run(&["show", "t_00000000"]);
+    assert_eq!(
+        text(&plain.stderr).trim(),
+        "error: task t_00000000 is not on this board"
+    );
+    let id = bench.add("timed", &[]);
+    let shown = bench.ok(&["--utc", "show", &id]);
+    assert!(
+        shown.contains(" UTC (") && shown.contains("ago)") || shown.contains("(now)"),
+        "{shown}"
+    );
+    let json = bench.show(&id);
+    assert!(
+        json["events"][0]["created_at"].is_i64(),
+        "epoch seconds in --json"
+    );
+}
