@@ -184,7 +184,19 @@ impl DispatchBoard for SqliteBoard {
         claim_lock: &str,
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimGrant>, BoardError> {
-        let claim_lock = claim_lock.to_owned();
+        let grants = self
+            .claim_ready_batch(ttl_seconds, &[claim_lock.to_owned()], filter)
+            .await?;
+        Ok(grants.into_iter().next())
+    }
+
+    async fn claim_ready_batch(
+        &self,
+        ttl_seconds: i64,
+        claim_locks: &[String],
+        filter: &ClaimFilter,
+    ) -> Result<Vec<ClaimGrant>, BoardError> {
+        let claim_locks = claim_locks.to_vec();
         // The admitted assignees as a JSON array, so one cached statement
         // serves every filter (NULL: every card).
         let admitted = filter
@@ -194,31 +206,41 @@ impl DispatchBoard for SqliteBoard {
         self.call(move |store| {
             let db = store.db();
             store.write(|tx, now| {
+                let mut grants = Vec::new();
+                if claim_locks.is_empty() {
+                    return Ok(grants);
+                }
                 // Walk the ready lane in order; a held card (backoff,
-                // cooldown) is skipped by the index, not the rules.
+                // cooldown, an operator's hold) is skipped by the query, not
+                // the rules.
                 let candidates: Vec<String> = {
                     let mut statement = tx.prepare_cached(
                         "SELECT id FROM tasks
                           WHERE status = 'ready' AND claim_lock IS NULL AND held_reason IS NULL
                             AND (not_before IS NULL OR not_before <= ?1)
                             AND (?2 IS NULL OR COALESCE(assignee, '') IN (SELECT value FROM json_each(?2)))
-                          ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 32",
+                          ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT ?3",
                     )?;
+                    let limit = i64::try_from(32 + claim_locks.len()).unwrap_or(i64::MAX);
                     statement
-                        .query_map(params![now, admitted], |row| row.get(0))?
+                        .query_map(params![now, admitted, limit], |row| row.get(0))?
                         .collect::<rusqlite::Result<_>>()?
                 };
+                let mut locks = claim_locks.iter();
+                let mut lock = locks.next();
                 // An id no kanban wrote (`../x`) is never claimed: ids name
                 // log files and reach workers' environments.
                 for id in candidates
                     .into_iter()
                     .filter(|id| kanban_core::is_valid_task_id(id))
                 {
-                    if let Some(grant) = claim_in(tx, &db, &id, ttl_seconds, &claim_lock, now)? {
-                        return Ok(Some(grant));
+                    let Some(claim_lock) = lock else { break };
+                    if let Some(grant) = claim_in(tx, &db, &id, ttl_seconds, claim_lock, now)? {
+                        grants.push(grant);
+                        lock = locks.next();
                     }
                 }
-                Ok(None)
+                Ok(grants)
             })
         })
         .await

@@ -97,9 +97,8 @@ impl DispatchPlan {
                         .unwrap_or(i64::MAX),
                     backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs())
                         .unwrap_or(i64::MAX),
-                    max_wall_seconds: i64::try_from(args.max_wall.as_secs())
-                        .unwrap_or(i64::MAX)
-                        .max(1),
+                    // 0 is allowed: a probe goes through at once.
+                    max_wall_seconds: i64::try_from(args.max_wall.as_secs()).unwrap_or(i64::MAX),
                 },
                 interval: args.interval.max(Duration::from_millis(50)),
                 grace: args.grace,

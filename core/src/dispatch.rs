@@ -101,6 +101,24 @@ pub trait DispatchBoard: Board {
         claim_lock: &str,
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimGrant>, BoardError>;
+    /// Claims up to `claim_locks.len()` cards as [`Self::claim_next_ready`]
+    /// would, one lock each, in one transaction where the board can: a
+    /// dispatcher with room for several pays one commit, not several.
+    async fn claim_ready_batch(
+        &self,
+        ttl_seconds: i64,
+        claim_locks: &[String],
+        filter: &ClaimFilter,
+    ) -> Result<Vec<ClaimGrant>, BoardError> {
+        let mut grants = Vec::new();
+        for lock in claim_locks {
+            match self.claim_next_ready(ttl_seconds, lock, filter).await? {
+                Some(grant) => grants.push(grant),
+                None => break,
+            }
+        }
+        Ok(grants)
+    }
     /// Every provider wall on the board.
     async fn walls(&self) -> Result<Vec<Wall>, BoardError>;
     /// Marks `claim`'s run as the probe of the walls of `scopes` (event

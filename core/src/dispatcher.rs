@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::board::ClaimGrant;
 use crate::booking::{Booking, BookingKind, ExitWitness, SignalReason};
 use crate::claim::Claim;
 use crate::dispatch::{
@@ -1495,98 +1496,155 @@ impl Dispatcher {
         self.held = held;
         let mut spawned = 0;
         let mut probes = probes.into_iter();
-        for _ in 0..budget {
+        let mut left = budget;
+        // Each claim call counts, found or not: a tick makes at most
+        // `budget` of them.
+        let mut calls = budget;
+        'claiming: while left > 0 && calls > 0 {
+            calls -= 1;
             // Probes first: one card per walled route whose reset came.
             let (filter, probe) = match probes.next() {
                 Some((route, scopes)) => (self.filter_for([&route]), Some(scopes)),
                 None if open.is_empty() => break,
                 None => (self.filter_for(&open), None),
             };
-            let lock = self.ports.supervisor.new_claim_lock();
-            let grant = match self
+            // Several cards in one transaction, unless a probe (one card)
+            // or an agent's own limit has to be counted card by card.
+            let want = if probe.is_none() && room.is_empty() {
+                left
+            } else {
+                1
+            };
+            let locks: Vec<String> = (0..want)
+                .map(|_| self.ports.supervisor.new_claim_lock())
+                .collect();
+            let grants = match self
                 .ports
                 .board
-                .claim_next_ready(self.settings.ttl_seconds, &lock, &filter)
+                .claim_ready_batch(self.settings.ttl_seconds, &locks, &filter)
                 .await
             {
-                Ok(Some(grant)) => grant,
-                Ok(None) if probe.is_some() => continue,
-                Ok(None) => break,
+                Ok(grants) => grants,
                 Err(error) => {
                     self.board_trouble(&error);
                     break;
                 }
             };
-            let claim = grant.claim;
-            let Some(route) = self.route_of(grant.assignee.as_deref()) else {
-                // The filter admitted a card no agent serves: never spawn it.
-                let reason = "no agent serves its assignee".to_owned();
-                self.release(&claim, Release::NotStarted { reason }).await;
-                continue;
-            };
-            if let Some(scopes) = probe {
-                if let Err(error) = self.ports.board.start_probe(&claim, &scopes).await {
-                    self.board_trouble(&error);
-                    let reason = "its wall probe could not be recorded".to_owned();
-                    self.release(&claim, Release::NotStarted { reason }).await;
-                    break;
+            if grants.is_empty() {
+                if probe.is_some() {
+                    continue;
                 }
-                self.note(DispatchEvent::WallProbe {
-                    task_id: claim.task_id.clone(),
-                    scopes,
-                });
+                break;
             }
-            self.run_routes.insert(claim.run_id, route.clone());
-            if let Some(left) = room.get_mut(&route) {
-                *left = left.saturating_sub(1);
-                if *left == 0 {
-                    open.remove(&route);
+            let mut grants = grants.into_iter();
+            while let Some(grant) = grants.next() {
+                left = left.saturating_sub(1);
+                match self
+                    .start_grant(grant, probe.clone(), &mut room, &mut open)
+                    .await
+                {
+                    Started::Spawned => spawned += 1,
+                    Started::Skipped => {}
+                    Started::Stop => {
+                        for rest in grants {
+                            let reason = "claiming stopped before its worker started".to_owned();
+                            self.release(&rest.claim, Release::NotStarted { reason })
+                                .await;
+                        }
+                        break 'claiming;
+                    }
                 }
-            }
-            if grant.rerun && !self.ports.supervisor.sweep_earlier_runs(&claim).await {
-                let reason = "a process of an earlier run of this card would not die".to_owned();
-                self.release(&claim, Release::NotStarted { reason }).await;
-                continue;
-            }
-            let process = match self
-                .ports
-                .supervisor
-                .spawn(&claim, grant.goal_mode, &route)
-                .await
-            {
-                Ok(process) => process,
-                Err(fault) => {
-                    let reason = format!("the worker could not be started: {fault}");
-                    self.release(&claim, Release::NotStarted { reason }).await;
-                    self.halt(fault);
-                    break;
-                }
-            };
-            self.note(DispatchEvent::Spawned {
-                task_id: claim.task_id.clone(),
-                run_id: claim.run_id,
-                pid: process.pid,
-            });
-            self.children.insert(
-                process.pid,
-                Child {
-                    claim: claim.clone(),
-                    process: process.clone(),
-                    settled_since_ms: None,
-                },
-            );
-            spawned += 1;
-            match self.ports.board.record_spawn(&claim, &process).await {
-                Ok(()) => {}
-                Err(BoardError::LeaseLost { .. }) => {
-                    // The claim moved on between the claim and the spawn.
-                    self.stop(&claim, &process, SignalReason::Fenced).await;
-                }
-                Err(error) => self.board_trouble(&error),
             }
         }
         spawned
     }
+
+    /// Starts the worker of one claimed card: its agent, its probe record,
+    /// the leftovers of its earlier runs, the spawn.
+    async fn start_grant(
+        &mut self,
+        grant: ClaimGrant,
+        probe: Option<Vec<String>>,
+        room: &mut BTreeMap<String, usize>,
+        open: &mut BTreeSet<String>,
+    ) -> Started {
+        let claim = grant.claim;
+        let Some(route) = self.route_of(grant.assignee.as_deref()) else {
+            // The filter admitted a card no agent serves: never spawn it.
+            let reason = "no agent serves its assignee".to_owned();
+            self.release(&claim, Release::NotStarted { reason }).await;
+            return Started::Skipped;
+        };
+        if let Some(scopes) = probe {
+            if let Err(error) = self.ports.board.start_probe(&claim, &scopes).await {
+                self.board_trouble(&error);
+                let reason = "its wall probe could not be recorded".to_owned();
+                self.release(&claim, Release::NotStarted { reason }).await;
+                return Started::Stop;
+            }
+            self.note(DispatchEvent::WallProbe {
+                task_id: claim.task_id.clone(),
+                scopes,
+            });
+        }
+        self.run_routes.insert(claim.run_id, route.clone());
+        if let Some(left) = room.get_mut(&route) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                open.remove(&route);
+            }
+        }
+        if grant.rerun && !self.ports.supervisor.sweep_earlier_runs(&claim).await {
+            let reason = "a process of an earlier run of this card would not die".to_owned();
+            self.release(&claim, Release::NotStarted { reason }).await;
+            return Started::Skipped;
+        }
+        let process = match self
+            .ports
+            .supervisor
+            .spawn(&claim, grant.goal_mode, &route)
+            .await
+        {
+            Ok(process) => process,
+            Err(fault) => {
+                let reason = format!("the worker could not be started: {fault}");
+                self.release(&claim, Release::NotStarted { reason }).await;
+                self.halt(fault);
+                return Started::Stop;
+            }
+        };
+        self.note(DispatchEvent::Spawned {
+            task_id: claim.task_id.clone(),
+            run_id: claim.run_id,
+            pid: process.pid,
+        });
+        self.children.insert(
+            process.pid,
+            Child {
+                claim: claim.clone(),
+                process: process.clone(),
+                settled_since_ms: None,
+            },
+        );
+        match self.ports.board.record_spawn(&claim, &process).await {
+            Ok(()) => {}
+            Err(BoardError::LeaseLost { .. }) => {
+                // The claim moved on between the claim and the spawn.
+                self.stop(&claim, &process, SignalReason::Fenced).await;
+            }
+            Err(error) => self.board_trouble(&error),
+        }
+        Started::Spawned
+    }
+}
+
+/// What starting one claimed card came to.
+enum Started {
+    Spawned,
+    /// Released unstarted; claiming goes on.
+    Skipped,
+    /// Released unstarted; claiming stops for this tick.
+    Stop,
 }
 
 /// The wall a worker's result says its run hit: exit 75 or 78 with a

@@ -52,7 +52,9 @@ macro_rules! board_contract_tests {
             results_are_run_scoped,
             leases_extend_forward_while_held,
             overrun_settlements_count,
-            run_status_follows_the_run
+            run_status_follows_the_run,
+            batched_claims_and_routing_filters,
+            held_and_delayed_cards_wait
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -990,4 +992,73 @@ pub fn run_status_follows_the_run<B: Board + BoardAdmin>(board: &B, _: &VirtualC
         block_on(board.run_status(&missing)),
         Err(BoardError::TaskNotFound(_))
     ));
+}
+
+/// A batch claims up to one card per lock, in claim order, in one go; a
+/// filter admits only the assignees it names (`""`: no assignee).
+pub fn batched_claims_and_routing_filters<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let add = |title: &str, assignee: Option<&str>, priority: i64| {
+        time.advance(1);
+        block_on(board.create_task(&NewTask {
+            title: title.into(),
+            assignee: assignee.map(str::to_owned),
+            priority,
+            ..NewTask::default()
+        }))
+        .unwrap()
+    };
+    let low = add("low", None, 0);
+    let high = add("high", Some("a"), 5);
+    let mid = add("mid", Some("b"), 3);
+    let locks: Vec<String> = (0..2).map(|n| format!("host:batch{n}")).collect();
+    let grants = block_on(board.claim_ready_batch(TTL, &locks, &ClaimFilter::any())).unwrap();
+    let claimed: Vec<&str> = grants.iter().map(|g| g.claim.task_id.as_str()).collect();
+    assert_eq!(
+        claimed,
+        [high.as_str(), mid.as_str()],
+        "priority order, one per lock"
+    );
+    assert_eq!(grants[0].claim.claim_lock, "host:batch0");
+    assert_eq!(grants[1].claim.claim_lock, "host:batch1");
+    assert_eq!(grants[0].assignee.as_deref(), Some("a"));
+    // Only b's cards, then only unassigned ones.
+    let b_only = ClaimFilter::only(["b".to_owned()]);
+    let more = add("b again", Some("b"), 9);
+    let grants = block_on(board.claim_ready_batch(TTL, &locks, &b_only)).unwrap();
+    assert_eq!(grants.len(), 1, "fewer ready than locks");
+    assert_eq!(grants[0].claim.task_id, more);
+    let unassigned = ClaimFilter::only([String::new()]);
+    let grants = block_on(board.claim_ready_batch(TTL, &locks, &unassigned)).unwrap();
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].claim.task_id, low);
+    assert!(
+        block_on(board.claim_ready_batch(TTL, &locks, &ClaimFilter::any()))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        block_on(board.claim_ready_batch(TTL, &[], &ClaimFilter::any()))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A held card and a card not due yet are not claimed; released and due,
+/// they are.
+pub fn held_and_delayed_cards_wait<B: BoardAdmin + DispatchBoard>(board: &B, time: &VirtualClock) {
+    let held = block_on(board.create_task(&task("held"))).unwrap();
+    let later = block_on(board.create_task(&NewTask {
+        not_before: Some(kanban_core::Clock::now(time) + 60),
+        ..task("later")
+    }))
+    .unwrap();
+    block_on(board.hold(&held, "waiting for a key")).unwrap();
+    assert!(next(board).is_none(), "held and delayed cards wait");
+    block_on(board.release_hold(&held)).unwrap();
+    assert_eq!(next(board).map(|c| c.task_id), Some(held));
+    time.advance(60);
+    assert_eq!(next(board).map(|c| c.task_id), Some(later));
 }
