@@ -12,7 +12,7 @@ use anyhow::Context;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    Clock, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, EnvironmentFault,
+    DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, EnvironmentFault,
     RunMode, claim_ttl_seconds,
 };
 use nix::fcntl::{Flock, FlockArg};
@@ -21,7 +21,7 @@ use crate::agent_check::agent_route;
 use crate::agents_file::AgentCommand;
 use crate::args::DispatchArgs;
 use crate::out::errln;
-use crate::output::time_of_day;
+use crate::output::time_of_day_now;
 use crate::runtime::TokioOffload;
 use crate::supervisor::{ProcessSupervisor, WorkerCommand};
 
@@ -121,7 +121,7 @@ impl DispatchPlan {
 pub(crate) fn say(line: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{} {line}", time_of_day(SystemClock.now()));
+    let _ = writeln!(out, "{} {line}", time_of_day_now());
     let _ = out.flush();
 }
 
