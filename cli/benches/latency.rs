@@ -107,14 +107,14 @@ fn main() {
             continue;
         };
         let rest: Vec<&str> = words.collect();
-        if rest.starts_with(&["spawned", "worker"]) {
-            if let Some(first_byte) = stamp("in", task) {
-                start.push(first_byte - at);
-            }
-        } else if rest.starts_with(&["worker", "exited"]) {
-            if let Some(agent_exit) = stamp("out", task) {
-                end.push(at - agent_exit);
-            }
+        if rest.starts_with(&["spawned", "worker"])
+            && let Some(first_byte) = stamp("in", task)
+        {
+            start.push(first_byte - at);
+        } else if rest.starts_with(&["worker", "exited"])
+            && let Some(agent_exit) = stamp("out", task)
+        {
+            end.push(at - agent_exit);
         }
     }
     assert_eq!(start.len(), runs, "{said}");
