@@ -508,3 +508,74 @@ pub(crate) fn recur(
     append_event(tx, task_id, &event, now)?;
     Ok(())
 }
+
+/// Counts across a board, for metrics: each a label and a count.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BoardStats {
+    pub cards_by_status: Vec<(String, i64)>,
+    pub runs_by_outcome: Vec<(String, i64)>,
+    /// Booked worker exits by exit code (`none` when killed by a signal).
+    pub exits_by_code: Vec<(String, i64)>,
+    /// In-place recovery attempts the workers authorised, summed.
+    pub recovery_attempts: i64,
+    /// Runs that recovered in place at least once and then completed.
+    pub recovered_runs: i64,
+    /// Claims released because their lease ran out (not by an operator).
+    pub stale_releases: i64,
+    /// Worker writes refused because the writer no longer held the claim.
+    pub stale_writes_rejected: i64,
+    /// Provider walls standing, and those holding cards now.
+    pub walls: i64,
+    pub walls_holding: i64,
+}
+
+impl SqliteBoard {
+    /// The board's counts, read in one transaction.
+    pub fn stats(&self) -> Result<BoardStats, BoardError> {
+        let now = self.store.clock.now();
+        self.store.read(|conn| {
+            let pairs = |sql: &str| -> rusqlite::Result<Vec<(String, i64)>> {
+                conn.prepare(sql)?
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .collect()
+            };
+            let one = |sql: &str| -> rusqlite::Result<i64> {
+                conn.query_row(sql, params![now], |row| row.get::<_, Option<i64>>(0))
+                    .map(Option::unwrap_or_default)
+            };
+            Ok(BoardStats {
+                cards_by_status: pairs("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")?,
+                runs_by_outcome: pairs(
+                    "SELECT COALESCE(outcome, 'running'), COUNT(*) FROM task_runs GROUP BY 1 ORDER BY 1",
+                )?,
+                exits_by_code: pairs(
+                    "SELECT COALESCE(CAST(json_extract(payload, '$.exit_code') AS TEXT), 'none'), COUNT(*)
+                       FROM task_events
+                      WHERE kind IN ('worker_exited', 'protocol_violation', 'rate_limited', 'terminal_provider',
+                                     'interrupted', 'timed_out', 'crashed')
+                        AND json_valid(payload)
+                      GROUP BY 1 ORDER BY 1",
+                )?,
+                recovery_attempts: one(
+                    "SELECT SUM(json_extract(payload, '$.recovery_attempts')) FROM task_events
+                      WHERE kind = 'worker_result' AND json_valid(payload) AND ?1 IS NOT NULL",
+                )?,
+                recovered_runs: one(
+                    "SELECT COUNT(*) FROM task_events e JOIN task_runs r ON r.id = e.run_id
+                      WHERE e.kind = 'worker_result' AND json_valid(e.payload)
+                        AND json_extract(e.payload, '$.recovery_attempts') > 0
+                        AND r.outcome = 'completed' AND ?1 IS NOT NULL",
+                )?,
+                stale_releases: one(
+                    "SELECT COUNT(*) FROM task_events WHERE kind = 'reclaimed' AND json_valid(payload)
+                        AND COALESCE(json_extract(payload, '$.manual'), 0) = 0 AND ?1 IS NOT NULL",
+                )?,
+                stale_writes_rejected: one(
+                    "SELECT COUNT(*) FROM task_events WHERE kind = 'stale_write_rejected' AND ?1 IS NOT NULL",
+                )?,
+                walls: one("SELECT COUNT(*) FROM provider_walls WHERE ?1 IS NOT NULL")?,
+                walls_holding: one("SELECT COUNT(*) FROM provider_walls WHERE until > ?1")?,
+            })
+        })
+    }
+}

@@ -21,6 +21,7 @@ mod rows;
 mod schema;
 mod worker;
 
+pub use admin::BoardStats;
 pub use open::{ChangeWatch, MEMORY_BOARD, Offload, SqliteBoard, Upgrade};
 pub use proof::{LeaseProver, prove_lease};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};

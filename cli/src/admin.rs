@@ -314,7 +314,7 @@ pub(crate) fn lift_wall(
     }
 }
 
-fn wall_json(wall: &kanban_core::walls::Wall, now: i64) -> serde_json::Value {
+pub(crate) fn wall_json(wall: &kanban_core::walls::Wall, now: i64) -> serde_json::Value {
     json!({
         "scope": wall.scope, "kind": wall.kind.as_str(), "agent": wall.route,
         "since": wall.since, "until": wall.until, "holding": wall.until > now,

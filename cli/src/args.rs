@@ -138,6 +138,25 @@ pub(crate) enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Serve the live web board, a JSON API (/api/, docs/api.md) and
+    /// Prometheus metrics (/metrics). Loopback by default; any other address
+    /// needs --token.
+    ///
+    /// Example: kanban --db ./kanban.db serve --listen 127.0.0.1:8080
+    Serve {
+        /// Where to listen (port 0 picks a free one; the first line says which).
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+        listen: std::net::SocketAddr,
+        /// The token every request must carry (`Authorization: Bearer TOKEN`, or
+        /// the cookie /login?token=TOKEN sets); required off loopback.
+        #[arg(
+            long,
+            env = "KANBAN_SERVE_TOKEN",
+            value_name = "TOKEN",
+            hide_env_values = true
+        )]
+        token: Option<String>,
+    },
     /// Print a card's worker log: every run, or one (`--run N`); `--follow`
     /// keeps printing while the card runs. Logs live in `logs/` beside the
     /// board; one past 16 MiB moves to `TASK.log.1` when the next run starts,

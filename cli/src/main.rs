@@ -14,10 +14,13 @@ mod duration;
 mod fence;
 mod logs;
 mod mcp;
+mod metrics;
 mod out;
 mod output;
 mod prove;
 mod runtime;
+mod serve;
+mod serve_page;
 mod sim_agent;
 mod supervisor;
 mod watch;
@@ -168,6 +171,11 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
                 runtime::install_signal_handlers(interrupt)?;
             }
             logs::logs(global, env, &id, run, follow, interrupt)
+        }
+        Command::Serve { listen, token } => {
+            runtime::install_signal_handlers(interrupt)?;
+            let board = board_path::open_board(global, env)?;
+            serve::serve(board, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {
             Some(scope) => admin::lift_wall(global, env, &scope),

@@ -8,6 +8,7 @@ mod hostile;
 mod http;
 mod inputs;
 mod prove;
+mod serve;
 mod storm;
 mod walls;
 mod worker;

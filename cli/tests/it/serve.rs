@@ -1,0 +1,363 @@
+//! `kanban serve` over real HTTP on loopback: the JSON API checked against
+//! its OpenAPI description, `/metrics` parsed as Prometheus text, the token
+//! and CSRF guards, and a real browser (headless Chromium through
+//! WebDriver) watching the board live.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{Bench, text};
+
+/// A running `kanban serve`, stopped when dropped.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl Server {
+    pub(crate) fn start(bench: &Bench, extra: &[&str]) -> Self {
+        let mut child = bench
+            .command()
+            .arg("--db")
+            .arg(&bench.db)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let url = first
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .trim_end_matches('/')
+            .to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "{first}");
+        Self { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::config::Config::builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build(),
+    )
+}
+
+fn get(url: &str) -> (u16, String) {
+    let mut response = agent().get(url).call().unwrap();
+    let status = response.status().as_u16();
+    (status, response.body_mut().read_to_string().unwrap())
+}
+
+fn post_json(url: &str, body: &Value) -> (u16, Value) {
+    let mut response = agent()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Checks `value` against the response schema the OpenAPI description gives
+/// for `path`, `method` and `status`.
+fn conforms(openapi: &Value, path: &str, method: &str, status: u16, value: &Value) {
+    let schema = &openapi["paths"][path][method]["responses"][status.to_string()]["content"]["application/json"]
+        ["schema"];
+    assert!(
+        !schema.is_null(),
+        "the OpenAPI description has no {status} for {method} {path}"
+    );
+    let mut root = schema.clone();
+    root["components"] = openapi["components"].clone();
+    let validator = jsonschema::validator_for(&root).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|error| format!("{error} at {}", error.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {path} {status} does not match the description:\n{}\n{value}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn the_json_api_matches_its_openapi_description() {
+    let openapi: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let bench = Bench::new();
+    let done = bench.add("done card", &["--body", "the body"]);
+    let carrier = bench.claim(&done, None);
+    bench.ok(&["comment", &done, "a human's note"]);
+    let mut complete = bench.command();
+    complete
+        .envs(carrier.iter().cloned())
+        .args(["complete", "--summary", "finished"]);
+    assert!(complete.output().unwrap().status.success());
+    let ready = bench.add("ready card", &["--assignee", "coder"]);
+    let server = Server::start(&bench, &[]);
+    let base = &server.url;
+    // The description the server serves is the one in docs/.
+    let (status, served) = get(&format!("{base}/openapi.json"));
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&served).unwrap(), openapi);
+
+    for (path, url) in [
+        ("/api/cards", format!("{base}/api/cards")),
+        ("/api/cards", format!("{base}/api/cards?status=done")),
+        ("/api/cards/{id}", format!("{base}/api/cards/{done}")),
+        (
+            "/api/cards/{id}/runs",
+            format!("{base}/api/cards/{done}/runs"),
+        ),
+        (
+            "/api/cards/{id}/events",
+            format!("{base}/api/cards/{done}/events"),
+        ),
+        (
+            "/api/cards/{id}/comments",
+            format!("{base}/api/cards/{done}/comments"),
+        ),
+        ("/api/walls", format!("{base}/api/walls")),
+    ] {
+        let (status, body) = get(&url);
+        assert_eq!(status, 200, "{url}: {body}");
+        conforms(
+            &openapi,
+            path,
+            "get",
+            200,
+            &serde_json::from_str(&body).unwrap(),
+        );
+    }
+    let (_, card) = get(&format!("{base}/api/cards/{done}"));
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["task"]["status"], "done");
+    assert_eq!(card["comments"][0]["body"], "a human's note");
+    let (_, listed) = get(&format!("{base}/api/cards?status=ready"));
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed[0]["id"], ready.as_str());
+
+    // Errors are described too.
+    let (status, body) = get(&format!("{base}/api/cards/t_00000000"));
+    assert_eq!(status, 404);
+    conforms(
+        &openapi,
+        "/api/cards/{id}",
+        "get",
+        404,
+        &serde_json::from_str(&body).unwrap(),
+    );
+    let (status, body) = get(&format!("{base}/api/cards?status=lost"));
+    assert_eq!(status, 400);
+    conforms(
+        &openapi,
+        "/api/cards",
+        "get",
+        400,
+        &serde_json::from_str(&body).unwrap(),
+    );
+
+    // Writes: the same operations as the CLI.
+    let (status, added) = post_json(
+        &format!("{base}/api/cards"),
+        &json!({"title": "from the API", "priority": 4}),
+    );
+    assert_eq!(status, 201, "{added}");
+    conforms(&openapi, "/api/cards", "post", 201, &added);
+    let new = added["id"].as_str().unwrap().to_owned();
+    assert_eq!(bench.show(&new)["task"]["priority"], 4);
+    let (status, body) = post_json(&format!("{base}/api/cards"), &json!({"title": "  "}));
+    assert_eq!(status, 400);
+    conforms(&openapi, "/api/cards", "post", 400, &body);
+    let action = "/api/cards/{id}/{action}";
+    for (act, request) in [
+        ("comment", json!({"text": "steer it"})),
+        ("hold", json!({"reason": "not yet"})),
+        ("release", json!({})),
+        ("cancel", json!({"reason": "not needed"})),
+    ] {
+        let (status, body) = post_json(&format!("{base}/api/cards/{new}/{act}"), &request);
+        assert_eq!(status, 200, "{act}: {body}");
+        conforms(&openapi, action, "post", 200, &body);
+    }
+    let card = bench.show(&new);
+    assert_eq!(card["task"]["status"], "archived");
+    assert_eq!(card["comments"][0]["body"], "steer it");
+    let (status, body) = post_json(&format!("{base}/api/cards/{done}/unblock"), &json!({}));
+    assert_eq!(status, 409, "{body}");
+    conforms(&openapi, action, "post", 409, &body);
+    let (status, body) = post_json(&format!("{base}/api/cards/{done}/launch"), &json!({}));
+    assert_eq!(status, 404, "{body}");
+    // A write that is not JSON is refused (a cross-site form cannot send JSON).
+    let mut response = agent()
+        .post(&format!("{base}/api/cards"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send("title=sneaky")
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    let body: Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+    conforms(&openapi, "/api/cards", "post", 415, &body);
+}
+
+#[test]
+fn metrics_are_prometheus_text_with_the_boards_counts() {
+    let bench = Bench::new();
+    for n in 0..3 {
+        bench.add(&format!("ready {n}"), &[]);
+    }
+    let blocked = bench.add("blocked", &["--blocked"]);
+    let server = Server::start(&bench, &[]);
+    let (status, body) = get(&format!("{}/metrics", server.url));
+    assert_eq!(status, 200);
+    let lines = body.lines().map(|line| Ok(line.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    let value = |name: &str, label: Option<(&str, &str)>| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .find(|sample| {
+                sample.metric == name
+                    && label.is_none_or(|(key, want)| sample.labels.get(key) == Some(want))
+            })
+            .map(|sample| match sample.value {
+                prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+            .unwrap_or_else(|| panic!("{name} {label:?} missing:\n{body}"))
+    };
+    assert_eq!(value("kanban_cards", Some(("status", "ready"))), 3.0);
+    assert_eq!(value("kanban_cards", Some(("status", "blocked"))), 1.0);
+    assert_eq!(value("kanban_workers_running", None), 0.0);
+    assert_eq!(value("kanban_walls", None), 0.0);
+    assert_eq!(value("kanban_stale_writes_rejected", None), 0.0);
+    // A stale worker's refused write is counted.
+    let carrier = bench.claim(&blocked_or_ready(&bench, &blocked), None);
+    let id = carrier
+        .iter()
+        .find(|(k, _)| k == "HERMES_KANBAN_TASK")
+        .unwrap()
+        .1
+        .clone();
+    bench.ok(&["reclaim", &id]);
+    let mut stale = bench.command();
+    stale
+        .envs(carrier.iter().cloned())
+        .args(["complete", "--summary", "too late"]);
+    assert_eq!(stale.output().unwrap().status.code(), Some(1));
+    let (_, body) = get(&format!("{}/metrics", server.url));
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let rejected = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "kanban_stale_writes_rejected")
+        .unwrap();
+    assert!(
+        matches!(rejected.value, prometheus_parse::Value::Gauge(v) if v == 1.0),
+        "{body}"
+    );
+}
+
+/// A ready card to claim (the blocked one stays blocked).
+fn blocked_or_ready(bench: &Bench, blocked: &str) -> String {
+    let listed: Value =
+        serde_json::from_str(&bench.ok(&["ls", "--status", "ready", "--json"])).unwrap();
+    let id = listed[0]["id"].as_str().unwrap().to_owned();
+    assert_ne!(id, blocked);
+    id
+}
+
+#[test]
+fn off_loopback_needs_a_token_and_a_token_guards_every_request_and_forms_need_csrf() {
+    let bench = Bench::new();
+    let refused = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("give --token TOKEN"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let server = Server::start(&bench, &["--token", "s3cret"]);
+    let (status, body) = get(&format!("{}/api/cards", server.url));
+    assert_eq!(status, 401);
+    assert!(body.contains("Authorization: Bearer TOKEN"), "{body}");
+    let mut ok = agent()
+        .get(&format!("{}/api/cards", server.url))
+        .header("Authorization", "Bearer s3cret")
+        .call()
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    assert_eq!(ok.body_mut().read_to_string().unwrap(), "[]");
+    let wrong = agent()
+        .get(&format!("{}/api/cards", server.url))
+        .header("Authorization", "Bearer s3cre7")
+        .call()
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    // The login sets a cookie the browser sends back.
+    let no_redirects = ureq::Agent::new_with_config(
+        ureq::config::Config::builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build(),
+    );
+    let login = no_redirects
+        .get(&format!("{}/login?token=s3cret", server.url))
+        .call()
+        .unwrap();
+    let cookie = login
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.starts_with("kanban_token=s3cret;") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    let with_cookie = agent()
+        .get(&format!("{}/", server.url))
+        .header("Cookie", "kanban_token=s3cret")
+        .call()
+        .unwrap();
+    assert_eq!(with_cookie.status().as_u16(), 200);
+
+    // A form without this server's CSRF token changes nothing.
+    let forged = agent()
+        .post(&format!("{}/actions/add", server.url))
+        .header("Authorization", "Bearer s3cret")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send("csrf=guess&title=forged")
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 403);
+    assert_eq!(bench.ok(&["ls", "--json"]).trim(), "[]");
+}
