@@ -579,3 +579,24 @@ impl SqliteBoard {
         })
     }
 }
+
+impl SqliteBoard {
+    /// The newest event of each of these cards: its kind and time.
+    pub fn last_events(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::HashMap<String, (String, i64)>, BoardError> {
+        let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+        self.store.read(|conn| {
+            conn.prepare_cached(
+                "SELECT e.task_id, e.kind, e.created_at FROM task_events e
+                  WHERE e.id IN (SELECT MAX(id) FROM task_events
+                                  WHERE task_id IN (SELECT value FROM json_each(?1)) GROUP BY task_id)",
+            )?
+            .query_map(params![ids], |row| {
+                Ok((row.get::<_, String>(0)?, (row.get(1)?, row.get(2)?)))
+            })?
+            .collect()
+        })
+    }
+}

@@ -267,7 +267,7 @@ pub(crate) struct Lanes {
     pub(crate) now: i64,
 }
 
-async fn lanes(app: &App) -> Result<Lanes, Failure> {
+async fn lanes(app: &Shared) -> Result<Lanes, Failure> {
     let now = SystemClock.now();
     let running = app.board.running_workers().await?;
     let mut lanes = Vec::new();
@@ -291,6 +291,11 @@ async fn lanes(app: &App) -> Result<Lanes, Failure> {
             });
         }
         tasks.truncate(LANE_LIMIT);
+        let ids: Vec<String> = tasks.iter().map(|task| task.id.clone()).collect();
+        let reader = app.clone();
+        let mut last = tokio::task::spawn_blocking(move || reader.board.last_events(&ids))
+            .await
+            .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))??;
         let tiles = tasks
             .into_iter()
             .map(|task| {
@@ -299,7 +304,12 @@ async fn lanes(app: &App) -> Result<Lanes, Failure> {
                     .find(|worker| worker.claim.task_id == task.id)
                     .and_then(|worker| worker.claim_expires)
                     .map(|expires| expires - now);
-                page::CardTile { task, lease_left }
+                let last_event = last.remove(&task.id);
+                page::CardTile {
+                    task,
+                    lease_left,
+                    last_event,
+                }
             })
             .collect();
         lanes.push((status, count, tiles));

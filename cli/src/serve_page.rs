@@ -12,6 +12,8 @@ pub(crate) struct CardTile {
     pub(crate) task: TaskRecord,
     /// Seconds left of its lease, while it runs.
     pub(crate) lease_left: Option<i64>,
+    /// Its newest event: kind and time.
+    pub(crate) last_event: Option<(String, i64)>,
 }
 
 const STYLE: &str = r#"
@@ -159,6 +161,9 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
                 @if let Some(reason) = &task.held_reason { span.pill.warn title=(reason) { "held" } }
                 @if let Some(at) = task.not_before.filter(|at| *at > now) { span.pill { "waits " (at - now) "s" } }
             }
+            @if let Some((kind, at)) = &tile.last_event {
+                div.meta { span data-last-event=(kind) { (kind.replace('_', " ")) " · " (now - at) "s ago" } }
+            }
         }
     }
 }
@@ -183,6 +188,16 @@ fn action(app: &App, id: &str, name: &str, label: &str, with_reason: bool) -> Ma
             button type="submit" data-action=(name) { (label) }
         }
     }
+}
+
+/// The exit code its dispatcher booked for a run, if it booked one.
+fn exit_code(view: &TaskView, run: i64) -> String {
+    view.events
+        .iter()
+        .rev()
+        .filter(|event| event.run_id == Some(run))
+        .find_map(|event| event.payload.get("exit_code").and_then(serde_json::Value::as_i64))
+        .map_or_else(|| "-".to_owned(), |code| code.to_string())
 }
 
 /// A card's details, alone: what a live card page fetches on `changed`.
@@ -217,11 +232,12 @@ pub(crate) fn card_details(app: &App, view: &TaskView, log_tail: &str, now: i64)
         section {
             h3 { "Runs" }
             table {
-                tr { th { "run" } th { "outcome" } th { "started" } th { "took" } th { "summary / error" } }
+                tr { th { "run" } th { "outcome" } th { "exit code" } th { "started" } th { "took" } th { "summary / error" } }
                 @for run in &view.runs {
                     tr {
                         td { (run.id) }
                         td { (run.outcome.as_deref().unwrap_or(run.status.as_str())) }
+                        td { (exit_code(view, run.id)) }
                         td { (human_time(run.started_at, now)) }
                         td { (run.ended_at.map_or_else(|| "running".to_owned(), |end| format!("{}s", end - run.started_at))) }
                         td { (short(run.summary.as_deref().or(run.error.as_deref()).unwrap_or(""), 120)) }

@@ -361,3 +361,158 @@ fn off_loopback_needs_a_token_and_a_token_guards_every_request_and_forms_need_cs
     assert_eq!(forged.status().as_u16(), 403);
     assert_eq!(bench.ok(&["ls", "--json"]).trim(), "[]");
 }
+
+/// A chromedriver on a free port, stopped when dropped.
+struct ChromeDriver {
+    child: Child,
+    url: String,
+}
+
+impl ChromeDriver {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver runs the browser tests: apt-get install chromium chromium-driver (.ci/run does)");
+        let url = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, url }
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
+    use fantoccini::{ClientBuilder, Locator};
+    // Two TLS providers are linked in (ring, aws-lc-rs); WebDriver here is
+    // plain HTTP on loopback, but rustls wants one chosen.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let bench = Bench::new();
+    // A board with something in every lane, for the eye and the screenshot.
+    let first = bench.add("write the release notes", &["--assignee", "writer", "--priority", "2"]);
+    bench.add("summarise the design review", &["--assignee", "reviewer"]);
+    bench.add("translate the README", &["--blocked"]);
+    let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
+    let carrier = bench.claim(&running, Some(900));
+    let finished = bench.add("tidy the changelog", &[]);
+    let done_carrier = bench.claim(&finished, None);
+    let mut complete = bench.command();
+    complete.envs(done_carrier.iter().cloned()).args(["complete", "--summary", "tidied"]);
+    assert!(complete.output().unwrap().status.success());
+    let server = Server::start(&bench, &[]);
+    let driver = ChromeDriver::start();
+    let profile = tempfile::tempdir().unwrap();
+    let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    std::fs::create_dir_all(&screenshots).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run",
+                    "--window-size=1400,900",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }),
+        );
+        let client = ClientBuilder::rustls()
+            .unwrap()
+            .capabilities(capabilities)
+            .connect(&driver.url)
+            .await
+            .expect("a WebDriver session with headless Chromium");
+        let wait = Duration::from_secs(10);
+        // The board renders, every lane, each card where it belongs.
+        client.goto(&server.url).await.unwrap();
+        for (lane, id) in [("ready", &first), ("running", &running), ("done", &finished)] {
+            client
+                .wait()
+                .at_most(wait)
+                .for_element(Locator::Css(&format!("[data-lane={lane}] [data-card='{id}']")))
+                .await
+                .unwrap_or_else(|_| panic!("{id} in the {lane} lane"));
+        }
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::XPath("//span[@id='live'][contains(., 'live')]"))
+            .await
+            .expect("the page is live");
+        // A card added through the CLI appears without a reload.
+        let added = bench.add("added through the CLI", &["--priority", "9"]);
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::Css(&format!("[data-lane=ready] [data-card='{added}']")))
+            .await
+            .expect("the new card shows up live");
+        let png = client.screenshot().await.unwrap();
+        std::fs::write(screenshots.join("board.png"), png).unwrap();
+        // An action clicked in the page changes the board.
+        client.goto(&format!("{}/cards/{first}", server.url)).await.unwrap();
+        client
+            .find(Locator::Css("[data-action=hold]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let started = Instant::now();
+        while bench.show(&first)["task"]["held_reason"].is_null() {
+            assert!(started.elapsed() < wait, "the click held the card");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::Css("[data-action=release]"))
+            .await
+            .expect("the page shows the card held");
+        // A stale worker's refused write shows up as an event, live.
+        client.goto(&format!("{}/cards/{running}", server.url)).await.unwrap();
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::Css("[data-action=reclaim]"))
+            .await
+            .unwrap();
+        bench.ok(&["reclaim", &running, "--reason", "taken back"]);
+        let mut stale = bench.command();
+        stale.envs(carrier.iter().cloned()).args(["complete", "--summary", "too late"]);
+        assert_eq!(stale.output().unwrap().status.code(), Some(1));
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::Css("tr[data-event=stale_write_rejected]"))
+            .await
+            .expect("the refused write shows up without a reload");
+        let png = client.screenshot().await.unwrap();
+        std::fs::write(screenshots.join("card.png"), png).unwrap();
+        client.close().await.unwrap();
+    });
+}
