@@ -600,3 +600,37 @@ impl SqliteBoard {
         })
     }
 }
+
+impl SqliteBoard {
+    /// One lane of the board as a page shows it: how many cards it holds,
+    /// and the first `limit` in its order (claim order: priority, then
+    /// oldest; the done lane newest first), read through the lane index, so
+    /// a board of a million cards costs what a board of a hundred does.
+    pub fn lane(
+        &self,
+        status: TaskStatus,
+        limit: usize,
+    ) -> Result<(usize, Vec<TaskRecord>), BoardError> {
+        self.store.read(|conn| {
+            let count: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM tasks WHERE status = ?1")?
+                .query_row(params![status.as_str()], |row| row.get(0))?;
+            // The newest done cards: a few found through the lane index and
+            // sorted; many by walking the table back from its newest row,
+            // which meets them soon (no index orders done cards by age, and
+            // one would cost every claim a page).
+            let (from, order) = match status {
+                TaskStatus::Done if count > 1000 => ("tasks NOT INDEXED", "rowid DESC"),
+                TaskStatus::Done => ("tasks", "rowid DESC"),
+                _ => ("tasks", "priority DESC, created_at ASC, rowid ASC"),
+            };
+            let tasks = conn
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM {from} WHERE status = ?1 ORDER BY {order} LIMIT ?2"
+                ))?
+                .query_map(params![status.as_str(), limit as i64], task_from_row)?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok((usize::try_from(count).unwrap_or(0), tasks))
+        })
+    }
+}

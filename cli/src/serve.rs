@@ -278,24 +278,20 @@ async fn lanes(app: &Shared) -> Result<Lanes, Failure> {
         TaskStatus::Blocked,
         TaskStatus::Done,
     ] {
-        let mut tasks = app.board.list_tasks(Some(status)).await?;
-        let count = tasks.len();
-        // The newest finished first; the rest in claim order.
-        if status == TaskStatus::Done {
-            tasks.reverse();
-        } else {
-            tasks.sort_by(|a, b| {
-                b.priority
-                    .cmp(&a.priority)
-                    .then(a.created_at.cmp(&b.created_at))
-            });
-        }
-        tasks.truncate(LANE_LIMIT);
+        let reader = app.clone();
+        let (count, tasks) =
+            tokio::task::spawn_blocking(move || reader.board.lane(status, LANE_LIMIT))
+                .await
+                .map_err(|error| {
+                    Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+                })??;
         let ids: Vec<String> = tasks.iter().map(|task| task.id.clone()).collect();
         let reader = app.clone();
         let mut last = tokio::task::spawn_blocking(move || reader.board.last_events(&ids))
             .await
-            .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))??;
+            .map_err(|error| {
+                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+            })??;
         let tiles = tasks
             .into_iter()
             .map(|task| {

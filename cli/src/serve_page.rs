@@ -196,7 +196,12 @@ fn exit_code(view: &TaskView, run: i64) -> String {
         .iter()
         .rev()
         .filter(|event| event.run_id == Some(run))
-        .find_map(|event| event.payload.get("exit_code").and_then(serde_json::Value::as_i64))
+        .find_map(|event| {
+            event
+                .payload
+                .get("exit_code")
+                .and_then(serde_json::Value::as_i64)
+        })
         .map_or_else(|| "-".to_owned(), |code| code.to_string())
 }
 

@@ -384,7 +384,10 @@ impl ChromeDriver {
         let url = format!("http://127.0.0.1:{port}");
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Self { child, url }
@@ -407,7 +410,10 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
 
     let bench = Bench::new();
     // A board with something in every lane, for the eye and the screenshot.
-    let first = bench.add("write the release notes", &["--assignee", "writer", "--priority", "2"]);
+    let first = bench.add(
+        "write the release notes",
+        &["--assignee", "writer", "--priority", "2"],
+    );
     bench.add("summarise the design review", &["--assignee", "reviewer"]);
     bench.add("translate the README", &["--blocked"]);
     let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
@@ -415,7 +421,9 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
     let finished = bench.add("tidy the changelog", &[]);
     let done_carrier = bench.claim(&finished, None);
     let mut complete = bench.command();
-    complete.envs(done_carrier.iter().cloned()).args(["complete", "--summary", "tidied"]);
+    complete
+        .envs(done_carrier.iter().cloned())
+        .args(["complete", "--summary", "tidied"]);
     assert!(complete.output().unwrap().status.success());
     let server = Server::start(&bench, &[]);
     let driver = ChromeDriver::start();

@@ -1,0 +1,170 @@
+//! `kanban serve` under load, and its memory.
+//!
+//! Load: a board of 100k cards (half done), four client threads on
+//! loopback, each asking in turn for the board page, a card through the API
+//! and the metrics; requests per second and p99 latency of each, against a
+//! floor measured in the same run: the server's static `/openapi.json`
+//! (the same server, no board work). Memory: the server's VmHWM after
+//! serving the board page and the metrics of a 1M-card board, against its
+//! 64 MiB bound.
+//!
+//! `cargo bench -p kanban-cli --bench serve_load` (`KANBAN_BENCH_CARDS=N`
+//! sizes the load board, `KANBAN_BENCH_MEMORY_CARDS=N` the memory board).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KANBAN: &str = env!("CARGO_BIN_EXE_kanban");
+const CLIENTS: usize = 4;
+const REQUESTS: usize = 200;
+
+fn cards_from(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn board(dir: &Path, name: &str, cards: u64) -> std::path::PathBuf {
+    let db = dir.join(name);
+    assert!(
+        Command::new(KANBAN)
+            .arg("--db")
+            .arg(&db)
+            .arg("init")
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    kanban_testkit::bulk_add_cards(
+        &db,
+        cards,
+        kanban_testkit::BulkLanes::HalfDone,
+        1_700_000_000,
+    );
+    db
+}
+
+fn serve(db: &Path) -> (Child, String) {
+    let mut child = Command::new(KANBAN)
+        .arg("--db")
+        .arg(db)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
+    (child, url)
+}
+
+/// `CLIENTS` threads asking for `url` `REQUESTS` times each: requests per
+/// second and the p99 latency in milliseconds.
+fn load(url: &str) -> (f64, f64) {
+    let started = Instant::now();
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let url = url.to_owned();
+            std::thread::spawn(move || {
+                let agent = ureq::Agent::new_with_config(
+                    ureq::config::Config::builder()
+                        .timeout_global(Some(Duration::from_secs(30)))
+                        .build(),
+                );
+                let mut latencies = Vec::with_capacity(REQUESTS);
+                for _ in 0..REQUESTS {
+                    let began = Instant::now();
+                    let mut response = agent.get(&url).call().unwrap();
+                    let _ = response.body_mut().read_to_vec().unwrap();
+                    latencies.push(began.elapsed().as_secs_f64() * 1000.0);
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all: Vec<f64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    let p99 = all[((all.len() as f64 - 1.0) * 0.99).round() as usize];
+    (all.len() as f64 / elapsed, p99)
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let cards = cards_from("KANBAN_BENCH_CARDS", 100_000);
+    let db = board(dir.path(), "load.db", cards);
+    let (mut server, url) = serve(&db);
+    let listed: serde_json::Value = serde_json::from_str(
+        &String::from_utf8(
+            Command::new(KANBAN)
+                .arg("--db")
+                .arg(&db)
+                .args(["ls", "--status", "ready", "--json"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let card = listed[0]["id"].as_str().unwrap().to_owned();
+    let (floor_rate, floor_p99) = load(&format!("{url}/openapi.json"));
+    println!(
+        "serve, {cards} cards, {CLIENTS} clients on loopback; floor (static /openapi.json): {floor_rate:.0} req/s, p99 {floor_p99:.1} ms"
+    );
+    for (what, path) in [
+        ("board page /", "/".to_owned()),
+        ("API card /api/cards/ID", format!("/api/cards/{card}")),
+        ("metrics /metrics", "/metrics".to_owned()),
+    ] {
+        let (rate, p99) = load(&format!("{url}{path}"));
+        println!(
+            "  {what:<24} {rate:>8.0} req/s ({:.2}x the floor's rate), p99 {p99:.1} ms",
+            rate / floor_rate
+        );
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+
+    let big = cards_from("KANBAN_BENCH_MEMORY_CARDS", 1_000_000);
+    let db = board(dir.path(), "memory.db", big);
+    let (mut server, url) = serve(&db);
+    let agent = ureq::Agent::new_with_config(ureq::config::Config::builder().build());
+    for path in ["/", "/metrics", "/api/walls", "/"] {
+        let mut response = agent.get(&format!("{url}{path}")).call().unwrap();
+        let _ = response.body_mut().read_to_vec().unwrap();
+    }
+    let peak = vm_hwm_kib(server.id());
+    println!(
+        "serve memory, {big} cards (board page and metrics served): peak {:.1} MiB (bound 64 MiB, {:.2}x)",
+        peak as f64 / 1024.0,
+        peak as f64 / 1024.0 / 64.0
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
