@@ -527,6 +527,11 @@ pub struct BoardStats {
     /// Provider walls standing, and those holding cards now.
     pub walls: i64,
     pub walls_holding: i64,
+    /// Every dispatcher's ticks: a count per bucket of
+    /// [`kanban_core::TICK_BUCKETS_MS`] (then the longer ones), and the sum
+    /// of their milliseconds.
+    pub tick_buckets: Vec<i64>,
+    pub tick_sum_ms: i64,
 }
 
 impl SqliteBoard {
@@ -575,6 +580,19 @@ impl SqliteBoard {
                 )?,
                 walls: one("SELECT COUNT(*) FROM provider_walls WHERE ?1 IS NOT NULL")?,
                 walls_holding: one("SELECT COUNT(*) FROM provider_walls WHERE until > ?1")?,
+                tick_buckets: (0..=kanban_core::TICK_BUCKETS_MS.len())
+                    .map(|bucket| {
+                        conn.query_row(
+                            "SELECT SUM(count) FROM dispatcher_ticks WHERE bucket = ?1",
+                            params![bucket as i64],
+                            |row| row.get::<_, Option<i64>>(0),
+                        )
+                        .map(Option::unwrap_or_default)
+                    })
+                    .collect::<rusqlite::Result<_>>()?,
+                tick_sum_ms: one(
+                    "SELECT SUM(count) FROM dispatcher_ticks WHERE bucket = -1 AND ?1 IS NOT NULL",
+                )?,
             })
         })
     }

@@ -6,7 +6,7 @@ use kanban_core::rules::{self, ExitHistory, FailurePolicy, NewEvent, Release, ST
 use kanban_core::walls::Wall;
 use kanban_core::{
     BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
-    RunningWorker, SignalReason, WorkerProcess, WorkerResult,
+    RunningWorker, SignalReason, TickDurations, WorkerProcess, WorkerResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
@@ -241,6 +241,27 @@ impl DispatchBoard for SqliteBoard {
                     }
                 }
                 Ok(grants)
+            })
+        })
+        .await
+    }
+
+    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
+        let host = host.to_owned();
+        let ticks = ticks.clone();
+        self.call(move |store| {
+            store.write(|tx, _| {
+                let mut add = tx.prepare_cached(
+                    "INSERT INTO dispatcher_ticks (host, bucket, count) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (host, bucket) DO UPDATE SET count = count + excluded.count",
+                )?;
+                for (bucket, count) in ticks.buckets.iter().enumerate() {
+                    if *count > 0 {
+                        add.execute(params![host, bucket as i64, *count as i64])?;
+                    }
+                }
+                add.execute(params![host, -1_i64, ticks.sum_ms as i64])?;
+                Ok(())
             })
         })
         .await

@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 5] = [
+pub const MIGRATIONS: [&str; 6] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -125,5 +125,15 @@ CREATE TABLE IF NOT EXISTS provider_walls (
 ALTER TABLE tasks ADD COLUMN held_reason TEXT;
 ALTER TABLE tasks ADD COLUMN every_seconds INTEGER;
 ALTER TABLE tasks ADD COLUMN scheduled_at INTEGER;
+"#,
+    // 6: the dispatchers' tick durations, a histogram per host (bucket
+    // -1 holds the sum of milliseconds), for /metrics.
+    r#"
+CREATE TABLE IF NOT EXISTS dispatcher_ticks (
+    host    TEXT NOT NULL,
+    bucket  INTEGER NOT NULL,
+    count   INTEGER NOT NULL,
+    PRIMARY KEY (host, bucket)
+);
 "#,
 ];

@@ -99,5 +99,30 @@ pub(crate) fn render(stats: &BoardStats) -> Result<String, std::fmt::Error> {
     );
     let mut text = String::new();
     encode(&mut text, &registry)?;
-    Ok(text)
+    // The tick histogram arrives counted already (by every dispatcher, on
+    // the board), so it is written out here, before the end marker.
+    let body = text.strip_suffix("# EOF\n").unwrap_or(&text).to_owned();
+    Ok(body + &tick_histogram(stats) + "# EOF\n")
+}
+
+/// `kanban_tick_duration_seconds` in the OpenMetrics histogram form.
+fn tick_histogram(stats: &BoardStats) -> String {
+    let name = "kanban_tick_duration_seconds";
+    let mut out = format!(
+        "# HELP {name} How long dispatcher ticks took (every dispatcher of the board).\n# TYPE {name} histogram\n"
+    );
+    let mut cumulative = 0;
+    for (index, count) in stats.tick_buckets.iter().enumerate() {
+        cumulative += count;
+        let le = kanban_core::TICK_BUCKETS_MS.get(index).map_or_else(
+            || "+Inf".to_owned(),
+            |ms| format!("{}", *ms as f64 / 1000.0),
+        );
+        out.push_str(&format!("{name}_bucket{{le=\"{le}\"}} {cumulative}\n"));
+    }
+    out.push_str(&format!(
+        "{name}_sum {}\n{name}_count {cumulative}\n",
+        stats.tick_sum_ms as f64 / 1000.0
+    ));
+    out
 }

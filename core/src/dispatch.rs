@@ -119,6 +119,12 @@ pub trait DispatchBoard: Board {
         }
         Ok(grants)
     }
+    /// Adds one dispatcher's tick durations to the board's (for metrics).
+    /// Boards that keep none ignore them.
+    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
+        let _ = (host, ticks);
+        Ok(())
+    }
     /// Every provider wall on the board.
     async fn walls(&self) -> Result<Vec<Wall>, BoardError>;
     /// Marks `claim`'s run as the probe of the walls of `scopes` (event
@@ -167,6 +173,33 @@ pub trait DispatchBoard: Board {
     /// not). An error means: write nothing more.
     async fn check_health(&self) -> Result<(), BoardError> {
         Ok(())
+    }
+}
+
+/// The upper bounds (milliseconds) of the tick-duration histogram's buckets.
+pub const TICK_BUCKETS_MS: [u64; 10] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000];
+
+/// How long ticks took, as a histogram: a count per bucket (a tick counts
+/// in the first bucket whose bound it does not pass; the last counts the
+/// rest), their sum and their number.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TickDurations {
+    /// One per [`TICK_BUCKETS_MS`] bound, then one for longer ticks.
+    pub buckets: [u64; TICK_BUCKETS_MS.len() + 1],
+    pub sum_ms: u64,
+    pub count: u64,
+}
+
+impl TickDurations {
+    /// Counts one tick of `ms` milliseconds.
+    pub fn observe(&mut self, ms: u64) {
+        let bucket = TICK_BUCKETS_MS
+            .iter()
+            .position(|bound| ms <= *bound)
+            .unwrap_or(TICK_BUCKETS_MS.len());
+        self.buckets[bucket] += 1;
+        self.sum_ms = self.sum_ms.saturating_add(ms);
+        self.count += 1;
     }
 }
 

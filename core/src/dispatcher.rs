@@ -15,7 +15,7 @@ use crate::booking::{Booking, BookingKind, ExitWitness, SignalReason};
 use crate::claim::Claim;
 use crate::dispatch::{
     ClaimFilter, DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker,
-    StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit, WorkerProcess,
+    StaleClaimAction, StopSignal, Supervisor, TickDurations, Wakeups, WorkerExit, WorkerProcess,
     stale_claim_action,
 };
 use crate::ports::{BoardError, Clock, RunStatus};
@@ -39,6 +39,8 @@ const UNBOOKED_LIMIT: usize = 4096;
 const FIRST_PAUSE: Duration = Duration::from_secs(1);
 /// The longest pause.
 const LONGEST_PAUSE: Duration = Duration::from_secs(60);
+/// How often tick durations are added to the board's histogram.
+const TICK_FLUSH_MS: u64 = 15_000;
 
 /// How a dispatcher runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -441,6 +443,9 @@ pub struct Dispatcher {
     scopes: BTreeMap<String, BTreeSet<String>>,
     /// The routes a wall held on the last tick, and until when (said once).
     held: BTreeMap<String, i64>,
+    /// Tick durations not yet added to the board's histogram.
+    ticks: TickDurations,
+    ticks_flushed_ms: u64,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -491,6 +496,8 @@ impl Dispatcher {
             run_routes: BTreeMap::new(),
             scopes,
             held: BTreeMap::new(),
+            ticks: TickDurations::default(),
+            ticks_flushed_ms: 0,
         }
     }
 
@@ -627,22 +634,52 @@ impl Dispatcher {
         loop {
             if self.ports.wakeups.stop_requested() {
                 self.shut_down().await;
+                self.flush_ticks().await;
                 return DispatchEnd::Interrupted;
             }
+            let began = self.mono();
             let report = self.tick(true).await;
+            self.ticks.observe(self.mono().saturating_sub(began));
+            if self.mono().saturating_sub(self.ticks_flushed_ms) >= TICK_FLUSH_MS {
+                self.flush_ticks().await;
+            }
             if let Some(fault) = &self.halt
                 && self.children.is_empty()
                 && self.stopping.is_empty()
             {
-                return DispatchEnd::Halted(fault.clone());
+                let fault = fault.clone();
+                self.flush_ticks().await;
+                return DispatchEnd::Halted(fault);
             }
             match mode {
-                RunMode::Once => return DispatchEnd::Finished,
-                RunMode::UntilIdle if report.idle => return DispatchEnd::Finished,
+                RunMode::Once => {
+                    self.flush_ticks().await;
+                    return DispatchEnd::Finished;
+                }
+                RunMode::UntilIdle if report.idle => {
+                    self.flush_ticks().await;
+                    return DispatchEnd::Finished;
+                }
                 _ => {}
             }
             let wait = self.next_wait();
             self.ports.wakeups.wait(wait).await;
+        }
+    }
+
+    /// Adds the ticks counted since the last flush to the board's histogram.
+    async fn flush_ticks(&mut self) {
+        self.ticks_flushed_ms = self.mono();
+        if self.ticks.count == 0 || self.board_unsafe.is_some() {
+            return;
+        }
+        let ticks = std::mem::take(&mut self.ticks);
+        let host = self.ports.supervisor.host().to_owned();
+        if let Err(error) = self.ports.board.record_ticks(&host, &ticks).await {
+            // Metrics are not worth a fault: note it, keep dispatching.
+            self.note(DispatchEvent::BoardTrouble {
+                message: error.to_string(),
+            });
         }
     }
 

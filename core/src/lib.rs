@@ -48,8 +48,8 @@ pub use classify::{
 };
 pub use dispatch::{
     ClaimFilter, DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker,
-    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, Wakeups, WorkerExit,
-    WorkerProcess, stale_claim_action,
+    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, TICK_BUCKETS_MS,
+    TickDurations, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
 };
 pub use dispatcher::{
     DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts, DispatchSettings, Dispatcher,

@@ -524,3 +524,53 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
         client.close().await.unwrap();
     });
 }
+
+#[test]
+fn the_dispatchers_tick_durations_are_a_histogram_in_the_metrics() {
+    let bench = Bench::new();
+    let agent = kanban_testkit::AgentScript::new(vec![
+        kanban_testkit::AgentTurn::result(r#"{"completed": true}"#).completing(),
+    ])
+    .write(bench.path(), "agent.sh");
+    bench.add("one", &[]);
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--until-idle", "--interval", "0.2", "--agent"])
+        .arg(&agent.path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let server = Server::start(&bench, &[]);
+    let (_, body) = get(&format!("{}/metrics", server.url));
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    let scrape =
+        prometheus_parse::Scrape::parse(body.lines().map(|line| Ok(line.to_owned()))).unwrap();
+    let histogram = scrape
+        .samples
+        .iter()
+        .find(|sample| sample.metric == "kanban_tick_duration_seconds")
+        .unwrap_or_else(|| panic!("no tick histogram:\n{body}"));
+    let prometheus_parse::Value::Histogram(buckets) = &histogram.value else {
+        panic!("not a histogram: {:?}", histogram.value);
+    };
+    let total = buckets.last().unwrap();
+    assert!(total.less_than.is_infinite());
+    assert!(
+        total.count >= 2.0,
+        "the dispatcher ticked at least twice: {body}"
+    );
+    // Buckets are cumulative.
+    assert!(
+        buckets
+            .windows(2)
+            .all(|pair| pair[0].count <= pair[1].count),
+        "{body}"
+    );
+    let count = body
+        .lines()
+        .find_map(|line| line.strip_prefix("kanban_tick_duration_seconds_count "))
+        .unwrap();
+    assert_eq!(count.parse::<f64>().unwrap(), total.count);
+}
