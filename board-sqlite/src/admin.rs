@@ -553,14 +553,26 @@ impl SqliteBoard {
                 runs_by_outcome: pairs(
                     "SELECT COALESCE(outcome, 'running'), COUNT(*) FROM task_runs GROUP BY 1 ORDER BY 1",
                 )?,
-                exits_by_code: pairs(
-                    "SELECT COALESCE(CAST(json_extract(payload, '$.exit_code') AS TEXT), 'none'), COUNT(*)
-                       FROM task_events
-                      WHERE kind IN ('worker_exited', 'protocol_violation', 'rate_limited', 'terminal_provider',
-                                     'interrupted', 'timed_out', 'crashed')
-                        AND json_valid(payload)
-                      GROUP BY 1 ORDER BY 1",
-                )?,
+                // The bookings' event kinds are core's (a settled exit is
+                // `worker_exited`); the board only counts them.
+                exits_by_code: {
+                    let kinds: Vec<&str> = kanban_core::BookingKind::ALL
+                        .iter()
+                        .map(|kind| match kind {
+                            kanban_core::BookingKind::Settled => "worker_exited",
+                            other => other.as_str(),
+                        })
+                        .collect();
+                    let kinds = serde_json::to_string(&kinds).unwrap_or_default();
+                    conn.prepare(
+                        "SELECT COALESCE(CAST(json_extract(payload, '$.exit_code') AS TEXT), 'none'), COUNT(*)
+                           FROM task_events
+                          WHERE kind IN (SELECT value FROM json_each(?1)) AND json_valid(payload)
+                          GROUP BY 1 ORDER BY 1",
+                    )?
+                    .query_map(params![kinds], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()?
+                },
                 recovery_attempts: one(
                     "SELECT SUM(json_extract(payload, '$.recovery_attempts')) FROM task_events
                       WHERE kind = 'worker_result' AND json_valid(payload) AND ?1 IS NOT NULL",
