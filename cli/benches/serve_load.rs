@@ -11,9 +11,8 @@
 //! `cargo bench -p kanban-cli --bench serve_load` (`KANBAN_BENCH_CARDS=N`
 //! sizes the load board, `KANBAN_BENCH_MEMORY_CARDS=N` the memory board).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const KANBAN: &str = env!("CARGO_BIN_EXE_kanban");
@@ -49,26 +48,12 @@ fn board(dir: &Path, name: &str, cards: u64) -> std::path::PathBuf {
 }
 
 fn serve(db: &Path) -> (Child, String) {
-    let mut child = Command::new(KANBAN)
+    let mut command = Command::new(KANBAN);
+    command
         .arg("--db")
         .arg(db)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .trim()
-        .rsplit(' ')
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned();
-    (child, url)
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    kanban_testkit::start_server(command)
 }
 
 /// `CLIENTS` threads asking for `url` `REQUESTS` times each: requests per

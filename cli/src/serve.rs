@@ -335,26 +335,31 @@ fn log_tail(logs: &Path, id: &str) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
+/// A card's page, whole or (for a live page) only its details.
+async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Failure> {
+    let view = app.board.show_task(id).await?;
+    let tail = log_tail(&app.logs, id);
+    let now = SystemClock.now();
+    let markup = if whole {
+        page::card(app, &view, &tail, now)
+    } else {
+        page::card_details(app, &view, &tail, now)
+    };
+    Ok(Html(markup.into_string()))
+}
+
 async fn card_page(
     State(app): State<Shared>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Html<String>, Failure> {
-    let view = app.board.show_task(&id).await?;
-    let tail = log_tail(&app.logs, &id);
-    Ok(Html(
-        page::card(&app, &view, &tail, SystemClock.now()).into_string(),
-    ))
+    card_view(&app, &id, true).await
 }
 
 async fn card_fragment(
     State(app): State<Shared>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Html<String>, Failure> {
-    let view = app.board.show_task(&id).await?;
-    let tail = log_tail(&app.logs, &id);
-    Ok(Html(
-        page::card_details(&app, &view, &tail, SystemClock.now()).into_string(),
-    ))
+    card_view(&app, &id, false).await
 }
 
 /// Server-sent events: `changed` whenever anybody commits to the board.

@@ -950,9 +950,7 @@ pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError>
 /// `now`, so a late finish never starts a burst of catch-up cards.
 pub fn next_occurrence(scheduled_at: i64, every: i64, now: i64) -> i64 {
     let every = every.max(1);
-    if now < scheduled_at {
-        return scheduled_at.saturating_add(every);
-    }
-    let periods = (now - scheduled_at) / every + 1;
+    // Not due yet: the period after this one; late: past now.
+    let periods = now.saturating_sub(scheduled_at).max(0) / every + 1;
     scheduled_at.saturating_add(periods.saturating_mul(every))
 }

@@ -82,3 +82,28 @@ pub use kanban_core::shapes;
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     pollster::block_on(future)
 }
+
+/// Starts `kanban … serve --listen 127.0.0.1:0` (the caller's command) and
+/// reads the first line it prints: the child and its base URL
+/// (`http://127.0.0.1:PORT`, no trailing slash).
+pub fn start_server(mut command: std::process::Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kanban serve starts");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+        .read_line(&mut first)
+        .expect("kanban serve says where it listens");
+    let url = first
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('/')
+        .to_owned();
+    assert!(url.starts_with("http://"), "kanban serve said {first:?}");
+    (child, url)
+}

@@ -224,13 +224,7 @@ fn a_humans_comment_reaches_the_next_runs_agent_and_show() {
             "t_00000000 is not on this board",
         ),
     ] {
-        let output = bench.run(&args);
-        assert_eq!(output.status.code(), Some(1), "{args:?}");
-        assert!(
-            text(&output.stderr).contains(needle),
-            "{}",
-            text(&output.stderr)
-        );
+        bench.refused(&args, needle);
     }
     let long = "x".repeat(kanban_core::MAX_COMMENT_BYTES + 1);
     let output = bench.run(&["comment", &id, &long]);

@@ -83,6 +83,14 @@ impl Bench {
         text(&output.stdout)
     }
 
+    /// Runs `kanban --db BOARD ARGS…`, which must fail with 1 and say `needle`.
+    pub(crate) fn refused(&self, args: &[&str], needle: &str) {
+        let output = self.run(args);
+        let said = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {said}");
+        assert!(said.contains(needle), "{args:?}: {said}");
+    }
+
     pub(crate) fn add(&self, title: &str, extra: &[&str]) -> String {
         let mut args = vec!["add", title];
         args.extend_from_slice(extra);

@@ -3,7 +3,6 @@
 //! and CSRF guards, and a real browser (headless Chromium through
 //! WebDriver) watching the board live.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,28 +18,14 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(bench: &Bench, extra: &[&str]) -> Self {
-        let mut child = bench
-            .command()
+        let mut command = bench.command();
+        command
             .arg("--db")
             .arg(&bench.db)
             .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let url = first
-            .trim()
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .trim_end_matches('/')
-            .to_owned();
-        assert!(url.starts_with("http://127.0.0.1:"), "{first}");
+            .args(extra);
+        let (child, url) = kanban_testkit::start_server(command);
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         Self { child, url }
     }
 }

@@ -998,6 +998,11 @@ fn operators_cancel_archive_hold_release_and_edit() {
     assert_eq!(t.events[0].run_id, Some(7));
     assert_eq!(t.events[0].payload["was"], "running");
     assert_eq!(t.held, Some(None));
+    assert_eq!(
+        t.not_before,
+        Some(None),
+        "a cancelled card waits for nothing"
+    );
     for status in [TaskStatus::Ready, TaskStatus::Todo, TaskStatus::Blocked] {
         let t = cancel(&card(status), "r").unwrap();
         assert!(!t.release_claim && t.close_run.is_none(), "{status:?}");
@@ -1020,6 +1025,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
         assert_eq!(result.is_ok(), ok, "{status:?}");
         if let Ok(t) = result {
             assert_eq!(t.status, Some(TaskStatus::Archived));
+            assert_eq!(t.not_before, Some(None));
             assert_eq!(t.events[0].kind, "archived");
         }
     }
@@ -1036,6 +1042,8 @@ fn operators_cancel_archive_hold_release_and_edit() {
     let t = hold(&card(TaskStatus::Ready), "why").unwrap();
     assert_eq!(t.held, Some(Some("why".into())));
     assert_eq!(t.status, None, "a held card keeps its lane");
+    assert_eq!(t.events[0].kind, "held");
+    assert_eq!(t.events[0].payload["reason"], "why");
     let held = CardState {
         held: true,
         ..card(TaskStatus::Ready)
@@ -1100,6 +1108,8 @@ fn a_recurring_card_is_due_at_the_first_period_boundary_after_now() {
         (1000, 60, 1000, 1060),
         (1000, 60, 5000, 5020),
         (1000, 60, 900, 1060),
+        (1000, 60, -5000, 1060),
+        (0, 60, i64::MAX, i64::MAX),
         (1000, 0, 1010, 1011),
         (i64::MAX - 10, 60, i64::MAX - 5, i64::MAX),
     ];
