@@ -267,49 +267,70 @@ pub(crate) struct Lanes {
     pub(crate) now: i64,
 }
 
+/// Runs synchronous board reads on the blocking pool, off the workers
+/// that answer requests.
+async fn read<T: Send + 'static>(
+    app: &Shared,
+    job: impl FnOnce(&SqliteBoard) -> Result<T, BoardError> + Send + 'static,
+) -> Result<T, Failure> {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || job(&app.board))
+        .await
+        .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?
+        .map_err(Failure::from)
+}
+
+/// The lanes shown, in one blocking read: each lane's count and first
+/// cards, and their last events.
+type LaneRows = (
+    Vec<(TaskStatus, usize, Vec<kanban_core::TaskRecord>)>,
+    std::collections::HashMap<String, (String, i64)>,
+);
+
 async fn lanes(app: &Shared) -> Result<Lanes, Failure> {
     let now = SystemClock.now();
     let running = app.board.running_workers().await?;
-    let mut lanes = Vec::new();
-    for status in [
-        TaskStatus::Todo,
-        TaskStatus::Ready,
-        TaskStatus::Running,
-        TaskStatus::Blocked,
-        TaskStatus::Done,
-    ] {
-        let reader = app.clone();
-        let (count, tasks) =
-            tokio::task::spawn_blocking(move || reader.board.lane(status, LANE_LIMIT))
-                .await
-                .map_err(|error| {
-                    Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
-                })??;
-        let ids: Vec<String> = tasks.iter().map(|task| task.id.clone()).collect();
-        let reader = app.clone();
-        let mut last = tokio::task::spawn_blocking(move || reader.board.last_events(&ids))
-            .await
-            .map_err(|error| {
-                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
-            })??;
-        let tiles = tasks
-            .into_iter()
-            .map(|task| {
-                let lease_left = running
-                    .iter()
-                    .find(|worker| worker.claim.task_id == task.id)
-                    .and_then(|worker| worker.claim_expires)
-                    .map(|expires| expires - now);
-                let last_event = last.remove(&task.id);
-                page::CardTile {
-                    task,
-                    lease_left,
-                    last_event,
-                }
-            })
+    let (rows, mut last): LaneRows = read(app, |board| {
+        let mut rows = Vec::new();
+        for status in [
+            TaskStatus::Todo,
+            TaskStatus::Ready,
+            TaskStatus::Running,
+            TaskStatus::Blocked,
+            TaskStatus::Done,
+        ] {
+            let (count, tasks) = board.lane(status, LANE_LIMIT)?;
+            rows.push((status, count, tasks));
+        }
+        let ids: Vec<String> = rows
+            .iter()
+            .flat_map(|(_, _, tasks)| tasks.iter().map(|task| task.id.clone()))
             .collect();
-        lanes.push((status, count, tiles));
-    }
+        Ok((rows, board.last_events(&ids)?))
+    })
+    .await?;
+    let lanes = rows
+        .into_iter()
+        .map(|(status, count, tasks)| {
+            let tiles = tasks
+                .into_iter()
+                .map(|task| {
+                    let lease_left = running
+                        .iter()
+                        .find(|worker| worker.claim.task_id == task.id)
+                        .and_then(|worker| worker.claim_expires)
+                        .map(|expires| expires - now);
+                    let last_event = last.remove(&task.id);
+                    page::CardTile {
+                        task,
+                        lease_left,
+                        last_event,
+                    }
+                })
+                .collect();
+            (status, count, tiles)
+        })
+        .collect();
     let walls = app.board.walls().await?;
     Ok(Lanes { lanes, walls, now })
 }
@@ -324,13 +345,28 @@ async fn lanes_fragment(State(app): State<Shared>) -> Result<Html<String>, Failu
     Ok(Html(page::lanes(&app, &lanes).into_string()))
 }
 
-/// The last lines of a card's log, if it has one.
+/// The last lines of a card's log, if it has one: read from its last
+/// 256 KiB only (a live page refetches on every commit; a log may be 16 MiB).
 fn log_tail(logs: &Path, id: &str) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL_BYTES: u64 = 256 * 1024;
     let path = crate::supervisor::log_path(logs, id);
-    let Ok(bytes) = std::fs::read(path) else {
+    let Ok(mut file) = std::fs::File::open(path) else {
         return String::new();
     };
+    let length = file.metadata().map_or(0, |meta| meta.len());
+    let from = length.saturating_sub(TAIL_BYTES);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
     let text = String::from_utf8_lossy(&bytes);
+    // A cut start is a partial line: drop it.
+    let text = if from > 0 {
+        text.split_once('\n').map_or("", |(_, rest)| rest)
+    } else {
+        &text
+    };
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
@@ -630,10 +666,7 @@ async fn openapi() -> Response {
 }
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, Failure> {
-    let reader = app.clone();
-    let stats = tokio::task::spawn_blocking(move || reader.board.stats())
-        .await
-        .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))??;
+    let stats = read(&app, SqliteBoard::stats).await?;
     let text = crate::metrics::render(&stats)
         .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?;
     Ok((

@@ -476,6 +476,7 @@ impl Dispatcher {
             };
             settings.routes.insert(String::new(), unnamed);
         }
+        let started_ms = ports.clock.monotonic_millis();
         let scopes = settings
             .routes
             .iter()
@@ -497,7 +498,8 @@ impl Dispatcher {
             scopes,
             held: BTreeMap::new(),
             ticks: TickDurations::default(),
-            ticks_flushed_ms: 0,
+            // The first flush comes a whole period after the start.
+            ticks_flushed_ms: started_ms,
         }
     }
 
