@@ -10,6 +10,7 @@ mod fake_host;
 mod http_server;
 mod invariants;
 mod owner_seam;
+pub mod pg;
 mod scripted;
 mod seed_cases;
 pub mod sim;
@@ -70,6 +71,7 @@ impl std::ops::Deref for TempBoard {
     }
 }
 pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
+pub use pg::{PgCluster, TempPgBoard};
 pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
 pub use seed_cases::{SeedCase, seed_owner_case, seed_owner_cases};
 pub use synthetic::{BulkLanes, FAR_FUTURE_EXPIRY, SyntheticBoard, bulk_add_cards};

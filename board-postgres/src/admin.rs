@@ -1,0 +1,455 @@
+//! The operator's side of the board: cards, claims by hand, the lifecycle,
+//! and reading it all back.
+
+use async_trait::async_trait;
+use kanban_core::rules::{self, NewEvent};
+use kanban_core::{
+    BoardAdmin, BoardError, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord, DispatchBoard,
+    EventRecord, MAX_COMMENT_BYTES, NewTask, TaskRecord, TaskStatus, TaskView,
+};
+use serde_json::json;
+
+use crate::conn::{Conn, TxError, col};
+use crate::dispatch::claim_in;
+use crate::rows::{
+    EVENT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, append_event, apply, event_from_row, existing_card,
+    read_task, run_from_row, task_from_row,
+};
+use crate::{PgBoard, snapshot, transaction};
+
+impl PgBoard {
+    /// Applies one of core's operator rules to a card, in one transaction.
+    async fn operate(
+        &self,
+        task_id: &str,
+        rule: impl Fn(&rules::CardState) -> Result<rules::Transition, BoardError> + Send + Sync,
+    ) -> Result<(), BoardError> {
+        transaction!(self, |tx, now| {
+            let card = existing_card(tx, task_id).await?;
+            let transition = rule(&card)?;
+            apply(tx, task_id, &transition, now).await?;
+            Ok(())
+        })
+    }
+
+    /// Test and operator hook: sets both lease expiries of a card's current run.
+    pub async fn set_lease_expiry(&self, task_id: &str, expires: i64) -> Result<(), BoardError> {
+        transaction!(self, |tx, _now| {
+            tx.execute(
+                "UPDATE tasks SET claim_expires = $2 WHERE id = $1",
+                &[&task_id, &expires],
+            )
+            .await?;
+            tx.execute(
+                "UPDATE task_runs SET claim_expires = $2 WHERE id = (SELECT current_run_id FROM tasks WHERE id = $1)",
+                &[&task_id, &expires],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+}
+
+#[async_trait]
+impl BoardAdmin for PgBoard {
+    async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
+        if new.title.trim().is_empty() {
+            return Err(BoardError::InvalidInput(
+                "a task needs a non-blank title".to_owned(),
+            ));
+        }
+        if new.every_seconds.is_some_and(|every| every < 1) {
+            return Err(BoardError::InvalidInput(
+                "a recurring card's period (--every) is at least one second".to_owned(),
+            ));
+        }
+        transaction!(self, |tx, now| { insert_task(tx, new, now).await })
+    }
+
+    async fn claim_task(
+        &self,
+        task_id: &str,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let db = self.url().to_owned();
+        transaction!(self, |tx, now| {
+            claim_in(tx, &db, task_id, ttl_seconds, claim_lock, now).await
+        })
+    }
+
+    async fn unblock(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, rules::unblock).await
+    }
+
+    async fn cancel(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        self.operate(task_id, |card| rules::cancel(card, reason))
+            .await
+    }
+
+    async fn archive(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, rules::archive).await
+    }
+
+    async fn hold(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        self.operate(task_id, |card| rules::hold(card, reason))
+            .await
+    }
+
+    async fn release_hold(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, rules::release_hold).await
+    }
+
+    async fn edit(&self, task_id: &str, edit: &rules::CardEdit) -> Result<(), BoardError> {
+        self.operate(task_id, |card| rules::edit(card, edit)).await
+    }
+
+    async fn prune(&self, before: i64, dry_run: bool) -> Result<Vec<String>, BoardError> {
+        transaction!(self, |tx, _now| {
+            let ids: Vec<String> = tx
+                .query(
+                    "SELECT t.id FROM tasks t
+                      WHERE t.status IN ('done', 'archived')
+                        AND COALESCE((SELECT MAX(e.created_at) FROM task_events e WHERE e.task_id = t.id),
+                                     t.completed_at, t.created_at) < $1
+                      ORDER BY t.created_at, t.seq",
+                    &[&before],
+                )
+                .await?
+                .iter()
+                .map(|row| col(row, 0))
+                .collect::<Result<_, _>>()?;
+            if dry_run {
+                return Ok(ids);
+            }
+            for id in &ids {
+                // Run ids come from a sequence: a fencing token is never
+                // handed out twice, pruned or not.
+                for sql in [
+                    "DELETE FROM task_events WHERE task_id = $1",
+                    "DELETE FROM task_comments WHERE task_id = $1",
+                    "DELETE FROM task_runs WHERE task_id = $1",
+                    "DELETE FROM task_links WHERE child_id = $1 OR parent_id = $1",
+                    "DELETE FROM tasks WHERE id = $1",
+                ] {
+                    tx.execute(sql, &[id]).await?;
+                }
+            }
+            Ok(ids)
+        })
+    }
+
+    async fn add_comment(&self, task_id: &str, author: &str, text: &str) -> Result<(), BoardError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(BoardError::InvalidInput(
+                "a comment needs some text".to_owned(),
+            ));
+        }
+        if text.len() > MAX_COMMENT_BYTES {
+            return Err(BoardError::InvalidInput(format!(
+                "a comment is at most {MAX_COMMENT_BYTES} bytes ({} given); put long text in a file and comment its path",
+                text.len()
+            )));
+        }
+        transaction!(self, |tx, now| {
+            existing_card(tx, task_id).await?;
+            tx.execute(
+                "INSERT INTO task_comments (task_id, author, body, created_at) VALUES ($1, $2, $3, $4)",
+                &[&task_id, &author, &text, &now],
+            )
+            .await?;
+            let event = NewEvent::new("commented", None, json!({"author": author}));
+            append_event(tx, task_id, &event, now).await?;
+            Ok(())
+        })
+    }
+
+    async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError> {
+        transaction!(self, |tx, now| {
+            let source: Option<String> = match tx
+                .query_opt(
+                    "DELETE FROM provider_walls WHERE scope = $1 RETURNING source",
+                    &[&scope],
+                )
+                .await?
+            {
+                Some(row) => Some(col(&row, 0)?),
+                None => None,
+            };
+            let Some(source) = source else {
+                return Ok(false);
+            };
+            // `TASK#RUN`: the card that met the wall keeps its history.
+            let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
+            let event = NewEvent::new(
+                "wall_lifted",
+                run.parse::<i64>().ok(),
+                json!({"scope": scope, "by": "operator"}),
+            );
+            let exists: bool = tx
+                .value(
+                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
+                    &[&task_id],
+                )
+                .await?;
+            if exists {
+                append_event(tx, task_id, &event, now).await?;
+            }
+            Ok(true)
+        })
+    }
+
+    async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        transaction!(self, |tx, now| {
+            let card = existing_card(tx, task_id).await?;
+            let transition = rules::reclaim(&card, reason, now)?;
+            apply(tx, task_id, &transition, now).await?;
+            Ok(())
+        })
+    }
+
+    async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError> {
+        let view: Option<TaskView> = snapshot!(self, |conn, _now| {
+            let Some(task) = read_task(conn, task_id).await? else {
+                return Ok(None);
+            };
+            let runs = conn
+                .query(
+                    &format!("SELECT {RUN_COLUMNS} FROM task_runs WHERE task_id = $1 ORDER BY id"),
+                    &[&task_id],
+                )
+                .await?
+                .iter()
+                .map(run_from_row)
+                .collect::<Result<_, _>>()?;
+            let events = conn
+                .query(
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM task_events WHERE task_id = $1 ORDER BY id"
+                    ),
+                    &[&task_id],
+                )
+                .await?
+                .iter()
+                .map(event_from_row)
+                .collect::<Result<_, _>>()?;
+            let parents = conn
+                .query(
+                    "SELECT parent_id FROM task_links WHERE child_id = $1 ORDER BY parent_id",
+                    &[&task_id],
+                )
+                .await?
+                .iter()
+                .map(|row| col(row, 0))
+                .collect::<Result<_, _>>()?;
+            let shown = COMMENTS_SHOWN as i64;
+            let mut comments: Vec<CommentRecord> = conn
+                .query(
+                    "SELECT id, author, body, created_at FROM task_comments
+                      WHERE task_id = $1 ORDER BY id DESC LIMIT $2",
+                    &[&task_id, &shown],
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(CommentRecord {
+                        id: col(row, 0)?,
+                        author: col(row, 1)?,
+                        body: col(row, 2)?,
+                        created_at: col(row, 3)?,
+                    })
+                })
+                .collect::<Result<_, tokio_postgres::Error>>()?;
+            comments.reverse();
+            Ok(Some(TaskView {
+                task,
+                parents,
+                runs,
+                events,
+                comments,
+            }))
+        })?;
+        view.ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()))
+    }
+
+    async fn list_tasks(&self, status: Option<TaskStatus>) -> Result<Vec<TaskRecord>, BoardError> {
+        let status = status.map(TaskStatus::as_str);
+        snapshot!(self, |conn, _now| {
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE $1::text IS NULL OR status = $1::text
+                  ORDER BY created_at, seq"
+            );
+            conn.query(&sql, &[&status])
+                .await?
+                .iter()
+                .map(task_from_row)
+                .collect::<Result<Vec<_>, TxError>>()
+        })
+    }
+
+    async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut events: Vec<EventRecord> = snapshot!(self, |conn, _now| {
+            let sql = format!("SELECT {EVENT_COLUMNS} FROM task_events ORDER BY id DESC LIMIT $1");
+            conn.query(&sql, &[&limit])
+                .await?
+                .iter()
+                .map(event_from_row)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(TxError::from)
+        })?;
+        events.reverse();
+        Ok(events)
+    }
+
+    async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
+        Ok(self
+            .booked_result(claim)
+            .await?
+            .map_or(1, |result| result.exit_code))
+    }
+}
+
+/// A fresh card id: `t_` and eight hex digits, as the SQLite board writes.
+fn new_task_id() -> Result<String, BoardError> {
+    let mut bytes = [0_u8; 4];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| BoardError::Storage(format!("no randomness for a card id: {error}")))?;
+    Ok(format!(
+        "t_{}",
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
+    ))
+}
+
+/// Creates a card inside the caller's transaction; returns its id (or the
+/// existing card's for a repeated idempotency key).
+pub(crate) async fn insert_task(tx: &mut Conn, new: &NewTask, now: i64) -> Result<String, TxError> {
+    if let Some(key) = &new.idempotency_key {
+        let existing = tx
+            .query_opt(
+                "SELECT id FROM tasks WHERE idempotency_key = $1 AND status != 'archived'
+                  ORDER BY created_at DESC, seq DESC LIMIT 1",
+                &[key],
+            )
+            .await?;
+        if let Some(row) = existing {
+            return Ok(col(&row, 0)?);
+        }
+    }
+    let mut open_parents = false;
+    for parent in &new.parents {
+        let status: Option<String> = match tx
+            .query_opt("SELECT status FROM tasks WHERE id = $1", &[parent])
+            .await?
+        {
+            Some(row) => Some(col(&row, 0)?),
+            None => None,
+        };
+        match status.as_deref().map(TaskStatus::parse) {
+            None => return Err(BoardError::TaskNotFound(parent.clone()).into()),
+            Some(status) => {
+                open_parents |= !matches!(status, Some(TaskStatus::Done | TaskStatus::Archived));
+            }
+        }
+    }
+    let status = rules::initial_status(new.start_blocked, open_parents);
+    let id = loop {
+        let candidate = new_task_id()?;
+        let taken: bool = tx
+            .value(
+                "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
+                &[&candidate],
+            )
+            .await?;
+        if !taken {
+            break candidate;
+        }
+    };
+    let max_retries = new.max_retries.map(i64::from);
+    let goal_max_turns = new.goal_max_turns.map(i64::from);
+    let scheduled_at = new.every_seconds.map(|_| new.not_before.unwrap_or(now));
+    tx.execute(
+        "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
+                            max_retries, goal_mode, goal_max_turns, max_runtime_seconds,
+                            not_before, every_seconds, scheduled_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        &[
+            &id,
+            &new.title,
+            &new.body,
+            &new.assignee,
+            &status.as_str(),
+            &new.priority,
+            &now,
+            &new.idempotency_key,
+            &max_retries,
+            &new.goal_mode,
+            &goal_max_turns,
+            &new.max_runtime_seconds,
+            &new.not_before,
+            &new.every_seconds,
+            &scheduled_at,
+        ],
+    )
+    .await?;
+    for parent in &new.parents {
+        tx.execute(
+            "INSERT INTO task_links (parent_id, child_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[parent, &id],
+        )
+        .await?;
+    }
+    for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
+        append_event(tx, &id, &event, now).await?;
+    }
+    if new.not_before.is_some() || new.every_seconds.is_some() {
+        let event = NewEvent::new(
+            "scheduled",
+            None,
+            json!({"not_before": new.not_before, "every_seconds": new.every_seconds}),
+        );
+        append_event(tx, &id, &event, now).await?;
+    }
+    Ok(id)
+}
+
+/// The next occurrence of a recurring card that just completed, created in
+/// the same transaction ([`rules::next_occurrence`]).
+pub(crate) async fn recur(tx: &mut Conn, task_id: &str, now: i64) -> Result<(), TxError> {
+    let row = tx
+        .query_opt(
+            "SELECT title, body, assignee, priority, max_retries, goal_mode, goal_max_turns,
+                    max_runtime_seconds, every_seconds, COALESCE(scheduled_at, created_at)
+               FROM tasks WHERE id = $1 AND every_seconds IS NOT NULL",
+            &[&task_id],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let count = |value: Option<i64>| value.map(|v| u32::try_from(v.max(0)).unwrap_or(u32::MAX));
+    let mut next = NewTask {
+        title: col(&row, 0)?,
+        body: col(&row, 1)?,
+        assignee: col(&row, 2)?,
+        priority: col(&row, 3)?,
+        max_retries: count(col(&row, 4)?),
+        goal_mode: col(&row, 5)?,
+        goal_max_turns: count(col(&row, 6)?),
+        max_runtime_seconds: col(&row, 7)?,
+        every_seconds: col(&row, 8)?,
+        ..NewTask::default()
+    };
+    let scheduled_at: i64 = col(&row, 9)?;
+    let every = next.every_seconds.unwrap_or(1);
+    let due = rules::next_occurrence(scheduled_at, every, now);
+    next.not_before = Some(due);
+    let id = Box::pin(insert_task(tx, &next, now)).await?;
+    let event = NewEvent::new("recurred", None, json!({"next": id, "due": due}));
+    append_event(tx, task_id, &event, now).await?;
+    Ok(())
+}

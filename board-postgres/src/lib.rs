@@ -1,0 +1,233 @@
+//! The kanban board on PostgreSQL: the same ports and the same contract as
+//! the SQLite board, for dispatchers on several hosts sharing one board.
+//!
+//! [`PgBoard`] implements core's `Board`, `BoardAdmin` and `DispatchBoard`.
+//! As on SQLite, every rule is core's: a write locks the card's row
+//! (`SELECT … FOR UPDATE`), reads what the rule needs, and applies core's
+//! transition in the same transaction. Claims skip rows another claimer has
+//! locked (`FOR UPDATE SKIP LOCKED`), so no claim ever waits for another.
+//! Every worker write checks its fence (card running, same run open, same
+//! claim lock, unexpired lease) on the locked row. Time always comes from
+//! the board's [`kanban_core::Clock`], never from the server's `now()`, so
+//! a virtual clock drives this board exactly as it drives SQLite's.
+
+mod admin;
+mod conn;
+mod dispatch;
+mod rows;
+mod schema;
+mod worker;
+
+use std::sync::Arc;
+
+use kanban_core::{BoardError, Clock};
+
+pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+
+use conn::{Pool, TxError, storage_error};
+
+/// Whether a `--db` value names a PostgreSQL board rather than a file.
+pub fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// A board URL as claims and messages carry it: no password, ever.
+///
+/// `postgres://USER@HOST:PORT/DBNAME`, whatever the input spelled (a
+/// password in the URL is dropped here; the driver still uses it).
+pub fn public_url(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) if host.contains(':') => format!("[{host}]"),
+        Some(Host::Tcp(host)) => host.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let dbname = config.get_dbname().unwrap_or(user);
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    format!("postgres://{at}{host}:{port}/{dbname}")
+}
+
+/// Parses a board URL; the error names what is wrong, never the password.
+pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, BoardError> {
+    url.parse::<tokio_postgres::Config>()
+        .map_err(|error| BoardError::Unusable {
+            path: "--db".to_owned(),
+            message: format!(
+                "is not a PostgreSQL URL ({error}); write postgres://USER@HOST:PORT/DBNAME"
+            ),
+        })
+}
+
+/// A kanban board in one PostgreSQL database.
+pub struct PgBoard {
+    pool: Pool,
+    clock: Arc<dyn Clock>,
+    /// Runs the clients' connection tasks; shut down with the board.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for PgBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgBoard")
+            .field("board", &self.pool.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PgBoard {
+    fn drop(&mut self) {
+        // Never block: the board may be dropped inside another runtime.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl PgBoard {
+    /// Connects to the board at `config`, creating or upgrading its schema
+    /// (under an advisory lock, so dispatchers starting at once agree), and
+    /// reads time from `clock`.
+    pub async fn connect(
+        config: tokio_postgres::Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, BoardError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("kanban-postgres")
+            .enable_all()
+            .build()
+            .map_err(|error| BoardError::Storage(format!("cannot start the driver: {error}")))?;
+        let name = public_url(&config);
+        let pool = Pool::new(config, runtime.handle().clone(), name);
+        let board = Self {
+            pool,
+            clock,
+            runtime: Some(runtime),
+        };
+        board.migrate().await?;
+        Ok(board)
+    }
+
+    /// The board's URL without a password: what claims carry.
+    pub fn url(&self) -> &str {
+        &self.pool.name
+    }
+
+    async fn migrate(&self) -> Result<(), BoardError> {
+        let name = self.pool.name.clone();
+        let mut conn = self.pool.get().await?;
+        let fail = |error: tokio_postgres::Error| storage_error(&name, &error);
+        conn.begin("BEGIN").await.map_err(fail)?;
+        let outcome = schema::migrate(&mut conn, &name).await;
+        match outcome {
+            Ok(()) => conn.end(true).await.map_err(fail),
+            Err(error) => {
+                let _ = conn.end(false).await;
+                Err(match error {
+                    TxError::Pg(error) => fail(error),
+                    TxError::Board(error) | TxError::CommitThen(error) => error,
+                })
+            }
+        }
+    }
+
+    /// Runs `body` in a read-write transaction, retried on a serialization
+    /// failure or a deadlock; a [`TxError::CommitThen`] commits and fails.
+    pub(crate) async fn settle<T>(
+        &self,
+        conn: &mut conn::Conn,
+        outcome: Result<T, TxError>,
+    ) -> Result<Result<T, BoardError>, tokio_postgres::Error> {
+        match outcome {
+            Ok(value) => {
+                conn.end(true).await?;
+                Ok(Ok(value))
+            }
+            Err(TxError::CommitThen(error)) => {
+                conn.end(true).await?;
+                Ok(Err(error))
+            }
+            Err(TxError::Board(error)) => {
+                conn.end(false).await?;
+                Ok(Err(error))
+            }
+            Err(TxError::Pg(error)) => {
+                let _ = conn.end(false).await;
+                Err(error)
+            }
+        }
+    }
+
+    pub(crate) fn fail(&self, error: &tokio_postgres::Error) -> BoardError {
+        storage_error(&self.pool.name, error)
+    }
+}
+
+/// Runs a block as one write transaction on a pooled connection, with the
+/// board's time: `transaction!(self, |tx, now| { … Ok(value) })`. Retried whole on
+/// a conflict PostgreSQL resolved by failing this side.
+macro_rules! transaction {
+    ($board:expr, |$tx:ident, $now:ident| $body:block) => {{
+        let board = &$board;
+        let mut pooled = board.pool.get().await?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let $now: i64 = board.clock.now();
+            if let Err(error) = pooled.begin("BEGIN").await {
+                break Err(board.fail(&error));
+            }
+            let outcome: Result<_, $crate::conn::TxError> = async {
+                let $tx: &mut $crate::conn::Conn = &mut pooled;
+                $body
+            }
+            .await;
+            match board.settle(&mut pooled, outcome).await {
+                Ok(result) => break result,
+                Err(error)
+                    if $crate::conn::is_conflict(&error)
+                        && attempt < $crate::conn::CONFLICT_RETRIES =>
+                {
+                    continue;
+                }
+                Err(error) => break Err(board.fail(&error)),
+            }
+        }
+    }};
+}
+
+/// Runs a block of reads in one read-only snapshot:
+/// `snapshot!(self, |conn, now| { … Ok(value) })`.
+macro_rules! snapshot {
+    ($board:expr, |$conn:ident, $now:ident| $body:block) => {{
+        let board = &$board;
+        let mut pooled = board.pool.get().await?;
+        let $now: i64 = board.clock.now();
+        match pooled
+            .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+        {
+            Err(error) => Err(board.fail(&error)),
+            Ok(()) => {
+                let outcome: Result<_, $crate::conn::TxError> = async {
+                    let $conn: &mut $crate::conn::Conn = &mut pooled;
+                    $body
+                }
+                .await;
+                match board.settle(&mut pooled, outcome).await {
+                    Ok(result) => result,
+                    Err(error) => Err(board.fail(&error)),
+                }
+            }
+        }
+    }};
+}
+
+pub(crate) use {snapshot, transaction};

@@ -1,0 +1,140 @@
+//! The schema, as numbered migrations recorded in `kanban_schema`.
+//!
+//! Names follow the SQLite board's, so the two read alike; types are
+//! PostgreSQL's own (`BIGINT` times in epoch seconds, `BOOLEAN`, `JSONB`
+//! event payloads). Run ids come from a sequence: never handed out twice,
+//! even after a prune, so a run id stays a fencing token.
+
+use kanban_core::BoardError;
+
+use crate::conn::{Conn, TxError};
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Migration N (1-based) brings a board from version N-1 to N.
+pub const MIGRATIONS: [&str; 1] = [r#"
+CREATE TABLE tasks (
+    id                   TEXT PRIMARY KEY,
+    seq                  BIGSERIAL NOT NULL,
+    title                TEXT NOT NULL,
+    body                 TEXT,
+    assignee             TEXT,
+    status               TEXT NOT NULL,
+    priority             BIGINT NOT NULL DEFAULT 0,
+    created_at           BIGINT NOT NULL,
+    started_at           BIGINT,
+    completed_at         BIGINT,
+    claim_lock           TEXT,
+    claim_expires        BIGINT,
+    result               TEXT,
+    idempotency_key      TEXT,
+    consecutive_failures BIGINT NOT NULL DEFAULT 0,
+    worker_pid           BIGINT,
+    worker_started_at    BIGINT,
+    last_failure_error   TEXT,
+    max_runtime_seconds  BIGINT,
+    last_heartbeat_at    BIGINT,
+    current_run_id       BIGINT,
+    max_retries          BIGINT,
+    goal_mode            BOOLEAN NOT NULL DEFAULT FALSE,
+    goal_max_turns       BIGINT,
+    not_before           BIGINT,
+    held_reason          TEXT,
+    every_seconds        BIGINT,
+    scheduled_at         BIGINT
+);
+CREATE TABLE task_links (
+    parent_id  TEXT NOT NULL,
+    child_id   TEXT NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE TABLE task_comments (
+    id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL,
+    author TEXT NOT NULL, body TEXT NOT NULL, created_at BIGINT NOT NULL
+);
+CREATE TABLE task_events (
+    id BIGSERIAL PRIMARY KEY, task_id TEXT NOT NULL, run_id BIGINT,
+    kind TEXT NOT NULL, payload JSONB, created_at BIGINT NOT NULL
+);
+CREATE TABLE task_runs (
+    id                  BIGSERIAL PRIMARY KEY,
+    task_id             TEXT NOT NULL,
+    profile             TEXT,
+    status              TEXT NOT NULL,
+    claim_lock          TEXT,
+    claim_expires       BIGINT,
+    worker_pid          BIGINT,
+    worker_started_at   BIGINT,
+    worker_seal         TEXT,
+    lease_ttl           BIGINT,
+    last_heartbeat_at   BIGINT,
+    started_at          BIGINT NOT NULL,
+    ended_at            BIGINT,
+    outcome             TEXT,
+    summary             TEXT,
+    error               TEXT
+);
+CREATE TABLE provider_walls (
+    scope          TEXT PRIMARY KEY,
+    kind           TEXT NOT NULL,
+    route          TEXT NOT NULL,
+    since          BIGINT NOT NULL,
+    until          BIGINT NOT NULL,
+    reason         TEXT NOT NULL,
+    source         TEXT NOT NULL,
+    hits           BIGINT NOT NULL,
+    failed_probes  BIGINT NOT NULL DEFAULT 0,
+    probe_run      BIGINT
+);
+CREATE TABLE dispatcher_ticks (
+    host    TEXT NOT NULL,
+    bucket  BIGINT NOT NULL,
+    count   BIGINT NOT NULL,
+    PRIMARY KEY (host, bucket)
+);
+CREATE INDEX idx_tasks_lane_order  ON tasks(status, priority DESC, created_at, seq);
+CREATE INDEX idx_tasks_idempotency ON tasks(idempotency_key);
+CREATE INDEX idx_links_child       ON task_links(child_id);
+CREATE INDEX idx_comments_task     ON task_comments(task_id, id);
+CREATE INDEX idx_events_task_kind  ON task_events(task_id, kind, id);
+CREATE INDEX idx_runs_task         ON task_runs(task_id, id);
+"#];
+
+/// Any number fits: one lock id for "a kanban schema change is running".
+const MIGRATION_LOCK: i64 = 0x6b61_6e62_616e; // "kanban"
+
+/// Brings the schema to [`SCHEMA_VERSION`] inside the caller's transaction,
+/// holding an advisory lock so that two dispatchers starting at once do not
+/// both migrate. A newer schema is refused, never touched.
+pub(crate) async fn migrate(conn: &mut Conn, board: &str) -> Result<(), TxError> {
+    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    conn.batch("CREATE TABLE IF NOT EXISTS kanban_schema (version BIGINT NOT NULL)")
+        .await?;
+    let found: Option<i64> = conn
+        .value("SELECT MAX(version) FROM kanban_schema", &[])
+        .await?;
+    let found = found.unwrap_or(0);
+    if found > SCHEMA_VERSION {
+        return Err(BoardError::NewerSchema {
+            path: board.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        }
+        .into());
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate() {
+        let version = i64::try_from(index).unwrap_or(i64::MAX) + 1;
+        if version <= found {
+            continue;
+        }
+        conn.batch(migration).await?;
+        conn.execute(
+            "INSERT INTO kanban_schema (version) VALUES ($1)",
+            &[&version],
+        )
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! Integration tests of the PostgreSQL board, on a real server: an
+//! ephemeral cluster this binary starts (see `kanban_testkit::pg`).
+
+mod contract;

@@ -1,0 +1,260 @@
+//! A real PostgreSQL server for tests: an ephemeral cluster made with
+//! `initdb` in a temporary folder, on a free loopback port, shared by every
+//! test of one test binary and gone when that binary exits.
+//!
+//! The server refuses to run as root, so under root it runs as the
+//! unprivileged user `postgres` (created if missing); otherwise as the
+//! current user. Each board gets a database of its own.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use kanban_board_postgres::PgBoard;
+
+use crate::VirtualClock;
+
+/// The user the server runs as when the tests run as root.
+const SERVER_USER: &str = "postgres";
+/// The role the tests connect as (trust authentication, loopback only).
+pub const PG_ROLE: &str = "kanban";
+
+/// One running cluster.
+#[derive(Debug)]
+pub struct PgCluster {
+    port: u16,
+    folder: PathBuf,
+    databases: AtomicU64,
+    /// The server and its watchdog: both outlive this process's statics,
+    /// and the watchdog reaps the server.
+    _server: std::process::Child,
+    _watchdog: std::process::Child,
+}
+
+fn run(command: &mut Command, what: &str) {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("{what}: cannot start: {error}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The uid and gid the server runs as: `postgres` under root (created if
+/// missing), else the current user (no change).
+fn server_identity() -> Option<(u32, u32)> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return None;
+    }
+    let lookup = || nix::unistd::User::from_name(SERVER_USER).ok().flatten();
+    if lookup().is_none() {
+        run(
+            Command::new("useradd").args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_USER,
+            ]),
+            "useradd postgres",
+        );
+    }
+    let user = lookup().expect("the postgres user exists after useradd");
+    Some((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+fn as_server(command: &mut Command, identity: Option<(u32, u32)>) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    if let Some((uid, gid)) = identity {
+        command.uid(uid).gid(gid);
+    }
+    command
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
+impl PgCluster {
+    /// The cluster of this test binary, started at the first call.
+    pub fn shared() -> &'static PgCluster {
+        static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+        CLUSTER.get_or_init(PgCluster::start)
+    }
+
+    fn start() -> PgCluster {
+        let identity = server_identity();
+        let folder = std::env::temp_dir().join(format!(
+            "kanban-pg-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos())
+        ));
+        std::fs::create_dir_all(&folder).expect("a folder for the cluster");
+        if let Some((uid, gid)) = identity {
+            std::os::unix::fs::chown(&folder, Some(uid), Some(gid)).expect("chown the folder");
+        }
+        let data = folder.join("data");
+        run(
+            as_server(&mut Command::new("initdb"), identity)
+                .arg("-D")
+                .arg(&data)
+                .args(["-U", PG_ROLE, "-A", "trust", "-E", "UTF8", "--locale=C"])
+                .args(["--no-sync", "--no-instructions"])
+                .env("HOME", &folder),
+            "initdb",
+        );
+        let port = free_port();
+        let server = as_server(&mut Command::new("postgres"), identity)
+            .arg("-D")
+            .arg(&data)
+            .arg("-p")
+            .arg(port.to_string())
+            .arg("-k")
+            .arg(&folder)
+            // Tests never need durability; they need speed and room.
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(folder.join("server.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
+            .spawn()
+            .expect("postgres starts");
+        // The server outlives this process unless something stops it: a
+        // watchdog stops it and removes the folder once this process is gone.
+        let watchdog = format!(
+            "while kill -0 {parent} 2>/dev/null; do sleep 0.2; done; kill -INT {server} 2>/dev/null; \
+             for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 {server} 2>/dev/null || break; sleep 0.5; done; \
+             kill -KILL {server} 2>/dev/null; rm -rf '{folder}'",
+            parent = std::process::id(),
+            server = server.id(),
+            folder = folder.display(),
+        );
+        let watchdog = Command::new("sh")
+            .args(["-c", &watchdog])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the cluster's watchdog starts");
+        let cluster = PgCluster {
+            port,
+            folder,
+            databases: AtomicU64::new(0),
+            _server: server,
+            _watchdog: watchdog,
+        };
+        cluster.wait_ready();
+        cluster
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let Err(error) = self.try_admin("SELECT 1") else {
+                return;
+            };
+            assert!(
+                Instant::now() < deadline,
+                "the test cluster did not accept connections within 30 s ({error}); see {}",
+                self.folder.join("server.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The cluster's folder (its data, socket and log).
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// The URL of database `name` on this cluster.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://{PG_ROLE}@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// A new, empty database; returns its URL.
+    pub fn fresh_database(&self) -> String {
+        let name = format!(
+            "board_{}",
+            self.databases.fetch_add(1, Ordering::Relaxed) + 1
+        );
+        self.admin(&format!("CREATE DATABASE {name}"));
+        self.url(&name)
+    }
+
+    /// Runs statements on the `postgres` database; panics on failure.
+    pub fn admin(&self, sql: &str) {
+        if let Err(error) = self.try_admin(sql) {
+            panic!("{sql}: {error}");
+        }
+    }
+
+    /// Runs statements on the `postgres` database.
+    pub fn try_admin(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        let url = self.url("postgres");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            let driver = tokio::spawn(connection);
+            let done = client.batch_execute(sql).await;
+            drop(client);
+            let _ = driver.await;
+            done
+        })
+    }
+}
+
+/// A board on its own fresh database of the shared cluster.
+#[derive(Debug)]
+pub struct TempPgBoard {
+    board: PgBoard,
+}
+
+impl TempPgBoard {
+    /// A fresh board reading time from `clock`.
+    pub fn new(clock: VirtualClock) -> Self {
+        let url = PgCluster::shared().fresh_database();
+        Self::at(&url, clock)
+    }
+
+    /// A board at `url` (created or opened), reading time from `clock`.
+    pub fn at(url: &str, clock: VirtualClock) -> Self {
+        let config = kanban_board_postgres::parse_url(url).expect("a board URL");
+        let board = crate::block_on(PgBoard::connect(config, Arc::new(clock)))
+            .unwrap_or_else(|error| panic!("{url}: {error}"));
+        Self { board }
+    }
+}
+
+impl std::ops::Deref for TempPgBoard {
+    type Target = PgBoard;
+
+    fn deref(&self) -> &PgBoard {
+        &self.board
+    }
+}
