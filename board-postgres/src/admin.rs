@@ -403,6 +403,7 @@ pub(crate) async fn insert_task(tx: &mut Conn, new: &NewTask, now: i64) -> Resul
         )
         .await?;
     }
+    crate::watch::notify(tx).await?;
     for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
         append_event(tx, &id, &event, now).await?;
     }

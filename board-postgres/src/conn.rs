@@ -214,6 +214,14 @@ impl Pool {
         }
     }
 
+    pub(crate) fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
     /// An idle connection, or a new one.
     pub(crate) async fn get(&self) -> Result<Pooled<'_>, BoardError> {
         let kept = self

@@ -16,6 +16,7 @@ mod conn;
 mod dispatch;
 mod rows;
 mod schema;
+mod watch;
 mod worker;
 
 use std::sync::Arc;
@@ -23,6 +24,10 @@ use std::sync::Arc;
 use kanban_core::{BoardError, Clock};
 
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+/// The driver's connection settings, and a host in them.
+pub use tokio_postgres::Config;
+pub use tokio_postgres::config::Host;
+pub use watch::ChangeWatch;
 
 use conn::{Pool, TxError, storage_error};
 

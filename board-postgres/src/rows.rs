@@ -181,6 +181,10 @@ pub(crate) async fn apply(
         )
         .await?;
     }
+    if transition.release_claim || transition.status.is_some() {
+        // A card became ready, or a run ended: dispatchers may have work.
+        crate::watch::notify(conn).await?;
+    }
     if transition.release_claim {
         conn.execute(
             "UPDATE tasks SET current_run_id = NULL, claim_lock = NULL, claim_expires = NULL,

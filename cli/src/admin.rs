@@ -4,14 +4,12 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{
-    BoardAdmin, Clock, DispatchBoard, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars,
-};
+use kanban_core::{Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
 
 use crate::agents_file::{agents_file_path, load, names};
 use crate::args::{AddArgs, EditArgs, GlobalArgs};
-use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading};
+use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading, postgres_url};
 use crate::duration::parse_moment;
 use crate::out::{errln, out, outln};
 use crate::output::{
@@ -21,6 +19,16 @@ use crate::runtime::block_on;
 
 pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
     let path = board_path(global, env)?;
+    if postgres_url(&path).is_some() {
+        // Connecting creates the schema (or upgrades an older one).
+        let board = open_board(global, env)?;
+        outln!(
+            "board is ready: {} (PostgreSQL, schema {})",
+            board.name(),
+            kanban_board_postgres::SCHEMA_VERSION
+        );
+        return Ok(0);
+    }
     let existed = path.exists();
     let board = SqliteBoard::create(&path, Arc::new(SystemClock))?;
     let verb = if existed {
@@ -34,6 +42,17 @@ pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32
 
 pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
     let path = board_path(global, env)?;
+    if postgres_url(&path).is_some() {
+        // Every open upgrades a PostgreSQL board, in one transaction under
+        // an advisory lock; there is no file to back up beside it.
+        let board = open_board(global, env)?;
+        outln!(
+            "{} is up to date (schema {})",
+            board.name(),
+            kanban_board_postgres::SCHEMA_VERSION
+        );
+        return Ok(0);
+    }
     let upgrade = SqliteBoard::upgrade(&path, Arc::new(SystemClock))?;
     match &upgrade.backup {
         None => outln!(
@@ -54,7 +73,7 @@ pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<
 
 pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
-    check_assignee(global, env, board.path(), args.assignee.as_deref())?;
+    check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let now = SystemClock.now();
     let not_before = args
         .not_before
@@ -136,13 +155,13 @@ pub(crate) fn operate(
 fn check_assignee(
     global: &GlobalArgs,
     env: &Environment,
-    board: &std::path::Path,
+    folder: &std::path::Path,
     assignee: Option<&str>,
 ) -> anyhow::Result<()> {
     let Some(assignee) = assignee.map(str::trim).filter(|a| !a.is_empty()) else {
         return Ok(());
     };
-    let Some(path) = agents_file_path(global.agents.as_deref(), board) else {
+    let Some(path) = agents_file_path(global.agents.as_deref(), folder) else {
         return Ok(());
     };
     let file = load(&path, env).map_err(anyhow::Error::msg)?;
@@ -159,7 +178,7 @@ fn check_assignee(
 /// `kanban edit ID …`.
 pub(crate) fn edit(global: &GlobalArgs, env: &Environment, args: &EditArgs) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
-    check_assignee(global, env, board.path(), args.assignee.as_deref())?;
+    check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let change = kanban_core::rules::CardEdit {
         title: args.title.clone(),
         body: args.body.clone(),
@@ -187,11 +206,7 @@ pub(crate) fn prune(
     let before = SystemClock.now().saturating_sub(older_than);
     let ids = block_on(board.prune(before, dry_run))?;
     if !dry_run {
-        let logs = board
-            .path()
-            .parent()
-            .unwrap_or(std::path::Path::new("."))
-            .join("logs");
+        let logs = board.folder.join("logs");
         for id in &ids {
             let log = crate::supervisor::log_path(&logs, id);
             let _ = std::fs::remove_file(&log);

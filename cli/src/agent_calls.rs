@@ -11,18 +11,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{BIND_PATIENCE, Board, BoardError, Claim, Environment};
+use kanban_board_sqlite::SystemClock;
+use kanban_core::{BIND_PATIENCE, BoardError, Claim, Environment};
 
+use crate::board_path::{OpenBoard, open_claim_board};
 use crate::out::{errln, outln};
 use crate::runtime::block_on;
 
 /// The exit code of a board call the environment failed.
 const ENVIRONMENT: i32 = 75;
 
-fn carrier(env: &Environment) -> anyhow::Result<(Claim, SqliteBoard)> {
+fn carrier(env: &Environment) -> anyhow::Result<(Claim, OpenBoard)> {
     let claim = Claim::from_env(env).context("this command works a claimed card")?;
-    let board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
+    let board = block_on(open_claim_board(&claim, Arc::new(SystemClock), env))?;
     Ok((claim, board))
 }
 
@@ -68,12 +69,12 @@ fn fenced<T>(
 
 /// Opens the carrier's board; a board that cannot be opened is the
 /// environment's fault (75), a missing carrier the caller's (1).
-fn open(env: &Environment) -> anyhow::Result<Result<(Claim, SqliteBoard), i32>> {
+fn open(env: &Environment) -> anyhow::Result<Result<(Claim, OpenBoard), i32>> {
     let claim = Claim::from_env(env).context("this command works a claimed card")?;
-    match SqliteBoard::open(&claim.db, Arc::new(SystemClock)) {
+    match block_on(open_claim_board(&claim, Arc::new(SystemClock), env)) {
         Ok(board) => Ok(Ok((claim, board))),
         Err(error) => {
-            errln!("error: {error}");
+            errln!("error: {error:#}");
             Ok(Err(ENVIRONMENT))
         }
     }

@@ -106,11 +106,11 @@ pub(crate) struct AgentsFile {
 
 /// Where the agents file is: `--agents FILE` (it must exist), else
 /// `kanban.toml` beside the board (if it exists).
-pub(crate) fn agents_file_path(given: Option<&Path>, board: &Path) -> Option<PathBuf> {
+pub(crate) fn agents_file_path(given: Option<&Path>, folder: &Path) -> Option<PathBuf> {
     if let Some(given) = given {
         return Some(given.to_owned());
     }
-    let beside = board.parent().unwrap_or(Path::new(".")).join(AGENTS_FILE);
+    let beside = folder.join(AGENTS_FILE);
     beside.is_file().then_some(beside)
 }
 

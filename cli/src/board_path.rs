@@ -1,11 +1,13 @@
-//! Which board file a command means.
+//! Which board a command means: a SQLite file, or a PostgreSQL database
+//! named by a `postgres://` URL.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use kanban_board_postgres::{PgBoard, is_postgres_url};
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
-use kanban_core::{Environment, vars};
+use kanban_core::{Board, BoardAdmin, Clock, DispatchBoard, Environment, vars};
 
 use crate::args::GlobalArgs;
 
@@ -54,13 +56,18 @@ pub(crate) fn board_slug(global: &GlobalArgs, env: &Environment) -> anyhow::Resu
     Ok(slug)
 }
 
-/// The board file: `--db`, else `HERMES_KANBAN_DB`, else the named board
-/// under the kanban home.
+/// The variable that names a board for every command (after `--db` and the
+/// claim carrier's `HERMES_KANBAN_DB`).
+pub(crate) const KANBAN_DB: &str = "KANBAN_DB";
+
+/// The board: `--db`, else `HERMES_KANBAN_DB`, else `KANBAN_DB`, else the
+/// named board under the kanban home. A `postgres://` URL comes back as a
+/// path; [`open_board`] tells the two apart.
 pub(crate) fn board_path(global: &GlobalArgs, env: &Environment) -> anyhow::Result<PathBuf> {
     if let Some(db) = &global.db {
         return Ok(db.clone());
     }
-    if let Some(db) = env.get_trimmed(vars::DB) {
+    if let Some(db) = env.get_trimmed(vars::DB).or(env.get_trimmed(KANBAN_DB)) {
         return Ok(PathBuf::from(db));
     }
     let slug = board_slug(global, env)?;
@@ -70,10 +77,233 @@ pub(crate) fn board_path(global: &GlobalArgs, env: &Environment) -> anyhow::Resu
         .join("kanban.db"))
 }
 
+/// The board's URL when `path` names a PostgreSQL board.
+pub(crate) fn postgres_url(path: &Path) -> Option<&str> {
+    path.to_str().filter(|text| is_postgres_url(text))
+}
+
+/// The board ports a command works through, whichever engine keeps them.
+pub(crate) trait AnyBoard: Board + BoardAdmin + DispatchBoard {}
+
+impl<T: Board + BoardAdmin + DispatchBoard> AnyBoard for T {}
+
+/// The engine keeping a board.
+#[derive(Debug)]
+pub(crate) enum Engine {
+    Sqlite(SqliteBoard),
+    Postgres(Box<PgBoard>),
+}
+
+/// An open board: its engine, and the folder on this host where its logs
+/// and agents file live (beside a SQLite file; under the kanban home for a
+/// PostgreSQL board, one folder per host).
+#[derive(Debug)]
+pub(crate) struct OpenBoard {
+    pub(crate) engine: Engine,
+    pub(crate) folder: PathBuf,
+}
+
+impl std::ops::Deref for OpenBoard {
+    type Target = dyn AnyBoard;
+
+    fn deref(&self) -> &(dyn AnyBoard + 'static) {
+        match &self.engine {
+            Engine::Sqlite(board) => board,
+            Engine::Postgres(board) => &**board,
+        }
+    }
+}
+
+impl OpenBoard {
+    /// The board's name in messages and claims: the canonical file path, or
+    /// the URL without a password.
+    pub(crate) fn name(&self) -> String {
+        match &self.engine {
+            Engine::Sqlite(board) => board.path().display().to_string(),
+            Engine::Postgres(board) => board.url().to_owned(),
+        }
+    }
+
+    /// The worker's and agents' ports as one shared value.
+    pub(crate) fn into_tool_board(self) -> Arc<dyn kanban_agent_port::ToolBoard> {
+        match self.engine {
+            Engine::Sqlite(board) => Arc::new(board),
+            Engine::Postgres(board) => Arc::<PgBoard>::from(board),
+        }
+    }
+
+    /// The ports as one shared value (the dispatcher's), SQLite's blocking
+    /// work offloaded to `offload`.
+    pub(crate) fn into_shared(
+        self,
+        offload: Arc<dyn kanban_board_sqlite::Offload>,
+    ) -> Arc<dyn AnyBoard> {
+        match self.engine {
+            Engine::Sqlite(board) => Arc::new(board.with_offload(offload)),
+            Engine::Postgres(board) => Arc::<PgBoard>::from(board),
+        }
+    }
+}
+
+/// The connection settings of a board URL: the password from
+/// `PGPASSWORD`, else the password file (`PGPASSFILE`, else `~/.pgpass`),
+/// never from the URL, which reaches claims, logs and process listings.
+pub(crate) fn postgres_config(
+    url: &str,
+    env: &Environment,
+) -> anyhow::Result<kanban_board_postgres::Config> {
+    let mut config = kanban_board_postgres::parse_url(url)?;
+    if config.get_password().is_some() {
+        bail!(
+            "--db: the URL carries a password, which would reach every worker's environment and the process list; \
+             drop it from the URL and give it through PGPASSWORD or ~/.pgpass"
+        );
+    }
+    if config.get_user().is_none() {
+        let user = env
+            .get_trimmed("PGUSER")
+            .or(env.get_trimmed("USER"))
+            .context("--db: the URL names no user (postgres://USER@HOST:PORT/DBNAME) and neither PGUSER nor USER is set")?;
+        config.user(user);
+    }
+    if let Some(password) = env.get("PGPASSWORD").filter(|p| !p.is_empty()) {
+        config.password(password);
+    } else if let Some(password) = pgpass_password(&config, env) {
+        config.password(password);
+    }
+    Ok(config)
+}
+
+/// The first matching line of the password file, as libpq reads it
+/// (`host:port:database:user:password`, `*` matches anything, `\` escapes).
+/// A file others may read is ignored, as libpq ignores it.
+fn pgpass_password(config: &kanban_board_postgres::Config, env: &Environment) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = match env.get_trimmed("PGPASSFILE") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(env.get_trimmed("HOME")?).join(".pgpass"),
+    };
+    let meta = std::fs::metadata(&path).ok()?;
+    if !meta.is_file() || meta.mode() & 0o077 != 0 || meta.len() > 1 << 20 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(kanban_board_postgres::Host::Tcp(host)) => host.clone(),
+        Some(kanban_board_postgres::Host::Unix(_)) | None => "localhost".to_owned(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config.get_user().unwrap_or("");
+    let database = config.get_dbname().unwrap_or(user);
+    let wanted = [host.as_str(), port.as_str(), database, user];
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .find_map(|line| {
+            let fields = pgpass_fields(line);
+            let [h, p, d, u, password] = fields.as_slice() else {
+                return None;
+            };
+            let matches = [h, p, d, u]
+                .iter()
+                .zip(wanted)
+                .all(|(field, want)| field.as_str() == "*" || field.as_str() == want);
+            matches.then(|| password.clone())
+        })
+}
+
+fn pgpass_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(next) = chars.next()
+                    && let Some(field) = fields.last_mut()
+                {
+                    field.push(next);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => {
+                if let Some(field) = fields.last_mut() {
+                    field.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+/// Opens the board `db` names (a file, or a `postgres://` URL), reading
+/// time from `clock`; `folder` is where a PostgreSQL board's logs live on
+/// this host.
+pub(crate) async fn open_db(
+    db: &Path,
+    clock: Arc<dyn Clock>,
+    env: &Environment,
+    folder: impl FnOnce() -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<OpenBoard> {
+    if let Some(url) = postgres_url(db) {
+        let config = postgres_config(url, env)?;
+        let board = PgBoard::connect(config, clock).await?;
+        return Ok(OpenBoard {
+            engine: Engine::Postgres(Box::new(board)),
+            folder: folder()?,
+        });
+    }
+    let board = SqliteBoard::open(db, clock)?;
+    let folder = board.path().parent().unwrap_or(Path::new(".")).to_owned();
+    Ok(OpenBoard {
+        engine: Engine::Sqlite(board),
+        folder,
+    })
+}
+
+/// The folder of a PostgreSQL board on this host: the named board's folder
+/// under the kanban home.
+pub(crate) fn host_folder(global: &GlobalArgs, env: &Environment) -> anyhow::Result<PathBuf> {
+    let slug = board_slug(global, env)?;
+    Ok(kanban_home(env)?.join("boards").join(slug))
+}
+
+/// Opens the board a claim pins (the carrier's `HERMES_KANBAN_DB`).
+pub(crate) async fn open_claim_board(
+    claim: &kanban_core::Claim,
+    clock: Arc<dyn Clock>,
+    env: &Environment,
+) -> anyhow::Result<OpenBoard> {
+    open_db(Path::new(&claim.db), clock, env, || {
+        let slug = env.get_trimmed(vars::BOARD).unwrap_or(DEFAULT_BOARD);
+        Ok(kanban_home(env)
+            .map(|home| home.join("boards").join(slug))
+            .unwrap_or_else(|_| PathBuf::from(".")))
+    })
+    .await
+}
+
+/// The folder of the board `db` names on this host, without opening it.
+pub(crate) fn board_folder(
+    global: &GlobalArgs,
+    env: &Environment,
+    db: &Path,
+) -> anyhow::Result<PathBuf> {
+    if postgres_url(db).is_some() {
+        return host_folder(global, env);
+    }
+    Ok(db.parent().unwrap_or(Path::new(".")).to_owned())
+}
+
 /// Opens the board a command means.
-pub(crate) fn open_board(global: &GlobalArgs, env: &Environment) -> anyhow::Result<SqliteBoard> {
+pub(crate) fn open_board(global: &GlobalArgs, env: &Environment) -> anyhow::Result<OpenBoard> {
     let path = board_path(global, env)?;
-    Ok(SqliteBoard::open(&path, Arc::new(SystemClock))?)
+    crate::runtime::block_on(open_db(&path, Arc::new(SystemClock), env, || {
+        host_folder(global, env)
+    }))
 }
 
 /// Opens the board a command means, for reading only: a board of the seed
@@ -81,7 +311,15 @@ pub(crate) fn open_board(global: &GlobalArgs, env: &Environment) -> anyhow::Resu
 pub(crate) fn open_board_for_reading(
     global: &GlobalArgs,
     env: &Environment,
-) -> anyhow::Result<SqliteBoard> {
+) -> anyhow::Result<OpenBoard> {
     let path = board_path(global, env)?;
-    Ok(SqliteBoard::open_for_reading(&path, Arc::new(SystemClock))?)
+    if postgres_url(&path).is_some() {
+        return open_board(global, env);
+    }
+    let board = SqliteBoard::open_for_reading(&path, Arc::new(SystemClock))?;
+    let folder = board.path().parent().unwrap_or(Path::new(".")).to_owned();
+    Ok(OpenBoard {
+        engine: Engine::Sqlite(board),
+        folder,
+    })
 }

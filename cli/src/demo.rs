@@ -1,7 +1,7 @@
 //! `kanban demo`: a fresh board, simulated agents that fail in every way the
 //! policy knows, and a summary of how each card was booked.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -88,6 +88,7 @@ pub(crate) fn demo(
     let env = kanban_core::Environment::default();
     let plan = DispatchPlan {
         db: path.clone(),
+        folder: path.parent().unwrap_or(Path::new(".")).to_owned(),
         board_slug: "demo".to_owned(),
         mode: RunMode::UntilIdle,
         settings: DispatchSettings {
@@ -113,7 +114,7 @@ pub(crate) fn demo(
         ],
         worker_env: vec![("HERMES_KANBAN_TURN_RECOVERY".to_owned(), "3".to_owned())],
     };
-    let code = crate::dispatch::run(&plan, &interrupt)?;
+    let code = crate::dispatch::run(&plan, &env, &interrupt)?;
     let board = SqliteBoard::open(&path, Arc::new(SystemClock))?;
     let rows = summary_rows(&board, &ids)?;
     outln!(

@@ -9,26 +9,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_board_sqlite::SystemClock;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, EnvironmentFault,
-    RunMode, claim_ttl_seconds,
+    BoardError, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment,
+    EnvironmentFault, RunMode, claim_ttl_seconds,
 };
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::agent_check::agent_route;
 use crate::agents_file::AgentCommand;
 use crate::args::DispatchArgs;
+use crate::board_path::{Engine, open_db};
 use crate::out::errln;
 use crate::output::time_of_day_now;
 use crate::runtime::TokioOffload;
-use crate::supervisor::{ProcessSupervisor, WorkerCommand};
+use crate::supervisor::{BoardWatch, ProcessSupervisor, WorkerCommand};
 
 /// How a dispatcher is run.
 #[derive(Clone, Debug)]
 pub(crate) struct DispatchPlan {
     pub(crate) db: PathBuf,
+    /// The board's folder on this host: its logs (and agents file).
+    pub(crate) folder: PathBuf,
     pub(crate) board_slug: String,
     pub(crate) mode: RunMode,
     pub(crate) settings: DispatchSettings,
@@ -52,6 +55,7 @@ impl DispatchPlan {
         args: &DispatchArgs,
         agents: Agents,
         db: PathBuf,
+        folder: PathBuf,
         board_slug: String,
         env: &Environment,
     ) -> Result<Self, String> {
@@ -86,6 +90,7 @@ impl DispatchPlan {
         let ttl_seconds = claim_ttl_seconds(args.ttl, env)?;
         Ok(Self {
             db,
+            folder,
             board_slug,
             mode,
             settings: DispatchSettings {
@@ -178,33 +183,55 @@ fn take_lock(
 
 /// Runs a dispatcher on its board until its plan says stop; returns its exit
 /// code, or `None` when another dispatcher holds the board.
-pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<i32> {
+pub(crate) fn run(
+    plan: &DispatchPlan,
+    env: &Environment,
+    interrupt: &Arc<AtomicUsize>,
+) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the dispatcher's runtime")?;
     // Nothing is claimed until the board, its lock and the log folder are
     // known good: a setup fault is the environment's, never a card's.
-    let board = match SqliteBoard::open(&plan.db, Arc::new(SystemClock)) {
+    let opened = runtime.block_on(open_db(&plan.db, Arc::new(SystemClock), env, || {
+        Ok(plan.folder.clone())
+    }));
+    let board = match opened {
         Ok(board) => board,
         Err(error) => {
-            let fault = EnvironmentFault::from_board(&error)
-                .unwrap_or_else(|| EnvironmentFault::Configuration(error.to_string()));
+            let fault = match error.downcast_ref::<BoardError>() {
+                Some(board_error) => EnvironmentFault::from_board(board_error)
+                    .unwrap_or_else(|| EnvironmentFault::Configuration(board_error.to_string())),
+                None => EnvironmentFault::Configuration(format!("{error:#}")),
+            };
             return Ok(refuse_to_start(&fault));
         }
     };
-    let lock = match take_lock(board.path(), plan.mode != RunMode::Once, interrupt) {
-        Ok(lock) => lock,
-        Err(error) => {
-            return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
-                "{error:#}"
-            ))));
+    // One dispatcher per SQLite board (a file lock); a PostgreSQL board
+    // takes several at once, on one host or many: its claims skip each
+    // other's rows, and each dispatcher signals its own host's workers only.
+    let (_lock, watch) = match &board.engine {
+        Engine::Sqlite(sqlite) => {
+            let lock = match take_lock(sqlite.path(), plan.mode != RunMode::Once, interrupt) {
+                Ok(lock) => lock,
+                Err(error) => {
+                    return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
+                        "{error:#}"
+                    ))));
+                }
+            };
+            let Some(lock) = lock else {
+                return Ok(0);
+            };
+            let watch = kanban_board_sqlite::ChangeWatch::open(sqlite.path())
+                .ok()
+                .map(BoardWatch::Sqlite);
+            (Some(lock), watch)
         }
+        Engine::Postgres(pg) => (None, Some(BoardWatch::Postgres(pg.watch()))),
     };
-    let Some(_lock) = lock else {
-        return Ok(0);
-    };
-    let logs = board.path().parent().unwrap_or(Path::new(".")).join("logs");
+    let logs = board.folder.join("logs");
     let made = {
         use std::os::unix::fs::DirBuilderExt;
         // Logs hold what agents said: the owner's alone.
@@ -228,13 +255,13 @@ pub(crate) fn run(plan: &DispatchPlan, interrupt: &Arc<AtomicUsize>) -> anyhow::
             agents: plan.agents.by_route.clone(),
             board_slug: plan.board_slug.clone(),
             logs,
-            board: Some(board.path().to_owned()),
+            watch,
         },
         interrupt.clone(),
         Box::new(say),
     ));
     let ports = DispatchPorts {
-        board: Arc::new(board.with_offload(Arc::new(TokioOffload))),
+        board: board.into_shared(Arc::new(TokioOffload)),
         supervisor: supervisor.clone(),
         clock: Arc::new(SystemClock),
         wakeups: supervisor,

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kanban_board_sqlite::{LeaseProver, SystemClock};
-use kanban_core::{Clock, Environment, NotLive, ProofIdentity, ProofRequest, vars};
+use kanban_core::{Environment, NotLive, ProofIdentity, ProofRequest, vars};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::out::{errln, outln};
+use crate::prove::Prover;
 
 /// How often `fence run` proves the claim while its command runs.
 const PROOF_EVERY: Duration = Duration::from_millis(250);
@@ -40,12 +40,8 @@ fn request(env: &Environment) -> Result<ProofRequest, String> {
     Ok(request)
 }
 
-fn verdict(prover: &LeaseProver, request: &ProofRequest) -> Result<(), NotLive> {
-    prover.prove(request, ProofIdentity::AnyProcess, SystemClock.now())
-}
-
-fn prover_for(request: &ProofRequest) -> LeaseProver {
-    LeaseProver::new(request.db.clone().unwrap_or_default())
+fn verdict(prover: &Prover, request: &ProofRequest) -> Result<(), NotLive> {
+    prover.prove(request, ProofIdentity::AnyProcess)
 }
 
 /// `kanban fence check`: exit 0 while the claim is live and its token the
@@ -58,7 +54,7 @@ pub(crate) fn check(env: &Environment, quiet: bool) -> anyhow::Result<i32> {
             return Ok(1);
         }
     };
-    match verdict(&prover_for(&request), &request) {
+    match verdict(&Prover::for_request(&request, env), &request) {
         Ok(()) => {
             if !quiet {
                 outln!(
@@ -97,7 +93,7 @@ pub(crate) fn run(
             return Ok(1);
         }
     };
-    let prover = prover_for(&request);
+    let prover = Prover::for_request(&request, env);
     if let Err(reason) = verdict(&prover, &request) {
         errln!(
             "kanban fence: stale: {} ({reason}); {program} was not run",

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use kanban_core::{BoardAdmin, Environment, TaskStatus};
+use kanban_core::{Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
@@ -49,7 +49,7 @@ pub(crate) fn logs(
     let board = open_board_for_reading(global, env)?;
     // The card must exist: a typo names no file, and says so.
     let view = block_on(board.show_task(task))?;
-    let folder = board.path().parent().unwrap_or(Path::new(".")).join("logs");
+    let folder = board.folder.join("logs");
     let current = log_path(&folder, task);
     let mut older = current.as_os_str().to_owned();
     older.push(".1");

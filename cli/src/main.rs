@@ -111,7 +111,15 @@ fn read_by_kanban(name: &str) -> bool {
         || name.starts_with("KANBAN_")
         || matches!(
             name,
-            "HOME" | "PATH" | "USER" | "XDG_DATA_HOME" | "NO_COLOR" | "OPENAI_API_KEY"
+            "HOME"
+                | "PATH"
+                | "USER"
+                | "XDG_DATA_HOME"
+                | "NO_COLOR"
+                | "OPENAI_API_KEY"
+                | "PGPASSWORD"
+                | "PGPASSFILE"
+                | "PGUSER"
         )
 }
 
@@ -119,11 +127,11 @@ fn read_by_kanban(name: &str) -> bool {
 /// values, which add agents or replace the file's of the same name.
 fn dispatch_agents(
     global: &args::GlobalArgs,
-    db: &std::path::Path,
+    folder: &std::path::Path,
     values: &[String],
     env: &Environment,
 ) -> Result<dispatch::Agents, String> {
-    let file = agents_file::agents_file_path(global.agents.as_deref(), db)
+    let file = agents_file::agents_file_path(global.agents.as_deref(), folder)
         .map(|path| agents_file::load(&path, env))
         .transpose()?;
     let given = if values.is_empty() && file.is_some() {
@@ -175,6 +183,13 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Serve { listen, token } => {
             runtime::install_signal_handlers(interrupt)?;
             let board = board_path::open_board(global, env)?;
+            let board = match board.engine {
+                board_path::Engine::Sqlite(board) => board,
+                board_path::Engine::Postgres(board) => anyhow::bail!(
+                    "kanban serve works on SQLite boards only for now; {} is a PostgreSQL board",
+                    board.url()
+                ),
+            };
             serve::serve(board, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {
@@ -212,21 +227,23 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             runtime::install_signal_handlers(interrupt)?;
             let db = board_path::board_path(global, env)?;
             let slug = board_path::board_slug(global, env)?;
-            let agents = match dispatch_agents(global, &db, &args.agent, env) {
+            let folder = board_path::board_folder(global, env, &db)?;
+            let agents = match dispatch_agents(global, &folder, &args.agent, env) {
                 Ok(agents) => agents,
                 Err(problem) => {
                     errln!("error: {problem}; nothing was claimed");
                     return Ok(78);
                 }
             };
-            let plan = match dispatch::DispatchPlan::from_args(&args, agents, db, slug, env) {
+            let plan = match dispatch::DispatchPlan::from_args(&args, agents, db, folder, slug, env)
+            {
                 Ok(plan) => plan,
                 Err(problem) => {
                     errln!("error: {problem}; nothing was claimed");
                     return Ok(78);
                 }
             };
-            dispatch::run(&plan, interrupt)
+            dispatch::run(&plan, env, interrupt)
         }
         Command::Demo { board_file } => {
             runtime::install_signal_handlers(interrupt)?;

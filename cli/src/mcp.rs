@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kanban_agent_port::{BoardTools, MCP_MAX_LINE_BYTES, McpServer, unreadable_line_answer};
-use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_board_sqlite::SystemClock;
 use kanban_core::{Claim, Environment};
 
 use crate::runtime::block_on;
@@ -13,12 +13,17 @@ use crate::runtime::block_on;
 pub(crate) fn mcp(env: &Environment) -> anyhow::Result<i32> {
     let claim =
         Claim::from_env(env).context("kanban mcp serves the board tools of a claimed card")?;
-    let board = SqliteBoard::open(&claim.db, Arc::new(SystemClock))?;
+    let board = crate::runtime::block_on(crate::board_path::open_claim_board(
+        &claim,
+        Arc::new(SystemClock),
+        env,
+    ))?
+    .into_tool_board();
     let author = env
         .get_trimmed("KANBAN_AUTHOR")
         .unwrap_or("worker")
         .to_owned();
-    let server = McpServer::new(BoardTools::new(Arc::new(board), claim, author));
+    let server = McpServer::new(BoardTools::new(board, claim, author));
     let mut stdout = std::io::stdout().lock();
     let mut stdin = std::io::stdin().lock();
     loop {

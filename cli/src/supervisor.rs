@@ -235,7 +235,25 @@ pub(crate) struct ProcessSupervisor {
     echo: Box<dyn Fn(&str) + Send + Sync>,
     /// Commits to the board by anybody else (a card added, a worker's
     /// call) wake the dispatcher at once; `None` polls on the interval only.
-    board_watch: Mutex<Option<kanban_board_sqlite::ChangeWatch>>,
+    board_watch: Mutex<Option<BoardWatch>>,
+}
+
+/// What tells a dispatcher that somebody else made work on its board.
+#[derive(Debug)]
+pub(crate) enum BoardWatch {
+    /// The SQLite file's `data_version`, looked at between ticks.
+    Sqlite(kanban_board_sqlite::ChangeWatch),
+    /// The PostgreSQL board's notifications (`LISTEN`).
+    Postgres(kanban_board_postgres::ChangeWatch),
+}
+
+impl BoardWatch {
+    fn changed(&mut self) -> bool {
+        match self {
+            Self::Sqlite(watch) => watch.changed(),
+            Self::Postgres(watch) => watch.changed(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ProcessSupervisor {
@@ -256,8 +274,8 @@ pub(crate) struct WorkerCommand {
     pub(crate) agents: BTreeMap<String, AgentCommand>,
     pub(crate) board_slug: String,
     pub(crate) logs: PathBuf,
-    /// The board file, watched for commits between ticks.
-    pub(crate) board: Option<PathBuf>,
+    /// The board's commits, watched between ticks.
+    pub(crate) watch: Option<BoardWatch>,
 }
 
 impl ProcessSupervisor {
@@ -282,11 +300,7 @@ impl ProcessSupervisor {
             echo,
             // Without a watch the interval still ticks: the watch only
             // makes pickup sooner, never correctness.
-            board_watch: Mutex::new(
-                command
-                    .board
-                    .and_then(|path| kanban_board_sqlite::ChangeWatch::open(path).ok()),
-            ),
+            board_watch: Mutex::new(command.watch),
         }
     }
 
@@ -296,7 +310,7 @@ impl ProcessSupervisor {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_mut()
-            .is_some_and(kanban_board_sqlite::ChangeWatch::changed)
+            .is_some_and(BoardWatch::changed)
     }
 
     fn log_path(&self, task_id: &str) -> PathBuf {

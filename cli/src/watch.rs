@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use kanban_board_sqlite::SystemClock;
-use kanban_core::{BoardAdmin, Clock, DispatchBoard, Environment, TaskStatus};
+use kanban_core::{Clock, Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
@@ -12,10 +12,10 @@ use crate::out::{out, outln};
 use crate::output::{short, table, walls_table};
 use crate::runtime::block_on;
 
-fn snapshot(board: &kanban_board_sqlite::SqliteBoard) -> anyhow::Result<String> {
+fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
     let now = SystemClock.now();
     let tasks = block_on(board.list_tasks(None))?;
-    let mut out = format!("board {}\n\n", board.path().display());
+    let mut out = format!("board {}\n\n", board.name());
     let counts: Vec<String> = TaskStatus::ALL
         .iter()
         .map(|status| {

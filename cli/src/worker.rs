@@ -10,16 +10,17 @@ use kanban_agent_port::{
     Activity, BRIEF_COMMENTS, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent,
     HttpAgentConfig, TaskBrief,
 };
-use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_board_sqlite::SystemClock;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    BoardAdmin, BoardError, Claim, Environment, EnvironmentFault, Frame, GoalSpec, Judge,
-    ProofIdentity, Sleeper, TaskView, Trailer, TurnInput, TurnKind, TurnOutcome, TurnRunner,
-    WorkerLife, WorkerPorts, WorkerSettings, WorkerSetup, heartbeat_interval_seconds,
-    outcome_exit_code, run_worker, vars,
+    BoardError, Claim, Environment, EnvironmentFault, Frame, GoalSpec, Judge, ProofIdentity,
+    Sleeper, TaskView, Trailer, TurnInput, TurnKind, TurnOutcome, TurnRunner, WorkerLife,
+    WorkerPorts, WorkerSettings, WorkerSetup, heartbeat_interval_seconds, outcome_exit_code,
+    run_worker, vars,
 };
 
 use crate::args::WorkerArgs;
+use crate::board_path::open_claim_board;
 use crate::out::{errln, outln_or_drop};
 use crate::runtime::TokioOffload;
 
@@ -156,11 +157,15 @@ async fn run_worker_process(
         );
     };
     let clock = Arc::new(SystemClock);
-    let board = match SqliteBoard::open(&claim.db, clock.clone()) {
-        Ok(board) => board.with_offload(Arc::new(TokioOffload)),
+    let board = match open_claim_board(&claim, clock.clone(), env).await {
+        Ok(board) => board.into_shared(Arc::new(TokioOffload)),
         Err(error) => {
-            errln!("error: {error}");
-            return Ok(WorkerEnd::fault(environment_fault(&error)));
+            errln!("error: {error:#}");
+            let fault = match error.downcast_ref::<BoardError>() {
+                Some(error) => environment_fault(error),
+                None => EnvironmentFault::Configuration(format!("{error:#}")),
+            };
+            return Ok(WorkerEnd::fault(fault));
         }
     };
     let view = match board.show_task(&claim.task_id).await {
@@ -210,8 +215,10 @@ async fn run_worker_process(
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
     let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
-        let tool_board = SqliteBoard::open(&claim.db, clock.clone())?;
-        let tools = BoardTools::new(Arc::new(tool_board), claim.clone(), "worker");
+        let tool_board = open_claim_board(&claim, clock.clone(), env)
+            .await?
+            .into_tool_board();
+        let tools = BoardTools::new(tool_board, claim.clone(), "worker");
         Box::new(HttpAgent::new(
             config,
             Some(&brief),

@@ -7,6 +7,7 @@ mod faults;
 mod hostile;
 mod http;
 mod inputs;
+mod postgres;
 mod prove;
 mod serve;
 mod storm;
@@ -25,14 +26,37 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_kanban");
 /// A fresh board in a temporary folder, and helpers to drive the binary.
 pub(crate) struct Bench {
     pub(crate) dir: tempfile::TempDir,
+    /// The board: a file, or a `postgres://` URL.
     pub(crate) db: PathBuf,
+    /// The kanban home (a PostgreSQL board keeps its logs there); none:
+    /// no home at all.
+    pub(crate) home: Option<PathBuf>,
 }
 
 impl Bench {
     pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("kanban.db");
-        let bench = Self { dir, db };
+        let bench = Self {
+            dir,
+            db,
+            home: None,
+        };
+        bench.ok(&["init"]);
+        bench
+    }
+
+    /// A fresh board on its own database of the test cluster; the kanban
+    /// home (its logs) in a temporary folder.
+    pub(crate) fn postgres() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = PathBuf::from(kanban_testkit::PgCluster::shared().fresh_database());
+        let home = dir.path().join("home");
+        let bench = Self {
+            dir,
+            db,
+            home: Some(home),
+        };
         bench.ok(&["init"]);
         bench
     }
@@ -47,8 +71,12 @@ impl Bench {
         for name in vars::CARRIER {
             command.env_remove(name);
         }
+        match &self.home {
+            Some(home) => command.env(vars::HOME, home),
+            None => command.env_remove(vars::HOME),
+        };
         command
-            .env_remove(vars::HOME)
+            .env_remove("KANBAN_DB")
             .env_remove("KANBAN_AGENT")
             .env_remove("KANBAN_JUDGE")
             .env("NO_COLOR", "1");

@@ -1,0 +1,140 @@
+//! The binary on a PostgreSQL board (a real server: the test cluster):
+//! init, cards, claims and the proof by URL, and several dispatchers
+//! ticking one board at once.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+
+use kanban_testkit::{AgentScript, AgentTurn};
+use serde_json::Value;
+
+use crate::{Bench, runs, text};
+
+const SUCCESS: &str = r#"{"completed": true, "final_response": "all done"}"#;
+
+fn cards(bench: &Bench) -> Vec<Value> {
+    serde_json::from_str::<Value>(&bench.ok(&["ls", "--json"]))
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn a_postgres_board_takes_cards_claims_and_proofs_by_url() {
+    let bench = Bench::postgres();
+    let url = bench.db.to_str().unwrap().to_owned();
+    let said = bench.ok(&["init"]);
+    assert!(said.contains("PostgreSQL"), "{said}");
+    let id = bench.add("on the server", &[]);
+    assert_eq!(cards(&bench).len(), 1);
+    let carrier = bench.claim(&id, Some(600));
+    let db = &carrier
+        .iter()
+        .find(|(k, _)| k == kanban_core::vars::DB)
+        .unwrap()
+        .1;
+    assert_eq!(db, &url, "the carrier names the board's URL");
+    // The proof, by the carrier alone and by flags.
+    let prove = |extra: &[(&str, &str)]| {
+        bench
+            .command()
+            .envs(carrier.iter().map(|(k, v)| (k, v)))
+            .envs(extra.iter().copied())
+            .args(["prove", "--json"])
+            .output()
+            .unwrap()
+    };
+    let live = prove(&[]);
+    assert_eq!(live.status.code(), Some(0), "{}", text(&live.stderr));
+    assert!(text(&live.stdout).contains("\"live\":true"));
+    let stale = prove(&[(kanban_core::vars::RUN_ID, "999999")]);
+    assert_eq!(stale.status.code(), Some(1));
+    assert!(
+        text(&stale.stdout).contains("run_moved") || text(&stale.stdout).contains("run"),
+        "{}",
+        text(&stale.stdout)
+    );
+    // An agent's board call through the carrier completes the card.
+    let complete = bench
+        .command()
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .args(["complete", "--summary", "done by hand"])
+        .output()
+        .unwrap();
+    assert!(complete.status.success(), "{}", text(&complete.stderr));
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    // Once done, the claim proves nothing.
+    assert_eq!(prove(&[]).status.code(), Some(1));
+}
+
+#[test]
+fn a_password_in_the_url_is_refused_and_never_echoed() {
+    let bench = Bench::postgres();
+    let url = bench
+        .db
+        .to_str()
+        .unwrap()
+        .replace("kanban@", "kanban:hunter2@");
+    let output = bench.command().args(["--db", &url, "ls"]).output().unwrap();
+    let said = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.contains("PGPASSWORD"), "{said}");
+    assert!(!said.contains("hunter2"), "{said}");
+}
+
+#[test]
+fn an_unreachable_server_is_named_and_nothing_is_claimed() {
+    let bench = Bench::postgres();
+    let dead = "postgres://kanban@127.0.0.1:1/nothing";
+    let output = bench
+        .command()
+        .args(["--db", dead, "dispatch", "--once", "--agent", "true"])
+        .output()
+        .unwrap();
+    let said = text(&output.stderr);
+    assert_ne!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains("127.0.0.1:1"), "{said}");
+    assert!(said.contains("nothing was claimed"), "{said}");
+}
+
+#[test]
+fn three_dispatchers_share_one_postgres_board_and_no_card_runs_twice() {
+    let bench = Bench::postgres();
+    let total = 60;
+    for n in 0..total {
+        bench.add(&format!("card {n}"), &[]);
+    }
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).completing()])
+        .write(bench.path(), "agent.sh");
+    let dispatchers: Vec<_> = (0..3)
+        .map(|_| {
+            bench
+                .dispatch_command(&agent.path, &["--max-in-progress", "4", "--until-idle"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for dispatcher in dispatchers {
+        let output = dispatcher.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}\n{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+    }
+    let mut runs_per_card = BTreeMap::new();
+    for card in cards(&bench) {
+        let id = card["id"].as_str().unwrap().to_owned();
+        assert_eq!(card["status"], "done", "{card}");
+        runs_per_card.insert(id.clone(), runs(&bench.show(&id)).len());
+    }
+    assert_eq!(runs_per_card.len(), total);
+    assert!(
+        runs_per_card.values().all(|runs| *runs == 1),
+        "every card ran exactly once: {runs_per_card:?}"
+    );
+}
