@@ -5,6 +5,7 @@
 
 mod agents;
 pub mod board_contract;
+pub mod board_machine;
 mod census;
 mod fake_host;
 mod http_server;
