@@ -63,7 +63,12 @@ fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
 }
 
 /// The adapters: crates that talk to the world.
-const ADAPTERS: [&str; 3] = ["board-sqlite/src", "agent-port/src", "cli/src"];
+const ADAPTERS: [&str; 4] = [
+    "board-sqlite/src",
+    "board-postgres/src",
+    "agent-port/src",
+    "cli/src",
+];
 
 #[test]
 fn core_does_no_io_and_reads_no_ambient_state() {
@@ -118,7 +123,12 @@ fn no_booking_or_requeue_rule_outside_core() {
 #[test]
 fn only_the_binary_exits_reads_the_environment_or_handles_signals() {
     let found = offenders(
-        &["core/src", "board-sqlite/src", "agent-port/src"],
+        &[
+            "core/src",
+            "board-sqlite/src",
+            "board-postgres/src",
+            "agent-port/src",
+        ],
         &[
             "std::process::exit",
             "std::env::var",
@@ -147,7 +157,7 @@ fn only_the_process_adapters_signal_processes() {
     // The dispatcher decides whom to stop; `Supervisor` (cli) and the agent
     // adapters (agent-port) are the only code that sends a signal.
     let found = offenders(
-        &["core/src", "board-sqlite/src"],
+        &["core/src", "board-sqlite/src", "board-postgres/src"],
         &["killpg", "nix::sys::signal", "libc::kill", "Command::new"],
     );
     assert!(found.is_empty(), "{found:#?}");
@@ -163,6 +173,31 @@ fn the_board_adapter_opens_board_files_only_through_sqlite() {
     let found = offenders(
         &["board-sqlite/src"],
         &["File::open", "fs::read(", "fs::read_to_string", "fs::File"],
+    );
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_postgres_board_reads_time_from_its_clock_never_from_the_server() {
+    // The simulation and the fakes drive a board with a virtual clock; a
+    // server's own time in SQL would make the PostgreSQL board disagree
+    // with SQLite's on every lease and hold.
+    let found = offenders(
+        &["board-postgres/src"],
+        &[
+            // `clock.now()` is the board's clock; SQL's `now()` is not.
+            " now()",
+            "(now()",
+            ",now()",
+            "NOW()",
+            "CURRENT_TIMESTAMP",
+            "current_timestamp",
+            "clock_timestamp",
+            "statement_timestamp",
+            "transaction_timestamp",
+            "LOCALTIMESTAMP",
+            "SystemTime",
+        ],
     );
     assert!(found.is_empty(), "{found:#?}");
 }
