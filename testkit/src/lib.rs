@@ -72,7 +72,7 @@ impl std::ops::Deref for TempBoard {
     }
 }
 pub use owner_seam::{OWNER_LOCK, OwnerSeam, SeamOptions, SeamOutcome};
-pub use pg::{PgCluster, TempPgBoard};
+pub use pg::{ClusterOptions, PgCluster, TempPgBoard};
 pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
 pub use seed_cases::{SeedCase, seed_owner_case, seed_owner_cases};
 pub use synthetic::{BulkLanes, FAR_FUTURE_EXPIRY, SyntheticBoard, bulk_add_cards};

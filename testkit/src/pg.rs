@@ -27,10 +27,43 @@ pub struct PgCluster {
     port: u16,
     folder: PathBuf,
     databases: AtomicU64,
-    /// The server and its watchdog: both outlive this process's statics,
-    /// and the watchdog reaps the server.
-    _server: std::process::Child,
+    /// The server and its watchdog: the watchdog stops the server and
+    /// removes the folder once this process is gone (statics are never
+    /// dropped); dropping a cluster stops it at once.
+    server: std::process::Child,
     _watchdog: std::process::Child,
+}
+
+/// Where and how a cluster runs.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The network namespace the server runs in (root only); none: this
+    /// process's own.
+    pub netns: Option<String>,
+    /// The addresses it listens on (`listen_addresses`).
+    pub listen: String,
+    /// A network whose clients it trusts, beside loopback (`10.0.0.0/8`).
+    pub trusted_network: Option<String>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            netns: None,
+            listen: "127.0.0.1".to_owned(),
+            trusted_network: None,
+        }
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.server.id()).unwrap_or(0));
+        // SIGINT: a fast shutdown, every client disconnected.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.folder);
+    }
 }
 
 fn run(command: &mut Command, what: &str) {
@@ -89,10 +122,11 @@ impl PgCluster {
     /// The cluster of this test binary, started at the first call.
     pub fn shared() -> &'static PgCluster {
         static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
-        CLUSTER.get_or_init(PgCluster::start)
+        CLUSTER.get_or_init(|| PgCluster::start(&ClusterOptions::default()))
     }
 
-    fn start() -> PgCluster {
+    /// A cluster of its own, stopped when dropped.
+    pub fn start(options: &ClusterOptions) -> PgCluster {
         let identity = server_identity();
         let folder = std::env::temp_dir().join(format!(
             "kanban-pg-{}-{}",
@@ -115,8 +149,35 @@ impl PgCluster {
                 .env("HOME", &folder),
             "initdb",
         );
+        if let Some(network) = &options.trusted_network {
+            use std::io::Write;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))
+                .expect("pg_hba.conf");
+            writeln!(hba, "host all all {network} trust").expect("write pg_hba.conf");
+        }
         let port = free_port();
-        let server = as_server(&mut Command::new("postgres"), identity)
+        let mut launch = match (&options.netns, identity) {
+            (None, _) => {
+                let mut command = Command::new("postgres");
+                as_server(&mut command, identity);
+                command
+            }
+            // `ip netns exec` needs root; setpriv then drops to the server's
+            // user, exec after exec, so the pid is the server's.
+            (Some(netns), Some((uid, gid))) => {
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", netns, "setpriv"])
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .args(["--clear-groups", "postgres"]);
+                command
+            }
+            (Some(netns), None) => panic!("a cluster in network namespace {netns} needs root"),
+        };
+        let server = launch
             .arg("-D")
             .arg(&data)
             .arg("-p")
@@ -124,7 +185,9 @@ impl PgCluster {
             .arg("-k")
             .arg(&folder)
             // Tests never need durability; they need speed and room.
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .arg("-c")
+            .arg(format!("listen_addresses={}", options.listen))
+            .args(["-c", "fsync=off"])
             .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
             .stdin(Stdio::null())
@@ -139,7 +202,8 @@ impl PgCluster {
         // The server outlives this process unless something stops it: a
         // watchdog stops it and removes the folder once this process is gone.
         let watchdog = format!(
-            "while kill -0 {parent} 2>/dev/null; do sleep 0.2; done; kill -INT {server} 2>/dev/null; \
+            "while kill -0 {parent} 2>/dev/null && [ -d '{folder}' ]; do sleep 0.2; done; \
+             [ -d '{folder}' ] || exit 0; kill -INT {server} 2>/dev/null; \
              for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 {server} 2>/dev/null || break; sleep 0.5; done; \
              kill -KILL {server} 2>/dev/null; rm -rf '{folder}'",
             parent = std::process::id(),
@@ -157,7 +221,7 @@ impl PgCluster {
             port,
             folder,
             databases: AtomicU64::new(0),
-            _server: server,
+            server,
             _watchdog: watchdog,
         };
         cluster.wait_ready();
@@ -172,7 +236,7 @@ impl PgCluster {
             };
             assert!(
                 Instant::now() < deadline,
-                "the test cluster did not accept connections within 30 s ({error}); see {}",
+                "the test cluster did not accept connections within 30 s ({error:?}); see {}",
                 self.folder.join("server.log").display()
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -194,13 +258,31 @@ impl PgCluster {
         format!("postgres://{PG_ROLE}@127.0.0.1:{}/{name}", self.port)
     }
 
-    /// A new, empty database; returns its URL.
-    pub fn fresh_database(&self) -> String {
+    /// Settings that reach database `name` through the server's socket in
+    /// its folder: from any network namespace.
+    pub fn socket_config(&self, name: &str) -> tokio_postgres::Config {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host_path(&self.folder)
+            .port(self.port)
+            .user(PG_ROLE)
+            .dbname(name);
+        config
+    }
+
+    /// A new, empty database; returns its name.
+    pub fn fresh_database_name(&self) -> String {
         let name = format!(
             "board_{}",
             self.databases.fetch_add(1, Ordering::Relaxed) + 1
         );
         self.admin(&format!("CREATE DATABASE {name}"));
+        name
+    }
+
+    /// A new, empty database; returns its URL.
+    pub fn fresh_database(&self) -> String {
+        let name = self.fresh_database_name();
         self.url(&name)
     }
 
@@ -213,13 +295,13 @@ impl PgCluster {
 
     /// Runs statements on the `postgres` database.
     pub fn try_admin(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        let url = self.url("postgres");
+        let config = self.socket_config("postgres");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime");
         runtime.block_on(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
             let driver = tokio::spawn(connection);
             let done = client.batch_execute(sql).await;
             drop(client);

@@ -5,6 +5,7 @@ mod admin;
 mod dispatch;
 mod faults;
 mod hostile;
+mod hosts;
 mod http;
 mod inputs;
 mod postgres;
