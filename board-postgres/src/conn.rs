@@ -167,6 +167,26 @@ impl Conn {
         self.query_one(sql, params).await?.try_get(0)
     }
 
+    /// `query_opt` inside its own transaction opened with `begin`, the
+    /// three sent at once (pipelined): one round trip to the server.
+    pub(crate) async fn query_opt_alone(
+        &mut self,
+        begin: &str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.in_transaction = true;
+        let client = &self.client;
+        let (_, row, _) = tokio::try_join!(
+            client.batch_execute(begin),
+            client.query_opt(&statement, params),
+            client.batch_execute("COMMIT"),
+        )?;
+        self.in_transaction = false;
+        Ok(row)
+    }
+
     pub(crate) async fn begin(&mut self, mode: &str) -> Result<(), tokio_postgres::Error> {
         self.in_transaction = true;
         self.client.batch_execute(mode).await

@@ -273,7 +273,7 @@ pub(crate) async fn fence(
     action: &str,
     now: i64,
 ) -> Result<(), TxError> {
-    let view = lease_view(conn, &claim.task_id, ProofIdentity::AnyProcess, true).await?;
+    let view = lease_view(conn, &claim.task_id).await?;
     let verdict = evaluate_lease(
         &view,
         &claim.run_id.to_string(),
@@ -296,19 +296,10 @@ pub(crate) async fn fence(
     }))
 }
 
-/// Reads the rows a lease proof needs, in the caller's transaction; `lock`
-/// locks the card's row (a write's fence), else it is a plain read.
-pub(crate) async fn lease_view(
-    conn: &mut Conn,
-    task_id: &str,
-    identity: ProofIdentity,
-    lock: bool,
-) -> PgResult<LeaseView> {
-    let sql = if lock {
-        "SELECT status, worker_pid, current_run_id, claim_lock, claim_expires FROM tasks WHERE id = $1 FOR UPDATE"
-    } else {
-        "SELECT status, worker_pid, current_run_id, claim_lock, claim_expires FROM tasks WHERE id = $1"
-    };
+/// Reads the rows a write's fence needs, in the caller's transaction,
+/// locking the card's row for the rest of it.
+pub(crate) async fn lease_view(conn: &mut Conn, task_id: &str) -> PgResult<LeaseView> {
+    let sql = "SELECT status, worker_pid, current_run_id, claim_lock, claim_expires FROM tasks WHERE id = $1 FOR UPDATE";
     let task = match conn.query_opt(sql, &[&task_id]).await? {
         None => None,
         Some(row) => Some(TaskLease {
@@ -336,24 +327,8 @@ pub(crate) async fn lease_view(
             })
             .transpose()?,
     };
-    let newest_bound = match identity {
-        ProofIdentity::BoundOwner(_) => conn
-            .query_opt(
-                "SELECT payload FROM task_events WHERE task_id = $1 AND kind = 'worker_bound' ORDER BY id DESC LIMIT 1",
-                &[&task_id],
-            )
-            .await?
-            .map(|row| col::<Option<Value>>(&row, 0))
-            .transpose()?
-            .flatten()
-            .map(|payload| {
-                (
-                    payload["pid"].as_i64().unwrap_or(-1),
-                    payload["claim_lock"].as_str().unwrap_or("").to_owned(),
-                )
-            }),
-        _ => None,
-    };
+    // A write's fence proves any process's claim: no bound owner to read.
+    let newest_bound = None;
     Ok(LeaseView {
         task,
         run,

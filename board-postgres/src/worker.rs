@@ -2,7 +2,7 @@
 //! claim inside its own transaction.
 
 use async_trait::async_trait;
-use kanban_core::lease::{evaluate_lease, required_coordinates};
+use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease, required_coordinates};
 use kanban_core::rules::{self, FailurePolicy, NewEvent, Overrun, RunRow};
 use kanban_core::{
     Board, BoardError, Claim, NotLive, ProofIdentity, ProofRequest, RunStatus, WorkerResult,
@@ -10,8 +10,8 @@ use kanban_core::{
 use serde_json::{Value, json};
 
 use crate::conn::{Conn, TxError, col};
-use crate::rows::{append_event, apply, card_state, existing_card, fence, lease_view};
-use crate::{PgBoard, snapshot, transaction};
+use crate::rows::{append_event, apply, card_state, existing_card, fence};
+use crate::{PgBoard, transaction};
 
 impl PgBoard {
     /// One fenced write of `claim` whose change is core's `rule`.
@@ -43,13 +43,15 @@ impl PgBoard {
         if db != self.url() {
             return Err(NotLive::BoardNotFound(db.to_owned()));
         }
+        let now = self.clock.now();
         let view = async {
-            snapshot!(self, |conn, now| {
-                let view = lease_view(conn, task_id, identity, false).await?;
-                Ok((view, now))
-            })
+            let mut conn = self.pool.get().await?;
+            proof_view(&mut conn, task_id, identity)
+                .await
+                .map_err(|error| self.fail(&error))
         }
-        .await;
+        .await
+        .map(|view| (view, now));
         match view {
             Ok((view, now)) => evaluate_lease(&view, run_id, claim_lock, identity, now),
             Err(error) => Err(NotLive::Unreadable(error.to_string())),
@@ -211,6 +213,68 @@ impl Board for PgBoard {
         })
         .await
     }
+}
+
+/// The rows a lease proof reads, in one statement inside one read-only
+/// snapshot transaction, pipelined: one round trip.
+async fn proof_view(
+    conn: &mut Conn,
+    task_id: &str,
+    identity: ProofIdentity,
+) -> Result<LeaseView, tokio_postgres::Error> {
+    const PROOF: &str =
+        "SELECT t.status, t.worker_pid, t.current_run_id, t.claim_lock, t.claim_expires,
+            r.id, r.ended_at, r.worker_pid, r.claim_expires, NULL::jsonb
+       FROM tasks t LEFT JOIN task_runs r ON r.id = t.current_run_id WHERE t.id = $1";
+    const OWNED_PROOF: &str =
+        "SELECT t.status, t.worker_pid, t.current_run_id, t.claim_lock, t.claim_expires,
+            r.id, r.ended_at, r.worker_pid, r.claim_expires,
+            (SELECT e.payload FROM task_events e WHERE e.task_id = t.id AND e.kind = 'worker_bound'
+              ORDER BY e.id DESC LIMIT 1)
+       FROM tasks t LEFT JOIN task_runs r ON r.id = t.current_run_id WHERE t.id = $1";
+    let sql = match identity {
+        ProofIdentity::BoundOwner(_) => OWNED_PROOF,
+        _ => PROOF,
+    };
+    let row = conn
+        .query_opt_alone(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            sql,
+            &[&task_id],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(LeaseView {
+            task: None,
+            run: None,
+            newest_bound: None,
+        });
+    };
+    let run = match col::<Option<i64>>(&row, 5)? {
+        None => None,
+        Some(_) => Some(RunLease {
+            ended_at: col(&row, 6)?,
+            worker_pid: col(&row, 7)?,
+            claim_expires: col(&row, 8)?,
+        }),
+    };
+    let newest_bound = col::<Option<Value>>(&row, 9)?.map(|payload| {
+        (
+            payload["pid"].as_i64().unwrap_or(-1),
+            payload["claim_lock"].as_str().unwrap_or("").to_owned(),
+        )
+    });
+    Ok(LeaseView {
+        task: Some(TaskLease {
+            status: col(&row, 0)?,
+            worker_pid: col(&row, 1)?,
+            current_run_id: col(&row, 2)?,
+            claim_lock: col(&row, 3)?,
+            claim_expires: col(&row, 4)?,
+        }),
+        run,
+        newest_bound,
+    })
 }
 
 /// The lease length of the claim's run.

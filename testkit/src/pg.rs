@@ -293,9 +293,20 @@ impl PgCluster {
         }
     }
 
+    /// Runs statements on the database at `url` (of this cluster).
+    pub fn admin_on(&self, url: &str, sql: &str) {
+        let name = url.rsplit('/').next().unwrap_or("postgres");
+        if let Err(error) = self.sql(self.socket_config(name), sql) {
+            panic!("{sql}: {error}");
+        }
+    }
+
     /// Runs statements on the `postgres` database.
     pub fn try_admin(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        let config = self.socket_config("postgres");
+        self.sql(self.socket_config("postgres"), sql)
+    }
+
+    fn sql(&self, config: tokio_postgres::Config, sql: &str) -> Result<(), tokio_postgres::Error> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
