@@ -454,3 +454,168 @@ pub(crate) async fn recur(tx: &mut Conn, task_id: &str, now: i64) -> Result<(), 
     append_event(tx, task_id, &event, now).await?;
     Ok(())
 }
+
+impl PgBoard {
+    /// The board's counts for metrics, read in one snapshot.
+    pub async fn stats(&self) -> Result<kanban_core::BoardStats, BoardError> {
+        // The bookings' event kinds are core's (a settled exit is
+        // `worker_exited`); the board only counts them.
+        let kinds: Vec<String> = kanban_core::BookingKind::ALL
+            .iter()
+            .map(|kind| match kind {
+                kanban_core::BookingKind::Settled => "worker_exited".to_owned(),
+                other => other.as_str().to_owned(),
+            })
+            .collect();
+        snapshot!(self, |conn, now| {
+            let pairs = |rows: Vec<tokio_postgres::Row>| -> Result<Vec<(String, i64)>, TxError> {
+                rows.iter()
+                    .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
+                    .collect()
+            };
+            let cards_by_status = pairs(
+                conn.query(
+                    "SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status",
+                    &[],
+                )
+                .await?,
+            )?;
+            let runs_by_outcome = pairs(
+                conn.query(
+                    "SELECT COALESCE(outcome, 'running'), COUNT(*) FROM task_runs GROUP BY 1 ORDER BY 1",
+                    &[],
+                )
+                .await?,
+            )?;
+            let exits_by_code = pairs(
+                conn.query(
+                    "SELECT COALESCE(payload->>'exit_code', 'none'), COUNT(*) FROM task_events
+                      WHERE kind = ANY($1) GROUP BY 1 ORDER BY 1",
+                    &[&kinds],
+                )
+                .await?,
+            )?;
+            // A value that is not a number counts for nothing, and never
+            // fails the read.
+            let recovery_attempts: Option<i64> = conn
+                .value(
+                    "SELECT (SUM((payload->>'recovery_attempts')::numeric)
+                               FILTER (WHERE jsonb_typeof(payload->'recovery_attempts') = 'number'))::bigint
+                       FROM task_events WHERE kind = 'worker_result'",
+                    &[],
+                )
+                .await?;
+            let recovered_runs: i64 = conn
+                .value(
+                    "SELECT COUNT(*) FROM task_events e JOIN task_runs r ON r.id = e.run_id
+                      WHERE e.kind = 'worker_result'
+                        AND jsonb_typeof(e.payload->'recovery_attempts') = 'number'
+                        AND e.payload->'recovery_attempts' > '0'::jsonb
+                        AND r.outcome = 'completed'",
+                    &[],
+                )
+                .await?;
+            let stale_releases: i64 = conn
+                .value(
+                    "SELECT COUNT(*) FROM task_events WHERE kind = 'reclaimed'
+                        AND COALESCE(payload->'manual', 'false'::jsonb) NOT IN ('true'::jsonb, '1'::jsonb)",
+                    &[],
+                )
+                .await?;
+            let stale_writes_rejected: i64 = conn
+                .value(
+                    "SELECT COUNT(*) FROM task_events WHERE kind = 'stale_write_rejected'",
+                    &[],
+                )
+                .await?;
+            let walls: i64 = conn
+                .value("SELECT COUNT(*) FROM provider_walls", &[])
+                .await?;
+            let walls_holding: i64 = conn
+                .value(
+                    "SELECT COUNT(*) FROM provider_walls WHERE until > $1",
+                    &[&now],
+                )
+                .await?;
+            let mut tick_buckets = Vec::new();
+            for bucket in 0..=kanban_core::TICK_BUCKETS_MS.len() {
+                let bucket = bucket as i64;
+                let count: Option<i64> = conn
+                    .value(
+                        "SELECT SUM(count)::bigint FROM dispatcher_ticks WHERE bucket = $1",
+                        &[&bucket],
+                    )
+                    .await?;
+                tick_buckets.push(count.unwrap_or_default());
+            }
+            let tick_sum_ms: Option<i64> = conn
+                .value(
+                    "SELECT SUM(count)::bigint FROM dispatcher_ticks WHERE bucket = -1",
+                    &[],
+                )
+                .await?;
+            Ok(kanban_core::BoardStats {
+                cards_by_status,
+                runs_by_outcome,
+                exits_by_code,
+                recovery_attempts: recovery_attempts.unwrap_or_default(),
+                recovered_runs,
+                stale_releases,
+                stale_writes_rejected,
+                walls,
+                walls_holding,
+                tick_buckets,
+                tick_sum_ms: tick_sum_ms.unwrap_or_default(),
+            })
+        })
+    }
+
+    /// One lane as a page shows it: how many cards it holds, and the first
+    /// `limit` in its order (claim order; the done lane newest first),
+    /// read through the lane index.
+    pub async fn lane(
+        &self,
+        status: TaskStatus,
+        limit: usize,
+    ) -> Result<(usize, Vec<TaskRecord>), BoardError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let order = match status {
+            TaskStatus::Done => "seq DESC",
+            _ => "priority DESC, created_at ASC, seq ASC",
+        };
+        let status = status.as_str();
+        snapshot!(self, |conn, _now| {
+            let count: i64 = conn
+                .value("SELECT COUNT(*) FROM tasks WHERE status = $1", &[&status])
+                .await?;
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = $1 ORDER BY {order} LIMIT $2"
+            );
+            let tasks = conn
+                .query(&sql, &[&status, &limit])
+                .await?
+                .iter()
+                .map(task_from_row)
+                .collect::<Result<Vec<_>, TxError>>()?;
+            Ok((usize::try_from(count).unwrap_or(0), tasks))
+        })
+    }
+
+    /// The newest event of each of these cards: its kind and time.
+    pub async fn last_events(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::HashMap<String, (String, i64)>, BoardError> {
+        snapshot!(self, |conn, _now| {
+            conn.query(
+                "SELECT DISTINCT ON (task_id) task_id, kind, created_at FROM task_events
+                  WHERE task_id = ANY($1) ORDER BY task_id, id DESC",
+                &[&ids],
+            )
+            .await?
+            .iter()
+            .map(|row| Ok((col(row, 0)?, (col(row, 1)?, col(row, 2)?))))
+            .collect::<Result<_, TxError>>()
+        })
+    }
+}

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use kanban_core::rules::{self, NewEvent};
 use kanban_core::{
-    BoardAdmin, BoardError, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord, DispatchBoard,
-    EventRecord, MAX_COMMENT_BYTES, NewTask, TaskRecord, TaskStatus, TaskView,
+    BoardAdmin, BoardError, BoardStats, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord,
+    DispatchBoard, EventRecord, MAX_COMMENT_BYTES, NewTask, TaskRecord, TaskStatus, TaskView,
 };
 use rusqlite::{OptionalExtension, params};
 use serde_json::json;
@@ -507,31 +507,6 @@ pub(crate) fn recur(
     let event = NewEvent::new("recurred", None, json!({"next": id, "due": due}));
     append_event(tx, task_id, &event, now)?;
     Ok(())
-}
-
-/// Counts across a board, for metrics: each a label and a count.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BoardStats {
-    pub cards_by_status: Vec<(String, i64)>,
-    pub runs_by_outcome: Vec<(String, i64)>,
-    /// Booked worker exits by exit code (`none` when killed by a signal).
-    pub exits_by_code: Vec<(String, i64)>,
-    /// In-place recovery attempts the workers authorised, summed.
-    pub recovery_attempts: i64,
-    /// Runs that recovered in place at least once and then completed.
-    pub recovered_runs: i64,
-    /// Claims released because their lease ran out (not by an operator).
-    pub stale_releases: i64,
-    /// Worker writes refused because the writer no longer held the claim.
-    pub stale_writes_rejected: i64,
-    /// Provider walls standing, and those holding cards now.
-    pub walls: i64,
-    pub walls_holding: i64,
-    /// Every dispatcher's ticks: a count per bucket of
-    /// [`kanban_core::TICK_BUCKETS_MS`] (then the longer ones), and the sum
-    /// of their milliseconds.
-    pub tick_buckets: Vec<i64>,
-    pub tick_sum_ms: i64,
 }
 
 impl SqliteBoard {

@@ -21,7 +21,8 @@ mod rows;
 mod schema;
 mod worker;
 
-pub use admin::BoardStats;
+/// The board's counts for metrics (core's type, kept here for callers).
+pub use kanban_core::BoardStats;
 pub use open::{ChangeWatch, MEMORY_BOARD, Offload, SqliteBoard, Upgrade};
 pub use proof::{LeaseProver, prove_lease};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};

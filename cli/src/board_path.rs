@@ -124,6 +124,19 @@ impl OpenBoard {
         }
     }
 
+    /// The same board, a SQLite board's blocking work offloaded to
+    /// `offload`.
+    pub(crate) fn with_offload(self, offload: Arc<dyn kanban_board_sqlite::Offload>) -> Self {
+        let engine = match self.engine {
+            Engine::Sqlite(board) => Engine::Sqlite(board.with_offload(offload)),
+            postgres @ Engine::Postgres(_) => postgres,
+        };
+        Self {
+            engine,
+            folder: self.folder,
+        }
+    }
+
     /// The worker's and agents' ports as one shared value.
     pub(crate) fn into_tool_board(self) -> Arc<dyn kanban_agent_port::ToolBoard> {
         match self.engine {

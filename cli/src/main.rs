@@ -183,13 +183,6 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         Command::Serve { listen, token } => {
             runtime::install_signal_handlers(interrupt)?;
             let board = board_path::open_board(global, env)?;
-            let board = match board.engine {
-                board_path::Engine::Sqlite(board) => board,
-                board_path::Engine::Postgres(board) => anyhow::bail!(
-                    "kanban serve works on SQLite boards only for now; {} is a PostgreSQL board",
-                    board.url()
-                ),
-            };
             serve::serve(board, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {

@@ -22,7 +22,10 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use kanban_board_sqlite::{ChangeWatch, SqliteBoard, SystemClock};
-use kanban_core::{BoardAdmin, BoardError, Clock, DispatchBoard, NewTask, TaskStatus};
+
+use crate::board_path::{Engine, OpenBoard};
+use crate::supervisor::BoardWatch;
+use kanban_core::{BoardError, Clock, NewTask, TaskStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -38,7 +41,7 @@ const WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// What every handler shares.
 pub(crate) struct App {
-    pub(crate) board: SqliteBoard,
+    pub(crate) board: OpenBoard,
     logs: PathBuf,
     /// Put in every form; a POST without it is refused (a page of another
     /// site cannot read it).
@@ -52,7 +55,7 @@ impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The CSRF secret and the token stay out of logs.
         f.debug_struct("App")
-            .field("board", &self.board.path())
+            .field("board", &self.board.name())
             .finish_non_exhaustive()
     }
 }
@@ -103,7 +106,7 @@ fn loopback(addr: &SocketAddr) -> bool {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn serve(
-    board: SqliteBoard,
+    board: OpenBoard,
     listen: SocketAddr,
     token: Option<String>,
     interrupt: &Arc<AtomicUsize>,
@@ -118,8 +121,15 @@ pub(crate) fn serve(
         .enable_all()
         .build()
         .context("cannot start the server's runtime")?;
-    let logs = board.path().parent().unwrap_or(Path::new(".")).join("logs");
-    let watch_path = board.path().to_owned();
+    let logs = board.folder.join("logs");
+    // Pages go live on every commit: SQLite's data_version, looked at every
+    // WATCH_EVERY, or PostgreSQL's notifications.
+    let watch = match &board.engine {
+        Engine::Sqlite(sqlite) => ChangeWatch::open(sqlite.path())
+            .ok()
+            .map(BoardWatch::Sqlite),
+        Engine::Postgres(pg) => Some(BoardWatch::Postgres(pg.watch())),
+    };
     let (changes, _) = tokio::sync::broadcast::channel(16);
     let app = Arc::new(App {
         board: board.with_offload(Arc::new(crate::runtime::TokioOffload)),
@@ -134,8 +144,10 @@ pub(crate) fn serve(
             .with_context(|| format!("cannot listen on {listen}"))?;
         let bound = listener.local_addr()?;
         // The first line says where: a test or a script reads it.
-        crate::out::outln!("serving {} on http://{bound}/", app.board.path().display());
-        tokio::spawn(watch_board(watch_path, app.changes.clone()));
+        crate::out::outln!("serving {} on http://{bound}/", app.board.name());
+        if let Some(watch) = watch {
+            tokio::spawn(watch_board(watch, app.changes.clone()));
+        }
         let stop = interrupt.clone();
         axum::serve(listener, router(app))
             .with_graceful_shutdown(async move {
@@ -155,10 +167,7 @@ pub(crate) fn serve(
 }
 
 /// Tells every live page when anybody commits to the board.
-async fn watch_board(path: PathBuf, changes: tokio::sync::broadcast::Sender<()>) {
-    let Ok(mut watch) = ChangeWatch::open(&path) else {
-        return;
-    };
+async fn watch_board(mut watch: BoardWatch, changes: tokio::sync::broadcast::Sender<()>) {
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
         if watch.changed() {
@@ -267,17 +276,59 @@ pub(crate) struct Lanes {
     pub(crate) now: i64,
 }
 
-/// Runs synchronous board reads on the blocking pool, off the workers
-/// that answer requests.
+/// Runs a SQLite board's synchronous reads on the blocking pool, off the
+/// workers that answer requests.
 async fn read<T: Send + 'static>(
     app: &Shared,
     job: impl FnOnce(&SqliteBoard) -> Result<T, BoardError> + Send + 'static,
 ) -> Result<T, Failure> {
     let app = app.clone();
-    tokio::task::spawn_blocking(move || job(&app.board))
-        .await
-        .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?
-        .map_err(Failure::from)
+    tokio::task::spawn_blocking(move || match &app.board.engine {
+        Engine::Sqlite(board) => job(board),
+        Engine::Postgres(_) => Err(BoardError::Storage(
+            "a PostgreSQL board is read without blocking".to_owned(),
+        )),
+    })
+    .await
+    .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?
+    .map_err(Failure::from)
+}
+
+/// The lanes a page shows, each lane's count and first cards, and their
+/// last events: one blocking read on SQLite, one snapshot per read on
+/// PostgreSQL.
+async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
+    const SHOWN: [TaskStatus; 5] = [
+        TaskStatus::Todo,
+        TaskStatus::Ready,
+        TaskStatus::Running,
+        TaskStatus::Blocked,
+        TaskStatus::Done,
+    ];
+    let ids = |rows: &[(TaskStatus, usize, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
+        rows.iter()
+            .flat_map(|(_, _, tasks)| tasks.iter().map(|task| task.id.clone()))
+            .collect()
+    };
+    if let Engine::Postgres(board) = &app.board.engine {
+        let mut rows = Vec::new();
+        for status in SHOWN {
+            let (count, tasks) = board.lane(status, LANE_LIMIT).await?;
+            rows.push((status, count, tasks));
+        }
+        let last = board.last_events(&ids(&rows)).await?;
+        return Ok((rows, last));
+    }
+    read(app, move |board| {
+        let mut rows = Vec::new();
+        for status in SHOWN {
+            let (count, tasks) = board.lane(status, LANE_LIMIT)?;
+            rows.push((status, count, tasks));
+        }
+        let last = board.last_events(&ids(&rows))?;
+        Ok((rows, last))
+    })
+    .await
 }
 
 /// The lanes shown, in one blocking read: each lane's count and first
@@ -290,25 +341,7 @@ type LaneRows = (
 async fn lanes(app: &Shared) -> Result<Lanes, Failure> {
     let now = SystemClock.now();
     let running = app.board.running_workers().await?;
-    let (rows, mut last): LaneRows = read(app, |board| {
-        let mut rows = Vec::new();
-        for status in [
-            TaskStatus::Todo,
-            TaskStatus::Ready,
-            TaskStatus::Running,
-            TaskStatus::Blocked,
-            TaskStatus::Done,
-        ] {
-            let (count, tasks) = board.lane(status, LANE_LIMIT)?;
-            rows.push((status, count, tasks));
-        }
-        let ids: Vec<String> = rows
-            .iter()
-            .flat_map(|(_, _, tasks)| tasks.iter().map(|task| task.id.clone()))
-            .collect();
-        Ok((rows, board.last_events(&ids)?))
-    })
-    .await?;
+    let (rows, mut last): LaneRows = lane_rows(app).await?;
     let lanes = rows
         .into_iter()
         .map(|(status, count, tasks)| {
@@ -666,7 +699,10 @@ async fn openapi() -> Response {
 }
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, Failure> {
-    let stats = read(&app, SqliteBoard::stats).await?;
+    let stats = match &app.board.engine {
+        Engine::Postgres(board) => board.stats().await?,
+        Engine::Sqlite(_) => read(&app, SqliteBoard::stats).await?,
+    };
     let text = crate::metrics::render(&stats)
         .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?;
     Ok((

@@ -88,7 +88,7 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
             body {
                 header {
                     h1 { a href="/" style="color:inherit;text-decoration:none" { "kanban" } }
-                    span.path { (app.board.path().display()) }
+                    span.path { (app.board.name()) }
                     span.live #live { "○ connecting" }
                 }
                 main { (content) }

@@ -248,7 +248,7 @@ pub(crate) enum BoardWatch {
 }
 
 impl BoardWatch {
-    fn changed(&mut self) -> bool {
+    pub(crate) fn changed(&mut self) -> bool {
         match self {
             Self::Sqlite(watch) => watch.changed(),
             Self::Postgres(watch) => watch.changed(),

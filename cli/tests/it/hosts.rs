@@ -41,7 +41,10 @@ impl Drop for Network {
             // Whatever still runs in it goes with it.
             if let Ok(output) = Command::new("ip").args(["netns", "pids", name]).output() {
                 for pid in text(&output.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                    let _ = Command::new("kill")
+                        .args(["-KILL", pid])
+                        .stderr(Stdio::null())
+                        .status();
                 }
             }
             let _ = Command::new("ip").args(["netns", "del", name]).status();
@@ -271,7 +274,11 @@ fn three_hosts_share_one_postgres_board_and_one_dies_mid_run() {
         "SELECT COUNT(*) FROM tasks WHERE status = 'running' AND claim_lock LIKE 'kanban-host-2:%'",
     );
     for pid in &pids {
-        let _ = Command::new("kill").args(["-KILL", pid]).status();
+        // Some have already exited: that is fine.
+        let _ = Command::new("kill")
+            .args(["-KILL", pid])
+            .stderr(Stdio::null())
+            .status();
     }
     let killed = dispatchers.remove(1).wait().unwrap();
     assert!(!killed.success(), "host 2 was killed");

@@ -138,3 +138,42 @@ fn three_dispatchers_share_one_postgres_board_and_no_card_runs_twice() {
         "every card ran exactly once: {runs_per_card:?}"
     );
 }
+
+#[test]
+fn kanban_serve_shows_a_postgres_board_and_goes_live_on_its_notifications() {
+    use std::io::BufRead;
+    let bench = Bench::postgres();
+    let id = bench.add("served from postgres", &[]);
+    let server = crate::serve::Server::start(&bench, &[]);
+    let (status, page) = crate::serve::get(&format!("{}/", server.url));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("served from postgres"), "{page}");
+    assert!(
+        page.contains(bench.db.to_str().unwrap()),
+        "the page names the board"
+    );
+    let (status, card) = crate::serve::get(&format!("{}/api/cards/{id}", server.url));
+    assert_eq!(status, 200, "{card}");
+    assert!(card.contains(&id), "{card}");
+    let (status, metrics) = crate::serve::get(&format!("{}/metrics", server.url));
+    assert_eq!(status, 200, "{metrics}");
+    assert!(metrics.contains("status=\"ready\"} 1"), "{metrics}");
+    // A card added through the CLI reaches an open page through NOTIFY.
+    let live = ureq::get(&format!("{}/live", server.url)).call().unwrap();
+    let (sender, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let reader = std::io::BufReader::new(live.into_body().into_reader());
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if line.contains("changed") && sender.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    // Whatever the server says as it starts listening is not the card's.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    while seen.try_recv().is_ok() {}
+    bench.add("added while the page is open", &[]);
+    seen.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the page heard of the new card");
+}

@@ -46,7 +46,7 @@ fn agent() -> ureq::Agent {
     )
 }
 
-fn get(url: &str) -> (u16, String) {
+pub(crate) fn get(url: &str) -> (u16, String) {
     let mut response = agent().get(url).call().unwrap();
     let status = response.status().as_u16();
     (status, response.body_mut().read_to_string().unwrap())
