@@ -336,3 +336,80 @@ pub(crate) fn open_board_for_reading(
         folder,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use kanban_core::Environment;
+
+    use super::postgres_config;
+
+    const URL: &str = "postgres://kanban@db.example:5433/cards";
+
+    fn env_with(file: &std::path::Path, extra: &[(&str, &str)]) -> Environment {
+        let mut pairs = vec![("PGPASSFILE".to_owned(), file.display().to_string())];
+        pairs.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        Environment::from_vars(pairs)
+    }
+
+    fn password(env: &Environment) -> Option<Vec<u8>> {
+        postgres_config(URL, env)
+            .unwrap()
+            .get_password()
+            .map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn the_password_comes_from_the_password_file_as_libpq_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(
+            &file,
+            "# comment\n\
+             other.example:5433:cards:kanban:not-this-host\n\
+             db.example:5432:cards:kanban:not-this-port\n\
+             db.example:5433:*:someone:not-this-user\n\
+             db.example:*:cards:kanban:se\\:cr\\\\et\n\
+             *:*:*:*:too-late\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(password(&env_with(&file, &[])), Some(b"se:cr\\et".to_vec()));
+        // PGPASSWORD comes first.
+        assert_eq!(
+            password(&env_with(&file, &[("PGPASSWORD", "from-env")])),
+            Some(b"from-env".to_vec())
+        );
+        // A file others may read is ignored, as libpq ignores it.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(password(&env_with(&file, &[])), None);
+    }
+
+    #[test]
+    fn a_password_in_the_url_is_refused_without_echoing_it() {
+        let error = postgres_config(
+            "postgres://kanban:hunter2@db.example/cards",
+            &Environment::new(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("PGPASSWORD"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_url_without_a_user_takes_pguser_then_user() {
+        let env = Environment::from_vars([("PGUSER", "pg-user"), ("USER", "login")]);
+        let config = postgres_config("postgres://db.example/cards", &env).unwrap();
+        assert_eq!(config.get_user(), Some("pg-user"));
+        let env = Environment::from_vars([("USER", "login")]);
+        let config = postgres_config("postgres://db.example/cards", &env).unwrap();
+        assert_eq!(config.get_user(), Some("login"));
+        assert!(postgres_config("postgres://db.example/cards", &Environment::new()).is_err());
+    }
+}
