@@ -2,12 +2,12 @@
 //! and reading it all back.
 
 use async_trait::async_trait;
-use kanban_core::rules::{self, NewEvent};
+use kanban_core::events;
+use kanban_core::rules::{self};
 use kanban_core::{
     BoardAdmin, BoardError, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord, DispatchBoard,
-    EventRecord, MAX_COMMENT_BYTES, NewTask, TaskRecord, TaskStatus, TaskView,
+    EventRecord, NewTask, TaskRecord, TaskStatus, TaskView,
 };
-use serde_json::json;
 
 use crate::conn::{Conn, TxError, col};
 use crate::dispatch::claim_in;
@@ -53,16 +53,7 @@ impl PgBoard {
 #[async_trait]
 impl BoardAdmin for PgBoard {
     async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
-        if new.title.trim().is_empty() {
-            return Err(BoardError::InvalidInput(
-                "a task needs a non-blank title".to_owned(),
-            ));
-        }
-        if new.every_seconds.is_some_and(|every| every < 1) {
-            return Err(BoardError::InvalidInput(
-                "a recurring card's period (--every) is at least one second".to_owned(),
-            ));
-        }
+        events::check_new_task(new)?;
         transaction!(self, |tx, now| { insert_task(tx, new, now).await })
     }
 
@@ -140,18 +131,7 @@ impl BoardAdmin for PgBoard {
     }
 
     async fn add_comment(&self, task_id: &str, author: &str, text: &str) -> Result<(), BoardError> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(BoardError::InvalidInput(
-                "a comment needs some text".to_owned(),
-            ));
-        }
-        if text.len() > MAX_COMMENT_BYTES {
-            return Err(BoardError::InvalidInput(format!(
-                "a comment is at most {MAX_COMMENT_BYTES} bytes ({} given); put long text in a file and comment its path",
-                text.len()
-            )));
-        }
+        let text = events::check_comment(text)?;
         transaction!(self, |tx, now| {
             existing_card(tx, task_id).await?;
             tx.execute(
@@ -159,7 +139,7 @@ impl BoardAdmin for PgBoard {
                 &[&task_id, &author, &text, &now],
             )
             .await?;
-            let event = NewEvent::new("commented", None, json!({"author": author}));
+            let event = events::commented(None, author);
             append_event(tx, task_id, &event, now).await?;
             Ok(())
         })
@@ -182,11 +162,7 @@ impl BoardAdmin for PgBoard {
             };
             // `TASK#RUN`: the card that met the wall keeps its history.
             let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
-            let event = NewEvent::new(
-                "wall_lifted",
-                run.parse::<i64>().ok(),
-                json!({"scope": scope, "by": "operator"}),
-            );
+            let event = events::wall_lifted_by_operator(scope, run.parse::<i64>().ok());
             let exists: bool = tx
                 .value(
                     "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
@@ -407,12 +383,7 @@ pub(crate) async fn insert_task(tx: &mut Conn, new: &NewTask, now: i64) -> Resul
     for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
         append_event(tx, &id, &event, now).await?;
     }
-    if new.not_before.is_some() || new.every_seconds.is_some() {
-        let event = NewEvent::new(
-            "scheduled",
-            None,
-            json!({"not_before": new.not_before, "every_seconds": new.every_seconds}),
-        );
+    if let Some(event) = events::scheduled(new) {
         append_event(tx, &id, &event, now).await?;
     }
     Ok(id)
@@ -450,7 +421,7 @@ pub(crate) async fn recur(tx: &mut Conn, task_id: &str, now: i64) -> Result<(), 
     let due = rules::next_occurrence(scheduled_at, every, now);
     next.not_before = Some(due);
     let id = Box::pin(insert_task(tx, &next, now)).await?;
-    let event = NewEvent::new("recurred", None, json!({"next": id, "due": due}));
+    let event = events::recurred(&id, due);
     append_event(tx, task_id, &event, now).await?;
     Ok(())
 }

@@ -80,23 +80,40 @@ pub(crate) fn storage_error(board: &str, error: &tokio_postgres::Error) -> Board
             db.message()
         )),
         Some(db) => BoardError::Storage(format!("{board}: {}", db.message())),
-        None if error.is_closed() => unusable(
-            "the connection to the server closed; check that the server runs and retry".to_owned(),
-        ),
+        // A connection lost mid-call (a restart, the network) is passing:
+        // the dispatcher pauses and retries, and no card is charged.
+        None if error.is_closed() => BoardError::Storage(format!(
+            "{board}: the connection to the server closed; retrying"
+        )),
         None => BoardError::Storage(format!("{board}: {error}")),
     }
 }
 
-/// A connection that could not be opened: names the board and the fix.
+/// A connection that could not be opened: the server's refusal (a login,
+/// a missing database) as [`storage_error`] says; a server out of reach is
+/// passing once the board was open (it pauses the dispatcher), and is
+/// named with the fix when the board is first opened.
 fn unreachable(board: &str, error: &tokio_postgres::Error) -> BoardError {
     if error.as_db_error().is_some() {
         return storage_error(board, error);
     }
-    BoardError::Unusable {
-        path: board.to_owned(),
-        message: format!(
-            "cannot be reached ({error}); check that the server runs and that the URL names the right host, port and database"
-        ),
+    BoardError::Storage(format!("{board}: the server cannot be reached ({error})"))
+}
+
+/// [`unreachable`]'s error at the first open: not passing, but a URL or a
+/// server to check.
+pub(crate) fn unreachable_at_open(board: &str, error: BoardError) -> BoardError {
+    match error {
+        BoardError::Storage(message) => BoardError::Unusable {
+            path: board.to_owned(),
+            message: format!(
+                "{}; check that the server runs and that the URL names the right host, port and database",
+                message
+                    .strip_prefix(&format!("{board}: "))
+                    .unwrap_or(&message)
+            ),
+        },
+        other => other,
     }
 }
 

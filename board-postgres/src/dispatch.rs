@@ -2,13 +2,14 @@
 //! lease extensions, bookings and releases. Every decision is core's.
 
 use async_trait::async_trait;
-use kanban_core::rules::{self, ExitHistory, FailurePolicy, NewEvent, Release, STREAK_SCAN_LIMIT};
+use kanban_core::events;
+use kanban_core::rules::{self, ExitHistory, FailurePolicy, Release, STREAK_SCAN_LIMIT};
 use kanban_core::walls::Wall;
 use kanban_core::{
     BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
     RunningWorker, SignalReason, TickDurations, WorkerProcess, WorkerResult,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::conn::{Conn, TxError, col};
 use crate::rows::{OPEN_PARENT, WALL_COLUMNS, append_event, apply, existing_card, wall_from_row};
@@ -317,7 +318,7 @@ impl DispatchBoard for PgBoard {
                 )
                 .await?;
             }
-            let event = NewEvent::new("wall_probe", Some(claim.run_id), json!({"scopes": scopes}));
+            let event = events::wall_probe(claim, scopes);
             append_event(tx, &claim.task_id, &event, now).await?;
             Ok(())
         })
@@ -351,11 +352,7 @@ impl DispatchBoard for PgBoard {
                 &[&claim.run_id, &pid, &process.started_at, &process.seal_digest],
             )
             .await?;
-            let event = NewEvent::new(
-                "spawned",
-                Some(claim.run_id),
-                json!({"pid": process.pid, "started_at": process.started_at}),
-            );
+            let event = events::spawned(claim, process);
             append_event(tx, &claim.task_id, &event, now).await?;
             Ok(())
         })
@@ -368,11 +365,7 @@ impl DispatchBoard for PgBoard {
         reason: SignalReason,
     ) -> Result<(), BoardError> {
         transaction!(self, |tx, now| {
-            let event = NewEvent::new(
-                "worker_signalled",
-                Some(claim.run_id),
-                json!({"signal": signal, "reason": reason.as_str()}),
-            );
+            let event = events::worker_signalled(claim, signal, reason);
             append_event(tx, &claim.task_id, &event, now).await?;
             Ok(())
         })
@@ -402,11 +395,7 @@ impl DispatchBoard for PgBoard {
                 .await?;
             }
             if let Some((kind, reason)) = record {
-                let event = NewEvent::new(
-                    kind,
-                    Some(claim.run_id),
-                    json!({"reason": reason, "claim_expires": expires}),
-                );
+                let event = events::lease_record(claim, kind, reason, expires);
                 append_event(tx, &claim.task_id, &event, now).await?;
             }
             Ok(true)
@@ -462,10 +451,27 @@ impl DispatchBoard for PgBoard {
     }
 
     async fn check_health(&self) -> Result<(), BoardError> {
-        snapshot!(self, |conn, _now| {
-            conn.batch("SELECT 1").await?;
-            Ok(())
-        })
+        // A server out of reach is passing: the calls that follow fail and
+        // pause claiming until it is back. What makes a PostgreSQL board
+        // unsafe to write is a schema newer than this build's (a newer
+        // kanban upgraded it meanwhile).
+        let found = async {
+            snapshot!(self, |conn, _now| {
+                let version: Option<i64> = conn
+                    .value("SELECT MAX(version) FROM kanban_schema", &[])
+                    .await?;
+                Ok(version)
+            })
+        }
+        .await;
+        match found {
+            Ok(Some(found)) if found > crate::SCHEMA_VERSION => Err(BoardError::NewerSchema {
+                path: self.url().to_owned(),
+                found,
+                supported: crate::SCHEMA_VERSION,
+            }),
+            _ => Ok(()),
+        }
     }
 
     async fn promote_ready(&self) -> Result<usize, BoardError> {

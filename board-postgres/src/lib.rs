@@ -127,7 +127,11 @@ impl PgBoard {
 
     async fn migrate(&self) -> Result<(), BoardError> {
         let name = self.pool.name.clone();
-        let mut conn = self.pool.get().await?;
+        let mut conn = self
+            .pool
+            .get()
+            .await
+            .map_err(|error| conn::unreachable_at_open(&name, error))?;
         let fail = |error: tokio_postgres::Error| storage_error(&name, &error);
         conn.begin("BEGIN").await.map_err(fail)?;
         let outcome = schema::migrate(&mut conn, &name).await;

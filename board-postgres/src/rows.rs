@@ -6,7 +6,7 @@ use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
     BoardError, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_postgres::Row;
 
 use crate::conn::{Conn, Param, TxError, col};
@@ -283,11 +283,7 @@ pub(crate) async fn fence(
     );
     let Err(reason) = verdict else { return Ok(()) };
     if view.task.is_some() {
-        let event = NewEvent::new(
-            "stale_write_rejected",
-            Some(claim.run_id),
-            json!({"action": action, "run_id": claim.run_id, "claim_lock": claim.claim_lock, "reason": reason.code()}),
-        );
+        let event = kanban_core::events::stale_write_rejected(claim, action, &reason);
         append_event(conn, &claim.task_id, &event, now).await?;
     }
     Err(TxError::CommitThen(BoardError::LeaseLost {

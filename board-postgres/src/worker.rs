@@ -2,12 +2,13 @@
 //! claim inside its own transaction.
 
 use async_trait::async_trait;
+use kanban_core::events;
 use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease, required_coordinates};
 use kanban_core::rules::{self, FailurePolicy, NewEvent, Overrun, RunRow};
 use kanban_core::{
     Board, BoardError, Claim, NotLive, ProofIdentity, ProofRequest, RunStatus, WorkerResult,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::conn::{Conn, TxError, col};
 use crate::rows::{append_event, apply, card_state, existing_card, fence};
@@ -66,11 +67,7 @@ impl Board for PgBoard {
     }
 
     async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
-        let event = NewEvent::new(
-            "worker_bound",
-            Some(claim.run_id),
-            json!({"pid": pid, "claim_lock": claim.claim_lock}),
-        );
+        let event = events::worker_bound(claim, pid);
         self.fenced(claim, "bind", move |_, _| {
             Some(rules::Transition {
                 events: vec![event.clone()],
@@ -142,11 +139,7 @@ impl Board for PgBoard {
                 &[&claim.run_id, &expires, &now],
             )
             .await?;
-            let event = NewEvent::new(
-                "heartbeat",
-                Some(claim.run_id),
-                json!({"note": note, "claim_expires": expires}),
-            );
+            let event = events::heartbeat(claim, note.as_deref(), expires);
             append_event(tx, &claim.task_id, &event, now).await?;
             Ok(expires)
         })
@@ -192,7 +185,7 @@ impl Board for PgBoard {
                 &[&claim.task_id, &author, &text, &now],
             )
             .await?;
-            let event = NewEvent::new("commented", Some(claim.run_id), json!({"author": author}));
+            let event = events::commented(Some(claim.run_id), author);
             append_event(tx, &claim.task_id, &event, now).await?;
             Ok(())
         })

@@ -2,13 +2,13 @@
 //! reclaim, and reading it all back.
 
 use async_trait::async_trait;
-use kanban_core::rules::{self, NewEvent};
+use kanban_core::events;
+use kanban_core::rules::{self};
 use kanban_core::{
     BoardAdmin, BoardError, BoardStats, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord,
-    DispatchBoard, EventRecord, MAX_COMMENT_BYTES, NewTask, TaskRecord, TaskStatus, TaskView,
+    DispatchBoard, EventRecord, NewTask, TaskRecord, TaskStatus, TaskView,
 };
 use rusqlite::{OptionalExtension, params};
-use serde_json::json;
 
 use crate::dispatch::claim_in;
 use crate::open::SqliteBoard;
@@ -40,16 +40,7 @@ impl SqliteBoard {
 #[async_trait]
 impl BoardAdmin for SqliteBoard {
     async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
-        if new.title.trim().is_empty() {
-            return Err(BoardError::InvalidInput(
-                "a task needs a non-blank title".to_owned(),
-            ));
-        }
-        if new.every_seconds.is_some_and(|every| every < 1) {
-            return Err(BoardError::InvalidInput(
-                "a recurring card's period (--every) is at least one second".to_owned(),
-            ));
-        }
+        events::check_new_task(new)?;
         let new = new.clone();
         self.call(move |store| store.write(|tx, now| insert_task(tx, &new, now)))
             .await
@@ -145,18 +136,7 @@ impl BoardAdmin for SqliteBoard {
     }
 
     async fn add_comment(&self, task_id: &str, author: &str, text: &str) -> Result<(), BoardError> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(BoardError::InvalidInput(
-                "a comment needs some text".to_owned(),
-            ));
-        }
-        if text.len() > MAX_COMMENT_BYTES {
-            return Err(BoardError::InvalidInput(format!(
-                "a comment is at most {MAX_COMMENT_BYTES} bytes ({} given); put long text in a file and comment its path",
-                text.len()
-            )));
-        }
+        let text = events::check_comment(text)?;
         let (task_id, author, text) = (task_id.to_owned(), author.to_owned(), text.to_owned());
         self.call(move |store| {
             store.write(|tx, now| {
@@ -165,7 +145,7 @@ impl BoardAdmin for SqliteBoard {
                     "INSERT INTO task_comments (task_id, author, body, created_at) VALUES (?1, ?2, ?3, ?4)",
                 )?
                 .execute(params![task_id, author, text, now])?;
-                let event = NewEvent::new("commented", None, json!({"author": author}));
+                let event = events::commented(None, &author);
                 append_event(tx, &task_id, &event, now)?;
                 Ok(())
             })
@@ -186,11 +166,7 @@ impl BoardAdmin for SqliteBoard {
                 };
                 // `TASK#RUN`: the card that met the wall keeps its history.
                 let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
-                let event = NewEvent::new(
-                    "wall_lifted",
-                    run.parse::<i64>().ok(),
-                    json!({"scope": scope, "by": "operator"}),
-                );
+                let event = events::wall_lifted_by_operator(&scope, run.parse::<i64>().ok());
                 if existing_card(tx, task_id).is_ok() {
                     append_event(tx, task_id, &event, now)?;
                 }
@@ -454,12 +430,7 @@ pub(crate) fn insert_task(
     for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
         append_event(tx, &id, &event, now)?;
     }
-    if new.not_before.is_some() || new.every_seconds.is_some() {
-        let event = NewEvent::new(
-            "scheduled",
-            None,
-            json!({"not_before": new.not_before, "every_seconds": new.every_seconds}),
-        );
+    if let Some(event) = events::scheduled(new) {
         append_event(tx, &id, &event, now)?;
     }
     Ok(id)
@@ -504,7 +475,7 @@ pub(crate) fn recur(
     let due = rules::next_occurrence(scheduled_at, every, now);
     next.not_before = Some(due);
     let id = insert_task(tx, &next, now)?;
-    let event = NewEvent::new("recurred", None, json!({"next": id, "due": due}));
+    let event = events::recurred(&id, due);
     append_event(tx, task_id, &event, now)?;
     Ok(())
 }

@@ -2,14 +2,14 @@
 //! lease extensions, bookings and releases. Every decision is core's.
 
 use async_trait::async_trait;
-use kanban_core::rules::{self, ExitHistory, FailurePolicy, NewEvent, Release, STREAK_SCAN_LIMIT};
+use kanban_core::events;
+use kanban_core::rules::{self, ExitHistory, FailurePolicy, Release, STREAK_SCAN_LIMIT};
 use kanban_core::walls::Wall;
 use kanban_core::{
     BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
     RunningWorker, SignalReason, TickDurations, WorkerProcess, WorkerResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::json;
 
 use crate::open::{SqliteBoard, TxError};
 use crate::rows::{OPEN_PARENT, WALL_COLUMNS, append_event, apply, existing_card, wall_from_row};
@@ -289,8 +289,7 @@ impl DispatchBoard for SqliteBoard {
                     tx.prepare_cached("UPDATE provider_walls SET probe_run = ?2 WHERE scope = ?1")?
                         .execute(params![scope, claim.run_id])?;
                 }
-                let event =
-                    NewEvent::new("wall_probe", Some(claim.run_id), json!({"scopes": scopes}));
+                let event = events::wall_probe(&claim, &scopes);
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(())
             })
@@ -326,11 +325,7 @@ impl DispatchBoard for SqliteBoard {
                     "UPDATE task_runs SET worker_pid = ?2, worker_started_at = ?3, worker_seal = ?4 WHERE id = ?1",
                 )?
                 .execute(params![claim.run_id, process.pid, process.started_at, process.seal_digest])?;
-                let event = NewEvent::new(
-                    "spawned",
-                    Some(claim.run_id),
-                    json!({"pid": process.pid, "started_at": process.started_at}),
-                );
+                let event = events::spawned(&claim, &process);
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(())
             })
@@ -347,11 +342,7 @@ impl DispatchBoard for SqliteBoard {
         let claim = claim.clone();
         self.call(move |store| {
             store.write(|tx, now| {
-                let event = NewEvent::new(
-                    "worker_signalled",
-                    Some(claim.run_id),
-                    json!({"signal": signal, "reason": reason.as_str()}),
-                );
+                let event = events::worker_signalled(&claim, signal, reason);
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(())
             })
@@ -379,11 +370,7 @@ impl DispatchBoard for SqliteBoard {
                         .execute(params![claim.run_id, expires])?;
                 }
                 if let Some((kind, reason)) = record {
-                    let event = NewEvent::new(
-                        kind,
-                        Some(claim.run_id),
-                        json!({"reason": reason, "claim_expires": expires}),
-                    );
+                    let event = events::lease_record(&claim, kind, reason, expires);
                     append_event(tx, &claim.task_id, &event, now)?;
                 }
                 Ok(true)

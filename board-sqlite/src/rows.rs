@@ -8,7 +8,7 @@ use kanban_core::{
 };
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::open::TxError;
 use crate::proof::lease_view;
@@ -257,11 +257,7 @@ pub(crate) fn fence(
     );
     let Err(reason) = verdict else { return Ok(()) };
     if view.task.is_some() {
-        let event = NewEvent::new(
-            "stale_write_rejected",
-            Some(claim.run_id),
-            json!({"action": action, "run_id": claim.run_id, "claim_lock": claim.claim_lock, "reason": reason.code()}),
-        );
+        let event = kanban_core::events::stale_write_rejected(claim, action, &reason);
         append_event(tx, &claim.task_id, &event, now)?;
     }
     Err(TxError::CommitThen(BoardError::LeaseLost {

@@ -2,12 +2,13 @@
 //! claim inside its own transaction.
 
 use async_trait::async_trait;
+use kanban_core::events;
 use kanban_core::rules::{self, FailurePolicy, NewEvent, Overrun, RunRow};
 use kanban_core::{
     Board, BoardError, Claim, NotLive, ProofIdentity, ProofRequest, RunStatus, WorkerResult,
 };
 use rusqlite::{OptionalExtension, params};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::open::{MEMORY_BOARD, SqliteBoard, TxError};
 use crate::proof::{LeaseProver, lease_view};
@@ -65,11 +66,7 @@ impl Board for SqliteBoard {
     }
 
     async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
-        let event = NewEvent::new(
-            "worker_bound",
-            Some(claim.run_id),
-            json!({"pid": pid, "claim_lock": claim.claim_lock}),
-        );
+        let event = events::worker_bound(claim, pid);
         self.fenced(claim, "bind", move |_, _| {
             Some(rules::Transition {
                 events: vec![event.clone()],
@@ -146,11 +143,7 @@ impl Board for SqliteBoard {
                     "UPDATE task_runs SET claim_expires = ?2, last_heartbeat_at = ?3 WHERE id = ?1",
                 )?
                 .execute(params![claim.run_id, expires, now])?;
-                let event = NewEvent::new(
-                    "heartbeat",
-                    Some(claim.run_id),
-                    json!({"note": note, "claim_expires": expires}),
-                );
+                let event = events::heartbeat(&claim, note.as_deref(), expires);
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(expires)
             })
@@ -213,8 +206,7 @@ impl Board for SqliteBoard {
                     "INSERT INTO task_comments (task_id, author, body, created_at) VALUES (?1, ?2, ?3, ?4)",
                 )?
                 .execute(params![claim.task_id, author, text, now])?;
-                let event =
-                    NewEvent::new("commented", Some(claim.run_id), json!({"author": author}));
+                let event = events::commented(Some(claim.run_id), &author);
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(())
             })

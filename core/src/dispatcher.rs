@@ -582,8 +582,15 @@ impl Dispatcher {
                 }
             }
             EnvironmentFault::Transient(_) => {
+                let mono = self.mono();
+                if self.paused_until_ms.is_some_and(|paused| mono < paused) {
+                    // The same episode, met again by the calls a tick still
+                    // makes while paused (watching workers): it lengthens
+                    // nothing. A fault met after the pause doubles the next.
+                    return;
+                }
                 let for_ms = millis(self.next_pause);
-                let until = self.mono().saturating_add(for_ms);
+                let until = mono.saturating_add(for_ms);
                 if self.paused_until_ms.is_none_or(|paused| paused < until) {
                     self.note(DispatchEvent::Paused { fault, for_ms });
                     self.paused_until_ms = Some(until);

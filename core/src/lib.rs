@@ -16,6 +16,7 @@ mod classify;
 mod dispatch;
 mod dispatcher;
 mod env;
+pub mod events;
 mod exit;
 pub mod lease;
 mod lifecycle;

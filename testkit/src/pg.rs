@@ -31,7 +31,68 @@ pub struct PgCluster {
     /// removes the folder once this process is gone (statics are never
     /// dropped); dropping a cluster stops it at once.
     server: std::process::Child,
+    launch: Launch,
     _watchdog: std::process::Child,
+}
+
+/// How the server is started, again after a restart.
+#[derive(Debug)]
+struct Launch {
+    identity: Option<(u32, u32)>,
+    netns: Option<String>,
+    listen: String,
+    data: PathBuf,
+    folder: PathBuf,
+    port: u16,
+}
+
+impl Launch {
+    fn spawn(&self) -> std::process::Child {
+        let mut launch = match (&self.netns, self.identity) {
+            (None, identity) => {
+                let mut command = Command::new("postgres");
+                as_server(&mut command, identity);
+                command
+            }
+            // `ip netns exec` needs root; setpriv then drops to the server's
+            // user, exec after exec, so the pid is the server's.
+            (Some(netns), Some((uid, gid))) => {
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", netns, "setpriv"])
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .args(["--clear-groups", "postgres"]);
+                command
+            }
+            (Some(netns), None) => panic!("a cluster in network namespace {netns} needs root"),
+        };
+        launch
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-k")
+            .arg(&self.folder)
+            // Tests never need durability; they need speed and room.
+            .arg("-c")
+            .arg(format!("listen_addresses={}", self.listen))
+            .args(["-c", "fsync=off"])
+            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.folder.join("server.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
+            .spawn()
+            .expect("postgres starts")
+    }
 }
 
 /// Where and how a cluster runs.
@@ -58,10 +119,7 @@ impl Default for ClusterOptions {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.server.id()).unwrap_or(0));
-        // SIGINT: a fast shutdown, every client disconnected.
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let _ = self.server.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.folder);
     }
 }
@@ -158,56 +216,26 @@ impl PgCluster {
             writeln!(hba, "host all all {network} trust").expect("write pg_hba.conf");
         }
         let port = free_port();
-        let mut launch = match (&options.netns, identity) {
-            (None, _) => {
-                let mut command = Command::new("postgres");
-                as_server(&mut command, identity);
-                command
-            }
-            // `ip netns exec` needs root; setpriv then drops to the server's
-            // user, exec after exec, so the pid is the server's.
-            (Some(netns), Some((uid, gid))) => {
-                let mut command = Command::new("ip");
-                command
-                    .args(["netns", "exec", netns, "setpriv"])
-                    .arg(format!("--reuid={uid}"))
-                    .arg(format!("--regid={gid}"))
-                    .args(["--clear-groups", "postgres"]);
-                command
-            }
-            (Some(netns), None) => panic!("a cluster in network namespace {netns} needs root"),
+        let launch = Launch {
+            identity,
+            netns: options.netns.clone(),
+            listen: options.listen.clone(),
+            data: data.clone(),
+            folder: folder.clone(),
+            port,
         };
-        let server = launch
-            .arg("-D")
-            .arg(&data)
-            .arg("-p")
-            .arg(port.to_string())
-            .arg("-k")
-            .arg(&folder)
-            // Tests never need durability; they need speed and room.
-            .arg("-c")
-            .arg(format!("listen_addresses={}", options.listen))
-            .args(["-c", "fsync=off"])
-            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
-            .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(folder.join("server.log"))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            )
-            .spawn()
-            .expect("postgres starts");
+        let server = launch.spawn();
         // The server outlives this process unless something stops it: a
         // watchdog stops it and removes the folder once this process is gone.
         let watchdog = format!(
             "while kill -0 {parent} 2>/dev/null && [ -d '{folder}' ]; do sleep 0.2; done; \
-             [ -d '{folder}' ] || exit 0; kill -INT {server} 2>/dev/null; \
-             for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 {server} 2>/dev/null || break; sleep 0.5; done; \
-             kill -KILL {server} 2>/dev/null; rm -rf '{folder}'",
+             [ -d '{folder}' ] || exit 0; server=$(head -n 1 '{pidfile}' 2>/dev/null) || exit 0; \
+             kill -INT \"$server\" 2>/dev/null; \
+             for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 \"$server\" 2>/dev/null || break; sleep 0.5; done; \
+             kill -KILL \"$server\" 2>/dev/null; rm -rf '{folder}'",
             parent = std::process::id(),
-            server = server.id(),
+            // The running server, whichever: a restart writes its own pid.
+            pidfile = data.join("postmaster.pid").display(),
             folder = folder.display(),
         );
         let watchdog = Command::new("sh")
@@ -222,6 +250,7 @@ impl PgCluster {
             folder,
             databases: AtomicU64::new(0),
             server,
+            launch,
             _watchdog: watchdog,
         };
         cluster.wait_ready();
@@ -241,6 +270,22 @@ impl PgCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stops the server (a fast shutdown: every client disconnected).
+    fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.server.id()).unwrap_or(0));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let _ = self.server.wait();
+    }
+
+    /// Stops the server, waits `down`, and starts it again on the same
+    /// port and data: every client loses its connections meanwhile.
+    pub fn restart(&mut self, down: Duration) {
+        self.stop();
+        std::thread::sleep(down);
+        self.server = self.launch.spawn();
+        self.wait_ready();
     }
 
     /// The server's port on 127.0.0.1.

@@ -50,8 +50,14 @@ impl Bench {
     /// A fresh board on its own database of the test cluster; the kanban
     /// home (its logs) in a temporary folder.
     pub(crate) fn postgres() -> Self {
+        Self::postgres_at(&kanban_testkit::PgCluster::shared().fresh_database())
+    }
+
+    /// A board at the PostgreSQL URL `url`; the kanban home in a temporary
+    /// folder.
+    pub(crate) fn postgres_at(url: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let db = PathBuf::from(kanban_testkit::PgCluster::shared().fresh_database());
+        let db = PathBuf::from(url);
         let home = dir.path().join("home");
         let bench = Self {
             dir,

@@ -177,3 +177,55 @@ fn kanban_serve_shows_a_postgres_board_and_goes_live_on_its_notifications() {
     seen.recv_timeout(std::time::Duration::from_secs(20))
         .expect("the page heard of the new card");
 }
+
+#[test]
+fn a_dispatcher_rides_out_a_server_restart_and_no_card_is_charged() {
+    let mut cluster = kanban_testkit::PgCluster::start(&kanban_testkit::ClusterOptions::default());
+    let bench = Bench::postgres_at(&cluster.fresh_database());
+    let before = bench.add("before the restart", &[]);
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).completing()])
+        .write(bench.path(), "agent.sh");
+    let mut dispatcher = bench
+        .dispatch_command(&agent.path, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::wait_for("the first card", || {
+        bench.show(&before)["task"]["status"] == "done"
+    });
+    // The server goes away for two seconds: every connection is lost.
+    cluster.restart(std::time::Duration::from_secs(2));
+    let after = bench.add("after the restart", &[]);
+    let started = std::time::Instant::now();
+    let finished = loop {
+        if bench.show(&after)["task"]["status"] == "done" {
+            break true;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let halted = dispatcher.try_wait().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(dispatcher.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let output = dispatcher.wait_with_output().unwrap();
+    let said = format!("{}\n{}", text(&output.stdout), text(&output.stderr));
+    assert!(
+        halted.is_none(),
+        "the dispatcher paused and went on; it did not halt: {said}"
+    );
+    assert!(finished, "the card added after the restart ran: {said}");
+    for id in [&before, &after] {
+        let card = bench.show(id);
+        assert_eq!(runs(&card).len(), 1, "{id} ran once: {said}");
+        assert_eq!(
+            card["task"]["consecutive_failures"], 0,
+            "{id} was not charged: {said}"
+        );
+    }
+    drop(cluster);
+}

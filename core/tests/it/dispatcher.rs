@@ -422,6 +422,37 @@ fn a_transient_fault_pauses_claiming_then_claiming_resumes() {
 }
 
 #[test]
+fn faults_met_while_paused_do_not_lengthen_the_pause_but_one_after_it_doubles_the_next() {
+    let mut rig = rig();
+    let id = rig.add("patient");
+    let fault = || EnvironmentFault::Transient("the server cannot be reached".into());
+    // One outage, met by every board call of every tick while it lasts.
+    for _ in 0..5 {
+        rig.dispatcher.halt(fault());
+    }
+    let pauses = |rig: &Rig| -> Vec<u64> {
+        rig.events()
+            .iter()
+            .filter_map(|event| match event {
+                DispatchEvent::Paused { for_ms, .. } => Some(*for_ms),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(pauses(&rig), [1000], "one pause for one outage");
+    rig.time.advance(2);
+    rig.dispatcher.halt(fault());
+    assert_eq!(
+        pauses(&rig),
+        [1000, 2000],
+        "met again after the pause: twice as long"
+    );
+    rig.time.advance(3);
+    assert_eq!(rig.tick().spawned, 1, "claiming resumes once it is over");
+    assert_eq!(rig.card(&id).task.consecutive_failures, 0);
+}
+
+#[test]
 fn a_wall_clock_jump_stops_nothing_and_releases_nothing() {
     let mut rig = rig();
     let local = rig.add("local");
