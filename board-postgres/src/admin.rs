@@ -305,6 +305,13 @@ fn new_task_id() -> Result<String, BoardError> {
 /// existing card's for a repeated idempotency key).
 pub(crate) async fn insert_task(tx: &mut Conn, new: &NewTask, now: i64) -> Result<String, TxError> {
     if let Some(key) = &new.idempotency_key {
+        // Two creates with one key (an agent's retry racing its first try,
+        // two hosts) take turns here, so the second finds the first's card.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[key],
+        )
+        .await?;
         let existing = tx
             .query_opt(
                 "SELECT id FROM tasks WHERE idempotency_key = $1 AND status != 'archived'

@@ -75,10 +75,13 @@ pub(crate) fn storage_error(board: &str, error: &tokio_postgres::Error) -> Board
             "{}; create the database first (createdb NAME), then run kanban init --db URL",
             db.message()
         )),
-        Some(db) if *db.code() == SqlState::READ_ONLY_SQL_TRANSACTION => unusable(format!(
-            "is read-only ({}); point --db at the primary server",
-            db.message()
-        )),
+        // A standby answering for a moment (a failover in progress): passing.
+        Some(db) if *db.code() == SqlState::READ_ONLY_SQL_TRANSACTION => {
+            BoardError::Storage(format!(
+                "{board}: the server is read-only ({}); waiting for a primary",
+                db.message()
+            ))
+        }
         Some(db) => BoardError::Storage(format!("{board}: {}", db.message())),
         // A connection lost mid-call (a restart, the network) is passing:
         // the dispatcher pauses and retries, and no card is charged.

@@ -149,8 +149,19 @@ async fn exit_history(
                 .and_then(SignalReason::parse)
                 .unwrap_or(SignalReason::Shutdown)
         });
-    let sql =
-        format!("SELECT {WALL_COLUMNS} FROM provider_walls WHERE scope = $1 OR probe_run = $2");
+    // Two dispatchers booking exits of one scope take turns, so neither
+    // arms or lifts a wall from a stale read of it: the scope's advisory
+    // lock covers a wall not armed yet, the row lock one that stands.
+    if let Some(scope) = scope {
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 1))",
+            &[&scope],
+        )
+        .await?;
+    }
+    let sql = format!(
+        "SELECT {WALL_COLUMNS} FROM provider_walls WHERE scope = $1 OR probe_run = $2 FOR UPDATE"
+    );
     let walls = tx
         .query(&sql, &[&scope.unwrap_or(""), &claim.run_id])
         .await?

@@ -103,6 +103,74 @@ impl PgBoard {
         config: tokio_postgres::Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, BoardError> {
+        let board = Self::start(config, clock)?;
+        board.migrate().await?;
+        Ok(board)
+    }
+
+    /// Connects to the board at `config` as it is: a worker, an agent's
+    /// call or a proof never creates or upgrades a schema. A database
+    /// without a board, or with another schema version, is refused; a
+    /// server out of reach is a passing fault (`Storage`).
+    pub async fn open(
+        config: tokio_postgres::Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, BoardError> {
+        let board = Self::start(config, clock)?;
+        let found: Option<i64> = snapshot!(board, |conn, _now| {
+            let exists: bool = conn
+                .value("SELECT to_regclass('kanban_schema') IS NOT NULL", &[])
+                .await?;
+            if !exists {
+                return Ok(None);
+            }
+            let version: Option<i64> = conn
+                .value("SELECT MAX(version) FROM kanban_schema", &[])
+                .await?;
+            Ok(version)
+        })?;
+        let unusable = |message: String| BoardError::Unusable {
+            path: board.url().to_owned(),
+            message,
+        };
+        match found {
+            None => Err(unusable(
+                "holds no kanban board; create it with `kanban --db URL init`".to_owned(),
+            )),
+            Some(found) if found > SCHEMA_VERSION => Err(BoardError::NewerSchema {
+                path: board.url().to_owned(),
+                found,
+                supported: SCHEMA_VERSION,
+            }),
+            Some(found) if found < SCHEMA_VERSION => Err(unusable(format!(
+                "has schema {found}, older than this build's {SCHEMA_VERSION}; upgrade it with `kanban --db URL migrate`"
+            ))),
+            Some(_) => Ok(board),
+        }
+    }
+
+    /// The board's runtime and pool, not yet connected. Every session gets
+    /// bounds, so that a client that vanished mid-transaction cannot hold a
+    /// card's row for hours: locks are waited for at most 10 s, a
+    /// transaction left idle is ended after a minute, and a dead peer is
+    /// noticed within half a minute.
+    fn start(
+        mut config: tokio_postgres::Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, BoardError> {
+        const BOUNDS: &str = "-c lock_timeout=10s -c idle_in_transaction_session_timeout=60s";
+        let options = match config.get_options() {
+            Some(given) if !given.trim().is_empty() => format!("{BOUNDS} {given}"),
+            _ => BOUNDS.to_owned(),
+        };
+        config.options(options);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        config.keepalives_idle(std::time::Duration::from_secs(30));
+        // Of several hosts in the URL, only a primary takes the board.
+        config.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
+        config.tcp_user_timeout(std::time::Duration::from_secs(30));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("kanban-postgres")
@@ -111,13 +179,11 @@ impl PgBoard {
             .map_err(|error| BoardError::Storage(format!("cannot start the driver: {error}")))?;
         let name = public_url(&config);
         let pool = Pool::new(config, runtime.handle().clone(), name);
-        let board = Self {
+        Ok(Self {
             pool,
             clock,
             runtime: Some(runtime),
-        };
-        board.migrate().await?;
-        Ok(board)
+        })
     }
 
     /// The board's URL without a password: what claims carry.

@@ -40,8 +40,11 @@ impl PgBoard {
         identity: ProofIdentity,
     ) -> Result<(), NotLive> {
         let (task_id, db, run_id, claim_lock) = required_coordinates(request)?;
-        // A claim on another board is never proven here.
-        if db != self.url() {
+        // A claim on another board is never proven here; the same board
+        // spelled another way (`postgresql://`, a default port) is this one.
+        let same = db == self.url()
+            || crate::parse_url(db).is_ok_and(|config| crate::public_url(&config) == self.url());
+        if !same {
             return Err(NotLive::BoardNotFound(db.to_owned()));
         }
         let now = self.clock.now();

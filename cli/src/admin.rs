@@ -9,7 +9,10 @@ use serde_json::json;
 
 use crate::agents_file::{agents_file_path, load, names};
 use crate::args::{AddArgs, EditArgs, GlobalArgs};
-use crate::board_path::{board_path, board_slug, open_board, open_board_for_reading, postgres_url};
+use crate::board_path::{
+    Schema, board_path, board_slug, open_board, open_board_for_reading, open_board_with,
+    postgres_url,
+};
 use crate::duration::parse_moment;
 use crate::out::{errln, out, outln};
 use crate::output::{
@@ -21,7 +24,7 @@ pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32
     let path = board_path(global, env)?;
     if postgres_url(&path).is_some() {
         // Connecting creates the schema (or upgrades an older one).
-        let board = open_board(global, env)?;
+        let board = open_board_with(global, env, Schema::Upgrade)?;
         outln!(
             "board is ready: {} (PostgreSQL, schema {})",
             board.name(),
@@ -45,7 +48,7 @@ pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<
     if postgres_url(&path).is_some() {
         // Every open upgrades a PostgreSQL board, in one transaction under
         // an advisory lock; there is no file to back up beside it.
-        let board = open_board(global, env)?;
+        let board = open_board_with(global, env, Schema::Upgrade)?;
         outln!(
             "{} is up to date (schema {})",
             board.name(),

@@ -252,6 +252,15 @@ fn pgpass_fields(line: &str) -> Vec<String> {
     fields
 }
 
+/// Whether opening a PostgreSQL board may create or upgrade its schema:
+/// `init`, `migrate` and a dispatcher may; a worker, an agent's call, a
+/// proof or a listing never does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Schema {
+    AsItIs,
+    Upgrade,
+}
+
 /// Opens the board `db` names (a file, or a `postgres://` URL), reading
 /// time from `clock`; `folder` is where a PostgreSQL board's logs live on
 /// this host.
@@ -259,11 +268,15 @@ pub(crate) async fn open_db(
     db: &Path,
     clock: Arc<dyn Clock>,
     env: &Environment,
+    schema: Schema,
     folder: impl FnOnce() -> anyhow::Result<PathBuf>,
 ) -> anyhow::Result<OpenBoard> {
     if let Some(url) = postgres_url(db) {
         let config = postgres_config(url, env)?;
-        let board = PgBoard::connect(config, clock).await?;
+        let board = match schema {
+            Schema::Upgrade => PgBoard::connect(config, clock).await?,
+            Schema::AsItIs => PgBoard::open(config, clock).await?,
+        };
         return Ok(OpenBoard {
             engine: Engine::Postgres(Box::new(board)),
             folder: folder()?,
@@ -290,7 +303,7 @@ pub(crate) async fn open_claim_board(
     clock: Arc<dyn Clock>,
     env: &Environment,
 ) -> anyhow::Result<OpenBoard> {
-    open_db(Path::new(&claim.db), clock, env, || {
+    open_db(Path::new(&claim.db), clock, env, Schema::AsItIs, || {
         let slug = env.get_trimmed(vars::BOARD).unwrap_or(DEFAULT_BOARD);
         Ok(kanban_home(env)
             .map(|home| home.join("boards").join(slug))
@@ -313,8 +326,18 @@ pub(crate) fn board_folder(
 
 /// Opens the board a command means.
 pub(crate) fn open_board(global: &GlobalArgs, env: &Environment) -> anyhow::Result<OpenBoard> {
+    open_board_with(global, env, Schema::AsItIs)
+}
+
+/// Opens the board a command means, creating or upgrading a PostgreSQL
+/// board's schema (`init`, `migrate`).
+pub(crate) fn open_board_with(
+    global: &GlobalArgs,
+    env: &Environment,
+    schema: Schema,
+) -> anyhow::Result<OpenBoard> {
     let path = board_path(global, env)?;
-    crate::runtime::block_on(open_db(&path, Arc::new(SystemClock), env, || {
+    crate::runtime::block_on(open_db(&path, Arc::new(SystemClock), env, schema, || {
         host_folder(global, env)
     }))
 }

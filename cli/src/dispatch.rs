@@ -20,7 +20,7 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::agent_check::agent_route;
 use crate::agents_file::AgentCommand;
 use crate::args::DispatchArgs;
-use crate::board_path::{Engine, open_db};
+use crate::board_path::{Engine, Schema, open_db};
 use crate::out::errln;
 use crate::output::time_of_day_now;
 use crate::runtime::TokioOffload;
@@ -194,9 +194,13 @@ pub(crate) fn run(
         .context("cannot start the dispatcher's runtime")?;
     // Nothing is claimed until the board, its lock and the log folder are
     // known good: a setup fault is the environment's, never a card's.
-    let opened = runtime.block_on(open_db(&plan.db, Arc::new(SystemClock), env, || {
-        Ok(plan.folder.clone())
-    }));
+    let opened = runtime.block_on(open_db(
+        &plan.db,
+        Arc::new(SystemClock),
+        env,
+        Schema::Upgrade,
+        || Ok(plan.folder.clone()),
+    ));
     let board = match opened {
         Ok(board) => board,
         Err(error) => {

@@ -32,7 +32,7 @@ impl Prover {
         let board = postgres_config(url, env)
             .map_err(|error| format!("{error:#}"))
             .and_then(|config| {
-                crate::runtime::block_on(PgBoard::connect(config, Arc::new(SystemClock)))
+                crate::runtime::block_on(PgBoard::open(config, Arc::new(SystemClock)))
                     .map(Box::new)
                     .map_err(|error| error.to_string())
             });

@@ -127,3 +127,34 @@ fn sixteen_claimers_on_one_lane_take_every_card_exactly_once() {
     let ready = block_on(board.list_tasks(Some(kanban_core::TaskStatus::Ready))).unwrap();
     assert!(ready.is_empty());
 }
+
+#[test]
+fn racing_creates_with_one_idempotency_key_make_one_card() {
+    let url = PgCluster::shared().fresh_database();
+    let time = VirtualClock::at(1_000_000);
+    let creators: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, time) = (url.clone(), time.clone());
+            std::thread::spawn(move || {
+                let board = TempPgBoard::at(&url, time);
+                (0..20)
+                    .map(|round| {
+                        block_on(board.create_task(&NewTask {
+                            title: format!("retried {round}"),
+                            idempotency_key: Some(format!("key-{round}")),
+                            ..NewTask::default()
+                        }))
+                        .unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let ids: Vec<Vec<String>> = creators.into_iter().map(|c| c.join().unwrap()).collect();
+    for round in 0..20 {
+        let distinct: BTreeSet<&String> = ids.iter().map(|ids| &ids[round]).collect();
+        assert_eq!(distinct.len(), 1, "key-{round} made {} cards", distinct.len());
+    }
+    let board = TempPgBoard::at(&url, time);
+    assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), 20);
+}

@@ -229,3 +229,34 @@ fn a_dispatcher_rides_out_a_server_restart_and_no_card_is_charged() {
     }
     drop(cluster);
 }
+
+#[test]
+fn only_init_migrate_and_dispatch_create_a_postgres_schema() {
+    let url = kanban_testkit::PgCluster::shared().fresh_database();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let bench = Bench {
+        dir,
+        db: std::path::PathBuf::from(&url),
+        home: Some(home),
+    };
+    // A listing, a proof and an agent's call find no board and create none.
+    let listing = bench.run(&["ls"]);
+    let said = text(&listing.stderr);
+    assert_eq!(listing.status.code(), Some(1), "{said}");
+    assert!(said.contains("kanban --db URL init"), "{said}");
+    let proof = bench
+        .command()
+        .env(kanban_core::vars::DB, &url)
+        .env(kanban_core::vars::TASK, "t_00000001")
+        .env(kanban_core::vars::RUN_ID, "1")
+        .env(kanban_core::vars::CLAIM_LOCK, "host:1:x")
+        .args(["prove", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(proof.status.code(), Some(1), "{}", text(&proof.stderr));
+    assert!(bench.run(&["ls"]).status.code() == Some(1), "still no board");
+    // `init` makes it.
+    bench.ok(&["init"]);
+    assert_eq!(cards(&bench).len(), 0);
+}
