@@ -153,7 +153,12 @@ fn racing_creates_with_one_idempotency_key_make_one_card() {
     let ids: Vec<Vec<String>> = creators.into_iter().map(|c| c.join().unwrap()).collect();
     for round in 0..20 {
         let distinct: BTreeSet<&String> = ids.iter().map(|ids| &ids[round]).collect();
-        assert_eq!(distinct.len(), 1, "key-{round} made {} cards", distinct.len());
+        assert_eq!(
+            distinct.len(),
+            1,
+            "key-{round} made {} cards",
+            distinct.len()
+        );
     }
     let board = TempPgBoard::at(&url, time);
     assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), 20);

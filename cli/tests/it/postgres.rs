@@ -255,7 +255,10 @@ fn only_init_migrate_and_dispatch_create_a_postgres_schema() {
         .output()
         .unwrap();
     assert_eq!(proof.status.code(), Some(1), "{}", text(&proof.stderr));
-    assert!(bench.run(&["ls"]).status.code() == Some(1), "still no board");
+    assert!(
+        bench.run(&["ls"]).status.code() == Some(1),
+        "still no board"
+    );
     // `init` makes it.
     bench.ok(&["init"]);
     assert_eq!(cards(&bench).len(), 0);
