@@ -9,8 +9,9 @@ use crate::duration::{parse_duration, parse_positive_seconds};
 
 /// Run AI-agent workers off a kanban board, recovering failed turns in place.
 ///
-/// The board is `--db PATH`, else `HERMES_KANBAN_DB`, else the board named by
-/// `--board` / `HERMES_KANBAN_BOARD` (default `default`) under
+/// The board is `--db PATH` (or `--db postgres://USER@HOST:PORT/DBNAME` for a
+/// PostgreSQL board), else `HERMES_KANBAN_DB`, else `KANBAN_DB`, else the
+/// board named by `--board` / `HERMES_KANBAN_BOARD` (default `default`) under
 /// `HERMES_KANBAN_HOME` (default `$XDG_DATA_HOME/kanban`, else
 /// `~/.local/share/kanban`).
 #[derive(Debug, Parser)]
@@ -31,8 +32,10 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// The board file.
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The board: a SQLite file, or a PostgreSQL database named by
+    /// postgres://USER@HOST:PORT/DBNAME (the password from PGPASSWORD or
+    /// ~/.pgpass, never the URL).
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
     /// The board's name under the kanban home.
     #[arg(long, global = true, value_name = "SLUG")]
