@@ -104,18 +104,30 @@ pub(crate) async fn read_task(
     }
 }
 
-/// The rows of one card that core's rules read, its row locked for the
-/// rest of the transaction: every change of a card is made by one writer
-/// at a time, as SQLite's single writer makes them.
+/// How a card's state is read: for a change (its row locked for the rest
+/// of the transaction: every change of a card is made by one writer at a
+/// time, as SQLite's single writer makes them), or to look only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Read {
+    ToChange,
+    ToLook,
+}
+
+/// The rows of one card that core's rules read.
 pub(crate) async fn card_state(
     conn: &mut Conn,
     task_id: &str,
+    read: Read,
 ) -> Result<Option<CardState>, TxError> {
+    let lock = match read {
+        Read::ToChange => " FOR UPDATE OF t",
+        Read::ToLook => "",
+    };
     let sql = format!(
         "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
                 t.consecutive_failures, t.max_retries, EXISTS ({OPEN_PARENT}),
                 t.held_reason IS NOT NULL
-           FROM tasks t WHERE t.id = $1 FOR UPDATE OF t"
+           FROM tasks t WHERE t.id = $1{lock}"
     );
     let Some(row) = conn.query_opt(&sql, &[&task_id]).await? else {
         return Ok(None);
@@ -136,7 +148,7 @@ pub(crate) async fn card_state(
 
 /// The card's state (its row locked), or "not on this board".
 pub(crate) async fn existing_card(conn: &mut Conn, task_id: &str) -> Result<CardState, TxError> {
-    card_state(conn, task_id)
+    card_state(conn, task_id, Read::ToChange)
         .await?
         .ok_or_else(|| BoardError::TaskNotFound(task_id.to_owned()).into())
 }

@@ -11,8 +11,8 @@ use kanban_core::{
 use serde_json::Value;
 
 use crate::conn::{Conn, TxError, col};
-use crate::rows::{append_event, apply, card_state, existing_card, fence};
-use crate::{PgBoard, transaction};
+use crate::rows::{Read, append_event, apply, card_state, existing_card, fence};
+use crate::{PgBoard, snapshot, transaction};
 
 impl PgBoard {
     /// One fenced write of `claim` whose change is core's `rule`.
@@ -107,8 +107,9 @@ impl Board for PgBoard {
     }
 
     async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
-        let status = transaction!(self, |tx, _now| {
-            let card = card_state(tx, &claim.task_id).await?;
+        // A look, not a change: one snapshot, no row lock to wait for.
+        let status = snapshot!(self, |tx, _now| {
+            let card = card_state(tx, &claim.task_id, Read::ToLook).await?;
             let run = tx
                 .query_opt(
                     "SELECT ended_at IS NOT NULL, outcome FROM task_runs WHERE id = $1 AND task_id = $2",

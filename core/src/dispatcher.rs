@@ -769,7 +769,7 @@ impl Dispatcher {
                 message: error.to_string(),
             });
             self.halt(EnvironmentFault::Configuration(format!(
-                "{error}; stop every kanban process on this board, then check it (sqlite3 BOARD 'PRAGMA integrity_check') before dispatching again"
+                "{error}; stop every kanban process on this board, then check it (a SQLite board: sqlite3 BOARD 'PRAGMA integrity_check') before dispatching again"
             )));
             self.begin_wind_down();
         }
