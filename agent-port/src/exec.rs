@@ -86,7 +86,6 @@ pub struct ExecAgent {
 #[derive(Debug, Default)]
 struct Tail {
     bytes: VecDeque<u8>,
-    done: bool,
 }
 
 type SharedTail = Arc<Mutex<Tail>>;
@@ -103,10 +102,10 @@ fn drain<R: AsyncRead + Unpin + Send + 'static>(
     keep: usize,
     forward: Option<fn(&[u8])>,
     activity: Arc<Activity>,
-) -> SharedTail {
+) -> (SharedTail, tokio::task::JoinHandle<()>) {
     let tail: SharedTail = Arc::default();
     let filled = tail.clone();
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         let mut chunk = vec![0u8; 8192];
         let mut forwarded = 0usize;
         let mut noted = false;
@@ -142,9 +141,8 @@ fn drain<R: AsyncRead + Unpin + Send + 'static>(
                 }
             }
         }
-        lock(&filled).done = true;
     });
-    tail
+    (tail, reader)
 }
 
 fn to_stdout(bytes: &[u8]) {
@@ -155,6 +153,20 @@ fn to_stdout(bytes: &[u8]) {
 
 fn to_stderr(bytes: &[u8]) {
     let _ = std::io::stderr().lock().write_all(bytes);
+}
+
+/// The shell agents run in: `/bin/sh` by its path where it is, so that the
+/// agent starts through `posix_spawn` (a `vfork`) rather than a copy of the
+/// worker's address space, whatever `PATH` the agent is given.
+pub(crate) fn shell() -> &'static str {
+    static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    SHELL.get_or_init(|| {
+        if std::path::Path::new("/bin/sh").is_file() {
+            "/bin/sh"
+        } else {
+            "sh"
+        }
+    })
 }
 
 /// True while any process of group `group` lives.
@@ -176,7 +188,7 @@ impl ExecAgent {
     }
 
     fn spawn(&self, input: &TurnInput) -> std::io::Result<Child> {
-        let mut command = Command::new("sh");
+        let mut command = Command::new(shell());
         command
             .kill_on_drop(false)
             .arg("-c")
@@ -325,11 +337,11 @@ impl TurnRunner for ExecAgent {
             } else {
                 (None, None)
             };
-        let stdout = child
+        let mut stdout = child
             .stdout
             .take()
             .map(|pipe| drain(pipe, STDOUT_TAIL_BYTES, out_forward, self.activity.clone()));
-        let stderr = child
+        let mut stderr = child
             .stderr
             .take()
             .map(|pipe| drain(pipe, 4096, err_forward, self.activity.clone()));
@@ -338,19 +350,20 @@ impl TurnRunner for ExecAgent {
         let (exit, stopped) =
             waited.map_err(|error| TurnError::new(format!("lost track of the agent: {error}")))?;
         // Read what the pipes still hold, but only briefly: whatever kept
-        // them open after the agent exited does not hold the turn.
-        let drained_by = Instant::now() + EXIT_DRAIN;
-        for tail in stdout.iter().chain(stderr.iter()) {
-            while !lock(tail).done && Instant::now() < drained_by {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        // them open after the agent exited does not hold the turn. Each
+        // reader is awaited, so a pipe at its end is seen at once.
+        let drained_by = tokio::time::Instant::now() + EXIT_DRAIN;
+        for (_, reader) in stdout.iter_mut().chain(stderr.iter_mut()) {
+            let _ = tokio::time::timeout_at(drained_by, reader).await;
         }
         // Nothing of the turn outlives it in the agent's own group.
         if group_alive(group) {
             let _ = killpg(group, Signal::SIGKILL);
         }
         let text = stdout
-            .map(|tail| String::from_utf8_lossy(lock(&tail).bytes.make_contiguous()).into_owned())
+            .map(|(tail, _)| {
+                String::from_utf8_lossy(lock(&tail).bytes.make_contiguous()).into_owned()
+            })
             .unwrap_or_default();
         match stopped {
             Some(Stopped::Deadline(limit)) => {

@@ -45,7 +45,7 @@ impl CommandJudge {
 impl Judge for CommandJudge {
     async fn judge(&self, goal: &str, last_response: &str) -> Result<Verdict, JudgeError> {
         use std::io::Read;
-        let mut child = Command::new("sh")
+        let mut child = Command::new(crate::exec::shell())
             .arg("-c")
             .arg(&self.command)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
