@@ -250,7 +250,7 @@ impl DispatchBoard for SqliteBoard {
         let host = host.to_owned();
         let ticks = ticks.clone();
         self.call(move |store| {
-            store.write(|tx, _| {
+            store.write_deferred(|tx, _| {
                 let mut add = tx.prepare_cached(
                     "INSERT INTO dispatcher_ticks (host, bucket, count) VALUES (?1, ?2, ?3)
                      ON CONFLICT (host, bucket) DO UPDATE SET count = count + excluded.count",
@@ -301,7 +301,7 @@ impl DispatchBoard for SqliteBoard {
         let claim = claim.clone();
         let process = process.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            store.write_deferred(|tx, now| {
                 let changed = tx
                     .prepare_cached(
                         "UPDATE tasks SET worker_pid = ?4, worker_started_at = ?5
@@ -341,7 +341,7 @@ impl DispatchBoard for SqliteBoard {
     ) -> Result<(), BoardError> {
         let claim = claim.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            store.write_deferred(|tx, now| {
                 let event = events::worker_signalled(&claim, signal, reason);
                 append_event(tx, &claim.task_id, &event, now)?;
                 Ok(())
@@ -358,7 +358,7 @@ impl DispatchBoard for SqliteBoard {
     ) -> Result<bool, BoardError> {
         let claim = claim.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            store.write_deferred(|tx, now| {
                 let card = existing_card(tx, &claim.task_id)?;
                 if !rules::holds_claim(&card, &claim) {
                     return Ok(false);

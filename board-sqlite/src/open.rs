@@ -12,6 +12,44 @@ use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
 
 /// How long one statement waits for another writer before SQLite says busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The first and the longest pause of a statement waiting for the lock.
+const BUSY_FIRST_PAUSE_MICROS: u64 = 50;
+const BUSY_LONGEST_PAUSE_MICROS: u64 = 2_000;
+
+/// How long the `attempt`-th wait for the lock pauses (from 0): doubling
+/// from 50 µs to 1.6 ms, then 2 ms each; and how long the attempts before
+/// it paused in all.
+fn busy_pause(attempt: u32) -> (u64, u64) {
+    // The pauses that double: 50, 100, ... 1,600 µs; every later one is the longest.
+    let doublings = (BUSY_LONGEST_PAUSE_MICROS / BUSY_FIRST_PAUSE_MICROS).ilog2();
+    let pause = if attempt <= doublings {
+        BUSY_FIRST_PAUSE_MICROS << attempt
+    } else {
+        BUSY_LONGEST_PAUSE_MICROS
+    };
+    let before = if attempt <= doublings + 1 {
+        BUSY_FIRST_PAUSE_MICROS * ((1 << attempt) - 1)
+    } else {
+        BUSY_FIRST_PAUSE_MICROS * ((1 << (doublings + 1)) - 1)
+            + u64::from(attempt - doublings - 1) * BUSY_LONGEST_PAUSE_MICROS
+    };
+    (pause, before)
+}
+
+/// SQLite's busy handler: waits for another writer's commit in short
+/// pauses. SQLite's own (`busy_timeout`) sleeps 1, 2, 5, 10, 15, 20, 25 ms
+/// and on, so a lock held for a third of a millisecond, the usual commit
+/// here, cost its waiter a millisecond or more and, with a dispatcher and
+/// eight workers writing, most of a dispatcher's tick.
+fn wait_for_lock(attempt: i32) -> bool {
+    let (pause, before) = busy_pause(u32::try_from(attempt).unwrap_or(0));
+    let limit = u64::try_from(BUSY_TIMEOUT.as_micros()).unwrap_or(u64::MAX);
+    if before >= limit {
+        return false;
+    }
+    std::thread::sleep(Duration::from_micros(pause));
+    true
+}
 /// Whole-transaction retries on `SQLITE_BUSY` beyond the busy timeout.
 pub(crate) const BUSY_RETRIES: u32 = 8;
 /// The name an in-memory board goes by, in claims and messages.
@@ -138,6 +176,28 @@ pub(crate) fn inspect(path: &Path, allow_empty: bool) -> Result<PathBuf, BoardEr
         ));
     }
     Ok(canonical)
+}
+
+/// How soon a commit must be on the disk.
+///
+/// In WAL mode the log is only ever appended to and replayed as a prefix,
+/// so a commit left unsynced becomes durable with the next synced one, and
+/// an operating-system crash (or power loss) can lose only a tail of
+/// unsynced commits, never one from the middle. An application crash loses
+/// nothing either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Synced before the commit returns (`synchronous = FULL`): claims (a
+    /// run id is a fencing token and must never be handed out twice),
+    /// settlements, bookings and every change a person or an agent made.
+    Synced,
+    /// Left to the next synced commit (`synchronous = NORMAL` for this one
+    /// commit): only records whose loss in a machine crash is the same as
+    /// that crash coming just before them: a worker binding its pid, a
+    /// spawn record, a lease extension, a worker's result (booked by the
+    /// dispatcher's synced commit right after). Every process writing them
+    /// dies in that same crash, and the claim they belong to lapses.
+    Deferred,
 }
 
 /// The board's one connection and its clock.
@@ -275,12 +335,12 @@ impl Store {
 
     fn configure(
         path: PathBuf,
-        conn: Connection,
+        mut conn: Connection,
         clock: Arc<dyn Clock>,
         migrate: Migrate,
     ) -> Result<Self, BoardError> {
         let fail = |error: rusqlite::Error| storage_error(&path, &error);
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+        conn.busy_handler(Some(wait_for_lock)).map_err(fail)?;
         // Refuse a newer board before touching it: no pragma that writes runs first.
         let version = schema_version(&conn).map_err(fail)?;
         if migrate == Migrate::OwnOnly && version == 0 && has_tables(&conn).map_err(fail)? {
@@ -460,7 +520,7 @@ impl Store {
     }
 
     fn migrate(&self) -> Result<(), BoardError> {
-        self.write_unchecked(|tx, _| {
+        self.write_unchecked(Durability::Synced, |tx, _| {
             let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
             if version > SCHEMA_VERSION {
                 return Err(BoardError::NewerSchema {
@@ -526,27 +586,66 @@ impl Store {
         &self,
         body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
     ) -> Result<T, BoardError> {
+        self.write_with(Durability::Synced, body)
+    }
+
+    /// A write that reaches the disk with the next synced commit: see
+    /// [`Durability::Deferred`] for which writes may be.
+    pub(crate) fn write_deferred<T>(
+        &self,
+        body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
+    ) -> Result<T, BoardError> {
+        self.write_with(Durability::Deferred, body)
+    }
+
+    pub(crate) fn write_with<T>(
+        &self,
+        durability: Durability,
+        body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
+    ) -> Result<T, BoardError> {
         if self.read_only_copy {
             return Err(BoardError::Unusable {
                 path: self.db(),
                 message: "is a board of the seed system, read here through a copy; upgrade it with `kanban migrate` before writing".to_owned(),
             });
         }
-        self.write_unchecked(body)
+        self.write_unchecked(durability, body)
     }
 
     fn write_unchecked<T>(
         &self,
+        durability: Durability,
         mut body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
     ) -> Result<T, BoardError> {
         let mut conn = self
             .conn
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let deferred = durability == Durability::Deferred;
+        if deferred {
+            // For this one commit only, under the same lock: no other write
+            // of this connection can slip in unsynced.
+            conn.execute_batch("PRAGMA synchronous = NORMAL")
+                .map_err(|error| storage_error(&self.path, &error))?;
+        }
+        let written = Self::write_on(&self.path, &self.clock, &mut conn, &mut body);
+        if deferred {
+            conn.execute_batch("PRAGMA synchronous = FULL")
+                .map_err(|error| storage_error(&self.path, &error))?;
+        }
+        written
+    }
+
+    fn write_on<T>(
+        path: &Path,
+        clock: &Arc<dyn Clock>,
+        conn: &mut Connection,
+        body: &mut impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
+    ) -> Result<T, BoardError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let now = self.clock.now();
+            let now = clock.now();
             let outcome = (|| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 match body(&tx, now) {
@@ -573,7 +672,7 @@ impl Store {
                 Err(error) if is_busy(&error) => {
                     return Err(BoardError::Busy { attempts: attempt });
                 }
-                Err(error) => return Err(storage_error(&self.path, &error)),
+                Err(error) => return Err(storage_error(path, &error)),
             }
         }
     }
@@ -727,5 +826,67 @@ impl ChangeWatch {
         let changed = now.is_none() || now != self.seen;
         self.seen = now;
         changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synchronous_during(store: &Store, durability: Durability) -> i64 {
+        store
+            .write_with(durability, |tx, _| {
+                Ok(tx.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_deferred_write_is_unsynced_for_its_own_commit_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(
+            &dir.path().join("board.db"),
+            Arc::new(kanban_testkit::VirtualClock::at(1_700_000_000)),
+        )
+        .unwrap();
+        // SQLite's values: 1 is NORMAL, 2 is FULL.
+        assert_eq!(synchronous_during(&store, Durability::Synced), 2);
+        assert_eq!(synchronous_during(&store, Durability::Deferred), 1);
+        assert_eq!(synchronous_during(&store, Durability::Synced), 2);
+        // A deferred write that fails leaves the connection synced too.
+        let failed: Result<(), BoardError> =
+            store.write_deferred(|_, _| Err(BoardError::InvalidInput("refused".to_owned()).into()));
+        assert!(failed.is_err());
+        assert_eq!(synchronous_during(&store, Durability::Synced), 2);
+    }
+
+    #[test]
+    fn a_waiter_pauses_briefly_at_first_then_in_steps_of_two_milliseconds() {
+        let pauses: Vec<(u64, u64)> = (0..8).map(busy_pause).collect();
+        assert_eq!(
+            pauses,
+            vec![
+                (50, 0),
+                (100, 50),
+                (200, 150),
+                (400, 350),
+                (800, 750),
+                (1_600, 1_550),
+                (2_000, 3_150),
+                (2_000, 5_150),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_waiter_gives_up_once_it_has_waited_the_whole_timeout() {
+        let limit = u64::try_from(BUSY_TIMEOUT.as_micros()).unwrap();
+        // The attempt that would start at or past the timeout is refused.
+        let last = (0..u32::MAX)
+            .find(|attempt| busy_pause(*attempt).1 >= limit)
+            .unwrap();
+        assert!(busy_pause(last - 1).1 < limit);
+        assert!(!wait_for_lock(i32::try_from(last).unwrap()));
+        assert!(wait_for_lock(0));
     }
 }

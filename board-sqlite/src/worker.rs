@@ -10,7 +10,7 @@ use kanban_core::{
 use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
-use crate::open::{MEMORY_BOARD, SqliteBoard, TxError};
+use crate::open::{Durability, MEMORY_BOARD, SqliteBoard, TxError};
 use crate::proof::{LeaseProver, lease_view};
 use crate::rows::{append_event, apply, card_state, existing_card, fence};
 
@@ -20,11 +20,12 @@ impl SqliteBoard {
         &self,
         claim: &Claim,
         action: &'static str,
+        durability: Durability,
         body: impl Fn(&rules::CardState, i64) -> Option<rules::Transition> + Send + 'static,
     ) -> Result<(), BoardError> {
         let claim = claim.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            store.write_with(durability, |tx, now| {
                 fence(tx, &claim, action, now)?;
                 let card = existing_card(tx, &claim.task_id)?;
                 if let Some(transition) = body(&card, now) {
@@ -67,7 +68,7 @@ impl Board for SqliteBoard {
 
     async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
         let event = events::worker_bound(claim, pid);
-        self.fenced(claim, "bind", move |_, _| {
+        self.fenced(claim, "bind", Durability::Deferred, move |_, _| {
             Some(rules::Transition {
                 events: vec![event.clone()],
                 ..rules::Transition::default()
@@ -84,7 +85,7 @@ impl Board for SqliteBoard {
             serde_json::to_value(result).map_err(|e| BoardError::Storage(e.to_string()))?;
         let claim = claim.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            store.write_deferred(|tx, now| {
                 let owned: bool = tx.query_row(
                     "SELECT EXISTS (SELECT 1 FROM task_runs WHERE id = ?1 AND task_id = ?2 AND claim_lock = ?3)",
                     params![claim.run_id, claim.task_id, claim.claim_lock],
@@ -131,7 +132,7 @@ impl Board for SqliteBoard {
     async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
         let claim = claim.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            store.write_deferred(|tx, now| {
                 fence(tx, &claim, "heartbeat", now)?;
                 let ttl = run_ttl(tx, &claim)?;
                 let expires = now.saturating_add(ttl);
@@ -174,7 +175,7 @@ impl Board for SqliteBoard {
     async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
         let reason = reason.to_owned();
         let owned = claim.clone();
-        self.fenced(claim, "block", move |_, _| {
+        self.fenced(claim, "block", Durability::Synced, move |_, _| {
             Some(rules::block(&owned, &reason))
         })
         .await
@@ -189,9 +190,12 @@ impl Board for SqliteBoard {
         let overrun = overrun.clone();
         let policy = *policy;
         let owned = claim.clone();
-        self.fenced(claim, "settle_overrun", move |card, now| {
-            rules::settle_overrun(card, &owned, &overrun, &policy, now)
-        })
+        self.fenced(
+            claim,
+            "settle_overrun",
+            Durability::Synced,
+            move |card, now| rules::settle_overrun(card, &owned, &overrun, &policy, now),
+        )
         .await
     }
 
@@ -221,7 +225,7 @@ impl Board for SqliteBoard {
         payload: Value,
     ) -> Result<(), BoardError> {
         let event = NewEvent::new(kind, Some(claim.run_id), payload);
-        self.fenced(claim, "append_event", move |_, _| {
+        self.fenced(claim, "append_event", Durability::Synced, move |_, _| {
             Some(rules::Transition {
                 events: vec![event.clone()],
                 ..rules::Transition::default()

@@ -201,3 +201,46 @@ fn the_postgres_board_reads_time_from_its_clock_never_from_the_server() {
     );
     assert!(found.is_empty(), "{found:#?}");
 }
+
+#[test]
+fn only_writes_whose_loss_equals_an_earlier_crash_skip_the_sync() {
+    // docs/ARCHITECTURE.md, "Durability": a claim (its run id is a fencing
+    // token), a settlement, a booking or a person's change is synced before
+    // it returns; only these records may wait for the next synced commit.
+    const DEFERRED: [&str; 7] = [
+        "bind_worker",
+        "heartbeat",
+        "book_result",
+        "record_spawn",
+        "record_signal",
+        "extend_lease",
+        "record_ticks",
+    ];
+    let mut found = Vec::new();
+    let mut seen = 0;
+    for (path, code) in sources("board-sqlite/src") {
+        if path.ends_with("open.rs") {
+            continue; // where the two durabilities are defined
+        }
+        for needle in ["write_deferred(", "Durability::Deferred"] {
+            for (at, _) in code.match_indices(needle) {
+                seen += 1;
+                let before = &code[..at];
+                let name = before
+                    .rfind("fn ")
+                    .map(|start| {
+                        before[start + 3..]
+                            .split(|c: char| !c.is_alphanumeric() && c != '_')
+                            .next()
+                            .unwrap_or("")
+                    })
+                    .unwrap_or("");
+                if !DEFERRED.contains(&name) {
+                    found.push(format!("{}: {name}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(seen >= DEFERRED.len(), "the deferred writes were not found");
+    assert!(found.is_empty(), "{found:#?}");
+}
