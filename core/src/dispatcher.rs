@@ -1675,8 +1675,14 @@ impl Dispatcher {
         match self.ports.board.record_spawn(&claim, &process).await {
             Ok(()) => {}
             Err(BoardError::LeaseLost { .. }) => {
-                // The claim moved on between the claim and the spawn.
-                self.stop(&claim, &process, SignalReason::Fenced).await;
+                // The claim moved on between the claim and the spawn; unless
+                // the worker was quick enough to settle the card by its own
+                // terminal call, and exits by itself (one that lingers is
+                // stopped after the settle window, as any settled worker).
+                match self.ports.board.run_status(&claim).await {
+                    Ok(RunStatus::Done | RunStatus::Blocked) => {}
+                    _ => self.stop(&claim, &process, SignalReason::Fenced).await,
+                }
             }
             Err(error) => self.board_trouble(&error),
         }

@@ -42,6 +42,17 @@ struct State {
     stop: bool,
     gone_claimers: Vec<String>,
     locks: u64,
+    on_spawn: Option<SpawnHook>,
+}
+
+/// What a test runs as each worker starts.
+#[derive(Clone)]
+struct SpawnHook(Arc<dyn Fn(&Claim) + Send + Sync>);
+
+impl std::fmt::Debug for SpawnHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpawnHook")
+    }
 }
 
 /// A host with a hand-driven process table; clones share it.
@@ -147,6 +158,13 @@ impl FakeHost {
         pid
     }
 
+    /// Runs `hook` with the claim of each worker this host starts, as it
+    /// starts: a worker quick enough to settle its card before the
+    /// dispatcher has recorded its spawn.
+    pub fn on_spawn(&self, hook: impl Fn(&Claim) + Send + Sync + 'static) {
+        self.state().on_spawn = Some(SpawnHook(Arc::new(hook)));
+    }
+
     /// Makes the next spawns fail with `fault` (or succeed again with `None`).
     pub fn fail_spawns(&self, fault: Option<EnvironmentFault>) {
         self.state().spawn_fault = fault;
@@ -211,6 +229,10 @@ impl Supervisor for FakeHost {
             return Err(fault);
         }
         let pid = self.start(claim, true);
+        let hook = self.state().on_spawn.clone();
+        if let Some(SpawnHook(hook)) = hook {
+            hook(claim);
+        }
         Ok(WorkerProcess {
             pid,
             started_at: Some(i64::from(pid) * 7),

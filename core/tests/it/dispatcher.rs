@@ -344,6 +344,45 @@ fn a_worker_that_finished_its_card_is_left_to_exit_by_itself() {
 }
 
 #[test]
+fn a_worker_that_finished_before_its_spawn_was_recorded_is_left_to_exit_by_itself() {
+    let mut rig = rig();
+    let id = rig.add("quick");
+    let board = rig.board.clone();
+    rig.host.on_spawn(move |claim| {
+        block_on(board.complete(claim, "done at once", None)).unwrap();
+    });
+    rig.tick();
+    assert_eq!(rig.status(&id), TaskStatus::Done);
+    assert!(
+        rig.stopping().is_empty(),
+        "a worker that settled its own card is not stopped as one that lost its claim"
+    );
+    let worker = rig.host.worker(&id);
+    rig.host.exit(worker.pid, ExitWitness::Code(0));
+    rig.tick();
+    assert!(rig.stopping().is_empty());
+    assert!(rig.host.live(&id).is_empty());
+}
+
+#[test]
+fn a_claim_taken_back_before_its_spawn_was_recorded_stops_its_worker() {
+    let mut rig = rig();
+    let id = rig.add("taken");
+    let board = rig.board.clone();
+    let once = std::sync::atomic::AtomicBool::new(false);
+    rig.host.on_spawn(move |claim| {
+        if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            block_on(board.reclaim(&claim.task_id, "operator")).unwrap();
+        }
+    });
+    rig.tick();
+    assert_eq!(
+        rig.stopping(),
+        [(id.clone(), kanban_core::SignalReason::Fenced)]
+    );
+}
+
+#[test]
 fn shutdown_stops_every_worker_then_kills_the_stubborn_and_ends_130() {
     let mut rig = rig();
     let calm = rig.add("calm");
