@@ -12,51 +12,74 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use kanban_board_sqlite::SystemClock;
-use kanban_core::{BIND_PATIENCE, BoardError, Claim, Environment};
+use kanban_core::{BIND_PATIENCE, Claim, Environment};
 
 use crate::board_path::{OpenBoard, open_claim_board};
 use crate::out::{errln, outln};
 use crate::runtime::block_on;
+use crate::worker_calls::{Call, CallError, Done, SOCKET_VAR, ask_worker, perform};
 
 /// The exit code of a board call the environment failed.
 const ENVIRONMENT: i32 = 75;
 
-fn carrier(env: &Environment) -> anyhow::Result<(Claim, OpenBoard)> {
-    let claim = Claim::from_env(env).context("this command works a claimed card")?;
-    let board = block_on(open_claim_board(&claim, Arc::new(SystemClock), env))?;
-    Ok((claim, board))
+/// Where an agent's calls go: to its worker while one answers, else to
+/// the board, opened once.
+struct Route<'a> {
+    env: &'a Environment,
+    claim: Claim,
+    board: Option<OpenBoard>,
+}
+
+impl<'a> Route<'a> {
+    fn new(env: &'a Environment) -> anyhow::Result<Self> {
+        let claim = Claim::from_env(env).context("this command works a claimed card")?;
+        Ok(Self {
+            env,
+            claim,
+            board: None,
+        })
+    }
+
+    fn call(&mut self, call: &Call) -> Result<Done, CallError> {
+        if self.board.is_none()
+            && let Some(answered) = ask_worker(self.env.get(SOCKET_VAR), &self.claim, call)
+        {
+            return answered;
+        }
+        let board = match &self.board {
+            Some(board) => board,
+            None => {
+                let opened = block_on(open_claim_board(
+                    &self.claim,
+                    Arc::new(SystemClock),
+                    self.env,
+                ))
+                .map_err(|error| CallError::Unopenable(format!("{error:#}")))?;
+                self.board.insert(opened)
+            }
+        };
+        block_on(perform(&**board, &self.claim, call))
+    }
 }
 
 /// Runs one fenced call, waiting out a lapsed lease and passing board
 /// faults: the dispatcher renews a live worker's lease within a tick.
-fn fenced<T>(
-    mut call: impl FnMut() -> Result<T, BoardError>,
-    done: impl FnOnce(T),
-) -> anyhow::Result<i32> {
+fn fenced(env: &Environment, call: &Call, done: impl FnOnce(&Claim, Done)) -> anyhow::Result<i32> {
+    let mut route = Route::new(env)?;
     let started = Instant::now();
     loop {
-        let error = match call() {
+        let error = match route.call(call) {
             Ok(value) => {
-                done(value);
+                done(&route.claim, value);
                 return Ok(0);
             }
-            Err(error) => error,
+            Err(CallError::Refused(message)) => return Err(anyhow::anyhow!(message)),
+            Err(CallError::Unopenable(message)) => {
+                errln!("error: {message}");
+                return Ok(ENVIRONMENT);
+            }
+            Err(CallError::Lapsed(message) | CallError::Failed(message)) => message,
         };
-        let passing = match &error {
-            BoardError::LeaseLost { reason, .. } => reason.only_expired(),
-            BoardError::TaskNotFound(_)
-            | BoardError::InvalidInput(_)
-            | BoardError::InvalidTransition { .. } => false,
-            _ => true,
-        };
-        if !passing {
-            return Err(match error {
-                BoardError::LeaseLost { .. } => anyhow::anyhow!(
-                    "{error}\nhint: the card was reclaimed, settled or taken by a newer run; `kanban show TASK` tells which"
-                ),
-                other => other.into(),
-            });
-        }
         if started.elapsed() >= BIND_PATIENCE {
             errln!(
                 "error: {error}\nthe board or the lease failed, not the card: exiting 75 so that the worker books it as such"
@@ -67,78 +90,54 @@ fn fenced<T>(
     }
 }
 
-/// Opens the carrier's board; a board that cannot be opened is the
-/// environment's fault (75), a missing carrier the caller's (1).
-fn open(env: &Environment) -> anyhow::Result<Result<(Claim, OpenBoard), i32>> {
-    let claim = Claim::from_env(env).context("this command works a claimed card")?;
-    match block_on(open_claim_board(&claim, Arc::new(SystemClock), env)) {
-        Ok(board) => Ok(Ok((claim, board))),
-        Err(error) => {
-            errln!("error: {error:#}");
-            Ok(Err(ENVIRONMENT))
-        }
-    }
-}
-
 pub(crate) fn complete(
     env: &Environment,
     summary: &str,
     result: Option<String>,
 ) -> anyhow::Result<i32> {
-    let (claim, board) = match open(env)? {
-        Ok(opened) => opened,
-        Err(code) => return Ok(code),
+    let call = Call::Complete {
+        summary: summary.to_owned(),
+        result,
     };
-    fenced(
-        || block_on(board.complete(&claim, summary, result.clone())),
-        |()| outln!("{} completed", claim.task_id),
-    )
+    fenced(env, &call, |claim, _| outln!("{} completed", claim.task_id))
 }
 
 pub(crate) fn block(env: &Environment, reason: &str) -> anyhow::Result<i32> {
-    let (claim, board) = match open(env)? {
-        Ok(opened) => opened,
-        Err(code) => return Ok(code),
+    let call = Call::Block {
+        reason: reason.to_owned(),
     };
-    fenced(
-        || block_on(board.block(&claim, reason)),
-        |()| outln!("{} blocked", claim.task_id),
-    )
+    fenced(env, &call, |claim, _| outln!("{} blocked", claim.task_id))
 }
 
 pub(crate) fn heartbeat(env: &Environment, note: Option<String>) -> anyhow::Result<i32> {
-    let (claim, board) = carrier(env)?;
+    let mut route = Route::new(env)?;
     // A heartbeat is not worth waiting for: one refused is simply not made.
-    match block_on(board.heartbeat(&claim, note)) {
-        Ok(expires) => {
-            outln!("{} lease extended to {expires}", claim.task_id);
+    match route.call(&Call::Heartbeat { note }) {
+        Ok(done) => {
+            let expires = done.lease_expires.unwrap_or_default();
+            outln!("{} lease extended to {expires}", route.claim.task_id);
             Ok(0)
         }
-        Err(BoardError::LeaseLost { reason, .. }) if reason.only_expired() => {
+        Err(CallError::Lapsed(_)) => {
             errln!("the lease lapsed; the dispatcher renews it while this worker lives");
             Ok(ENVIRONMENT)
         }
-        Err(error @ BoardError::LeaseLost { .. }) => Err(anyhow::anyhow!(
-            "{error}\nhint: the card was reclaimed, settled or taken by a newer run; `kanban show TASK` tells which"
-        )),
-        Err(error) => {
-            errln!("error: {error}");
+        Err(CallError::Refused(message)) => Err(anyhow::anyhow!(message)),
+        Err(CallError::Failed(message) | CallError::Unopenable(message)) => {
+            errln!("error: {message}");
             Ok(ENVIRONMENT)
         }
     }
 }
 
 pub(crate) fn comment(env: &Environment, text: &str) -> anyhow::Result<i32> {
-    let (claim, board) = match open(env)? {
-        Ok(opened) => opened,
-        Err(code) => return Ok(code),
-    };
     let author = env
         .get_trimmed("KANBAN_AUTHOR")
         .unwrap_or("worker")
         .to_owned();
-    fenced(
-        || block_on(board.comment(&claim, &author, text)),
-        |()| outln!("{} commented", claim.task_id),
-    )
+    let call = Call::Comment {
+        author,
+        text: text.to_owned(),
+    };
+    fenced(env, &call, |claim, _| outln!("{} commented", claim.task_id))
 }

@@ -25,6 +25,7 @@ mod sim_agent;
 mod supervisor;
 mod watch;
 mod worker;
+mod worker_calls;
 
 use std::io::IsTerminal;
 use std::sync::Arc;

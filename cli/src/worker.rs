@@ -23,6 +23,7 @@ use crate::args::WorkerArgs;
 use crate::board_path::open_claim_board;
 use crate::out::{errln, outln_or_drop};
 use crate::runtime::TokioOffload;
+use crate::worker_calls::CallServer;
 
 /// The variable a dispatcher hands its worker the secret seal in. The
 /// worker signs its exit trailer with it; its agents never see it.
@@ -236,11 +237,23 @@ async fn run_worker_process(
             activity.clone(),
         ))
     } else {
+        let mut agent_vars = agent_env(Some(&claim), env);
+        // The agent's board calls come back here, to the board this worker
+        // holds open; without the socket they open the board themselves.
+        match CallServer::bind() {
+            Ok(server) => {
+                agent_vars.push(server.env_pair());
+                tokio::spawn(server.serve(board.clone(), claim.clone()));
+            }
+            Err(error) => {
+                tracing::debug!("agents open the board for their calls: no socket ({error})");
+            }
+        }
         Box::new(ExecAgent::new(
             ExecAgentConfig {
                 command: agent,
                 task: brief,
-                env: agent_env(Some(&claim), env),
+                env: agent_vars,
                 env_remove: vec![SEAL_VAR.to_owned()],
                 session_id,
                 interrupt_grace: args.grace,

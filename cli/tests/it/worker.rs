@@ -522,3 +522,81 @@ fn gone(pid: i32) -> bool {
     }
     false
 }
+
+/// An agent whose board calls name a board that does not exist: they can
+/// only go through if its worker makes them.
+fn calls_through_the_worker(bench: &Bench, body: &str) -> std::path::PathBuf {
+    let said = bench.path().join("said");
+    write_executable(
+        &bench.path().join("agent.sh"),
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\nsaid='{}'\necho \"socket=$KANBAN_WORKER_SOCKET\" >> \"$said\"\n\
+             export HERMES_KANBAN_DB=/nonexistent/board.db\n{body}\n",
+            said.display()
+        ),
+    );
+    said
+}
+
+#[test]
+fn an_agents_board_calls_are_made_by_its_worker_with_the_workers_claim() {
+    let bench = Bench::new();
+    let id = bench.add("through the worker", &[]);
+    let carrier = bench.claim(&id, None);
+    let said = calls_through_the_worker(
+        &bench,
+        "\"$KANBAN_BIN\" comment 'from the agent'; echo \"comment=$?\" >> \"$said\"\n\
+         \"$KANBAN_BIN\" heartbeat --note busy; echo \"heartbeat=$?\" >> \"$said\"\n\
+         HERMES_KANBAN_RUN_ID=999999 \"$KANBAN_BIN\" comment 'not this run'; echo \"other run=$?\" >> \"$said\"\n\
+         \"$KANBAN_BIN\" complete --summary 'done by proxy'; echo \"complete=$?\" >> \"$said\"\n\
+         echo '{\"completed\": true}'",
+    );
+    let output = bench.worker(&carrier, &bench.path().join("agent.sh"), &[], &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let said = std::fs::read_to_string(said).unwrap();
+    assert!(said.contains("socket=@kanban-worker-"), "{said}");
+    // The worker made these on its own board, with its own claim.
+    assert!(said.contains("comment=0\n"), "{said}");
+    assert!(said.contains("heartbeat=0\n"), "{said}");
+    assert!(said.contains("complete=0\n"), "{said}");
+    // A call for another run is not the worker's to make: the agent's own
+    // carrier names a board that cannot be opened, which is the
+    // environment's fault (75), and nothing is written.
+    assert!(said.contains("other run=75\n"), "{said}");
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done", "{card}");
+    let comments: Vec<&str> = card["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["body"].as_str())
+        .collect();
+    assert_eq!(comments, vec!["from the agent"]);
+    assert!(bench.event(&id, "heartbeat")["payload"]["note"] == "busy");
+}
+
+#[test]
+fn a_call_the_workers_claim_no_longer_covers_is_refused_by_the_worker() {
+    let bench = Bench::new();
+    let id = bench.add("taken away", &[]);
+    let carrier = bench.claim(&id, None);
+    let db = bench.db.display().to_string();
+    let said = calls_through_the_worker(
+        &bench,
+        &format!(
+            "\"$KANBAN_BIN\" --db '{db}' reclaim \"$HERMES_KANBAN_TASK\" > /dev/null\n\
+             \"$KANBAN_BIN\" complete --summary late 2> \"$said.err\"; echo \"complete=$?\" >> \"$said\"\n\
+             echo '{{\"completed\": true}}'"
+        ),
+    );
+    bench.worker(&carrier, &bench.path().join("agent.sh"), &[], &[]);
+    let said_text = std::fs::read_to_string(&said).unwrap();
+    assert!(said_text.contains("complete=1\n"), "{said_text}");
+    let err = std::fs::read_to_string(said.with_extension("err")).unwrap();
+    assert!(
+        err.contains("no longer holds the claim") && err.contains("hint:"),
+        "{err}"
+    );
+    let card = bench.show(&id);
+    assert_ne!(card["task"]["status"], "done", "{card}");
+}

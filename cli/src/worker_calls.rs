@@ -1,0 +1,282 @@
+//! An agent's board calls, answered by its own worker.
+//!
+//! A worker already holds the board open and its claim proven; an agent's
+//! `kanban complete` (or `block`, `heartbeat`, `comment`) that opened the
+//! board again in a process of its own paid for a second connection (on
+//! PostgreSQL, a new server session) per call. So a worker listens on a
+//! socket of its own for the duration of its run and hands the agents its
+//! address in `KANBAN_WORKER_SOCKET`; the agent's call sends one JSON line
+//! there and reads one back. The worker makes the call with its own claim,
+//! through the same fenced write as ever, so nothing an agent sends can
+//! reach another card.
+//!
+//! The socket is in Linux's abstract namespace (no file to leave behind or
+//! to clean up), named with 128 random bits, and answers only processes of
+//! the worker's own user (`SO_PEERCRED`), who could read the board file and
+//! the claim carrier anyway. Where there is no worker to ask (no variable,
+//! nobody listening, a worker holding another claim), the call opens the
+//! board itself, exactly as before.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kanban_core::{BoardError, Claim};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use crate::board_path::AnyBoard;
+
+/// The variable a worker's agents find its socket in: `@` and the
+/// abstract name.
+pub(crate) const SOCKET_VAR: &str = "KANBAN_WORKER_SOCKET";
+
+/// The longest request line a worker reads: a summary and a result at
+/// their bounds, with room to spare.
+const REQUEST_LIMIT: u64 = 4 * 1024 * 1024;
+/// How long a worker waits for a connected caller's request line.
+const REQUEST_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a caller waits for the worker's answer: the worker's own
+/// board call waits out a busy board for at most about this long.
+const ANSWER_PATIENCE: Duration = Duration::from_secs(300);
+
+/// One board call, as an agent asks it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub(crate) enum Call {
+    Complete {
+        summary: String,
+        result: Option<String>,
+    },
+    Block {
+        reason: String,
+    },
+    Heartbeat {
+        note: Option<String>,
+    },
+    Comment {
+        author: String,
+        text: String,
+    },
+}
+
+/// A call with the claim the caller believes it works under.
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    task_id: String,
+    run_id: i64,
+    #[serde(flatten)]
+    call: Call,
+}
+
+/// What a call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Done {
+    /// The new end of the lease, after a heartbeat.
+    pub(crate) lease_expires: Option<i64>,
+}
+
+/// Why a call did not go through.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "refusal", content = "message", rename_all = "snake_case")]
+pub(crate) enum CallError {
+    /// The card's doing (reclaimed, settled, not found, bad input): exit 1.
+    Refused(String),
+    /// Only the lease ran out; the card is still this run's: wait for the
+    /// dispatcher to renew it.
+    Lapsed(String),
+    /// The board failed (busy, full, unreachable): pass, retry.
+    Failed(String),
+    /// The board cannot even be opened: the environment's fault, at once.
+    Unopenable(String),
+}
+
+impl CallError {
+    /// How a board's refusal reaches the caller.
+    pub(crate) fn of(error: &BoardError) -> Self {
+        match error {
+            BoardError::LeaseLost { reason, .. } if reason.only_expired() => {
+                Self::Lapsed(error.to_string())
+            }
+            BoardError::LeaseLost { .. } => Self::Refused(format!(
+                "{error}\nhint: the card was reclaimed, settled or taken by a newer run; `kanban show TASK` tells which"
+            )),
+            BoardError::TaskNotFound(_)
+            | BoardError::InvalidInput(_)
+            | BoardError::InvalidTransition { .. } => Self::Refused(error.to_string()),
+            _ => Self::Failed(error.to_string()),
+        }
+    }
+}
+
+/// The worker's answer on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum Answer {
+    Done(Done),
+    /// This worker holds another claim (or the caller is another user):
+    /// the caller goes to the board itself.
+    NotMine,
+    NotDone {
+        error: CallError,
+    },
+}
+
+/// Makes `call` with `claim` on `board`.
+pub(crate) async fn perform(
+    board: &dyn AnyBoard,
+    claim: &Claim,
+    call: &Call,
+) -> Result<Done, CallError> {
+    let done = match call {
+        Call::Complete { summary, result } => board
+            .complete(claim, summary, result.clone())
+            .await
+            .map(|()| Done::default()),
+        Call::Block { reason } => board.block(claim, reason).await.map(|()| Done::default()),
+        Call::Heartbeat { note } => {
+            board
+                .heartbeat(claim, note.clone())
+                .await
+                .map(|expires| Done {
+                    lease_expires: Some(expires),
+                })
+        }
+        Call::Comment { author, text } => board
+            .comment(claim, author, text)
+            .await
+            .map(|()| Done::default()),
+    };
+    done.map_err(|error| CallError::of(&error))
+}
+
+/// A worker's listening socket.
+pub(crate) struct CallServer {
+    name: String,
+    listener: tokio::net::UnixListener,
+}
+
+impl CallServer {
+    /// Listens on a fresh abstract name.
+    pub(crate) fn bind() -> std::io::Result<Self> {
+        let name = format!(
+            "kanban-worker-{}-{}",
+            std::process::id(),
+            crate::supervisor::random_hex()
+        );
+        let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            name,
+            listener: tokio::net::UnixListener::from_std(listener)?,
+        })
+    }
+
+    /// The variable that points an agent here.
+    pub(crate) fn env_pair(&self) -> (String, String) {
+        (SOCKET_VAR.to_owned(), format!("@{}", self.name))
+    }
+
+    /// Answers callers until the worker ends; each connection on a task of
+    /// its own, so that a caller that never finishes its line holds up
+    /// nobody else.
+    pub(crate) async fn serve(self, board: Arc<dyn AnyBoard>, claim: Claim) {
+        let me = nix::unistd::getuid().as_raw();
+        loop {
+            let Ok((stream, _)) = self.listener.accept().await else {
+                continue;
+            };
+            let board = board.clone();
+            let claim = claim.clone();
+            tokio::spawn(async move {
+                let _ = answer(stream, me, &*board, &claim).await;
+            });
+        }
+    }
+}
+
+async fn answer(
+    mut stream: tokio::net::UnixStream,
+    me: u32,
+    board: &dyn AnyBoard,
+    claim: &Claim,
+) -> std::io::Result<()> {
+    let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == me);
+    let answer = if same_user {
+        let (read, _) = stream.split();
+        let mut line = String::new();
+        let mut reader = tokio::io::BufReader::new(read.take(REQUEST_LIMIT));
+        let read = tokio::time::timeout(REQUEST_PATIENCE, reader.read_line(&mut line)).await;
+        if !matches!(read, Ok(Ok(n)) if n > 0) {
+            return Ok(());
+        }
+        match serde_json::from_str::<Request>(&line) {
+            Ok(request) if request.task_id == claim.task_id && request.run_id == claim.run_id => {
+                match perform(board, claim, &request.call).await {
+                    Ok(done) => Answer::Done(done),
+                    Err(error) => Answer::NotDone { error },
+                }
+            }
+            Ok(_) => Answer::NotMine,
+            Err(error) => Answer::NotDone {
+                error: CallError::Refused(format!("the worker could not read the call: {error}")),
+            },
+        }
+    } else {
+        Answer::NotMine
+    };
+    let mut text = serde_json::to_string(&answer).unwrap_or_default();
+    text.push('\n');
+    stream.write_all(text.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Asks the worker named in `KANBAN_WORKER_SOCKET` to make `call`: `None`
+/// when there is no worker to ask, and the caller must go to the board.
+pub(crate) fn ask_worker(
+    socket: Option<&str>,
+    claim: &Claim,
+    call: &Call,
+) -> Option<Result<Done, CallError>> {
+    let name = socket?.strip_prefix('@')?;
+    let address = SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
+    // Nobody listening (the worker is gone, or this is no worker's agent).
+    let mut stream = UnixStream::connect_addr(&address).ok()?;
+    let request = Request {
+        task_id: claim.task_id.clone(),
+        run_id: claim.run_id,
+        call: call.clone(),
+    };
+    // Once connected, the call may have been made: a lost answer is a
+    // failure to retry (the retry is refused if the first went through),
+    // never a reason to make the call a second way.
+    let lost = |error: std::io::Error| {
+        Some(Err(CallError::Failed(format!(
+            "the worker did not answer the call ({error})"
+        ))))
+    };
+    let mut line = serde_json::to_string(&request).unwrap_or_default();
+    line.push('\n');
+    if let Err(error) = stream
+        .set_read_timeout(Some(ANSWER_PATIENCE))
+        .and_then(|()| stream.write_all(line.as_bytes()))
+    {
+        return lost(error);
+    }
+    let mut answer = String::new();
+    let mut reader = BufReader::new(std::io::Read::take(stream, REQUEST_LIMIT));
+    if let Err(error) = reader.read_line(&mut answer) {
+        return lost(error);
+    }
+    match serde_json::from_str::<Answer>(&answer) {
+        Ok(Answer::Done(done)) => Some(Ok(done)),
+        Ok(Answer::NotDone { error }) => Some(Err(error)),
+        Ok(Answer::NotMine) => None,
+        Err(_) => lost(std::io::Error::other(
+            "its answer was cut short or not understood",
+        )),
+    }
+}
