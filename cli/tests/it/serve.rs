@@ -389,9 +389,6 @@ impl Drop for ChromeDriver {
 #[test]
 fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
     use fantoccini::{ClientBuilder, Locator};
-    // Two TLS providers are linked in (ring, aws-lc-rs); WebDriver here is
-    // plain HTTP on loopback, but rustls wants one chosen.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 
     let bench = Bench::new();
     // A board with something in every lane, for the eye and the screenshot.
@@ -433,8 +430,8 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
                 ]
             }),
         );
-        let client = ClientBuilder::rustls()
-            .unwrap()
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
             .capabilities(capabilities)
             .connect(&driver.url)
             .await
