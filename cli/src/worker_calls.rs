@@ -186,8 +186,14 @@ impl CallServer {
     pub(crate) async fn serve(self, board: Arc<dyn AnyBoard>, claim: Claim) {
         let me = nix::unistd::getuid().as_raw();
         loop {
-            let Ok((stream, _)) = self.listener.accept().await else {
-                continue;
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of descriptors, most likely: the agent's own calls
+                    // wait; this loop must not spin meanwhile.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             };
             let board = board.clone();
             let claim = claim.clone();
@@ -278,5 +284,93 @@ pub(crate) fn ask_worker(
         Err(_) => lost(std::io::Error::other(
             "its answer was cut short or not understood",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use kanban_board_sqlite::{SqliteBoard, SystemClock};
+    use kanban_core::{BoardAdmin, NewTask};
+
+    use super::*;
+
+    /// Sends `text` as it is and returns the worker's whole answer.
+    fn raw(socket: &str, text: &str) -> String {
+        let name = socket.trim_start_matches('@');
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let mut stream = UnixStream::connect_addr(&address).unwrap();
+        stream.write_all(text.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn the_worker_answers_only_its_own_claim_and_refuses_what_it_cannot_read() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let board = SqliteBoard::open_in_memory(Arc::new(SystemClock)).unwrap();
+            let id = board
+                .create_task(&NewTask {
+                    title: "served".into(),
+                    ..NewTask::default()
+                })
+                .await
+                .unwrap();
+            let claim = board
+                .claim_task(&id, 900, "test:1:lock")
+                .await
+                .unwrap()
+                .unwrap()
+                .claim;
+            let server = CallServer::bind().unwrap();
+            let (name, socket) = server.env_pair();
+            assert_eq!(name, SOCKET_VAR);
+            assert!(socket.starts_with("@kanban-worker-"), "{socket}");
+            tokio::spawn(server.serve(Arc::new(board.clone()), claim.clone()));
+            let asked = claim.clone();
+            let answers = tokio::task::spawn_blocking(move || {
+                let garbage = raw(&socket, "not a call\n");
+                let mut other = asked.clone();
+                other.run_id += 1;
+                let comment = Call::Comment {
+                    author: "agent".into(),
+                    text: "hello".into(),
+                };
+                let not_mine = ask_worker(Some(&socket), &other, &comment);
+                let commented = ask_worker(Some(&socket), &asked, &comment);
+                let complete = Call::Complete {
+                    summary: "done".into(),
+                    result: None,
+                };
+                let first = ask_worker(Some(&socket), &asked, &complete);
+                let second = ask_worker(Some(&socket), &asked, &complete);
+                let nobody = ask_worker(Some("@kanban-worker-nobody"), &asked, &complete);
+                (garbage, not_mine, commented, first, second, nobody)
+            })
+            .await
+            .unwrap();
+            let (garbage, not_mine, commented, first, second, nobody) = answers;
+            assert!(
+                garbage.contains("refused") && garbage.contains("could not read the call"),
+                "{garbage}"
+            );
+            assert_eq!(not_mine, None, "another run's call is not this worker's");
+            assert_eq!(commented, Some(Ok(Done::default())));
+            assert_eq!(first, Some(Ok(Done::default())));
+            assert!(
+                matches!(&second, Some(Err(CallError::Refused(message))) if message.contains("hint:")),
+                "{second:?}"
+            );
+            assert_eq!(nobody, None, "nobody listening: the caller opens the board");
+            let view = board.show_task(&id).await.unwrap();
+            assert_eq!(view.task.status, kanban_core::TaskStatus::Done);
+            assert_eq!(view.comments.len(), 1);
+        });
     }
 }
