@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 
 use crate::out::{errln, outln};
 use crate::prove::Prover;
+use crate::worker_calls::{SOCKET_VAR, ask_worker_proof};
 
 /// How often `fence run` proves the claim while its command runs.
 const PROOF_EVERY: Duration = Duration::from_millis(250);
@@ -40,8 +41,30 @@ fn request(env: &Environment) -> Result<ProofRequest, String> {
     Ok(request)
 }
 
-fn verdict(prover: &Prover, request: &ProofRequest) -> Result<(), NotLive> {
-    prover.prove(request, ProofIdentity::AnyProcess)
+/// The proof of a fence: asked of the worker that started this agent when
+/// the claim is that worker's own (it holds the board open, and the agent
+/// needs no credentials of its own), else made on the board, opened once.
+struct FenceProver<'a> {
+    env: &'a Environment,
+    board: Option<Prover>,
+}
+
+impl<'a> FenceProver<'a> {
+    fn new(env: &'a Environment) -> Self {
+        Self { env, board: None }
+    }
+
+    fn verdict(&mut self, request: &ProofRequest) -> Result<(), NotLive> {
+        if self.board.is_none()
+            && let Some(verdict) = ask_worker_proof(self.env.get(SOCKET_VAR), request)
+        {
+            return verdict;
+        }
+        let env = self.env;
+        self.board
+            .get_or_insert_with(|| Prover::for_request(request, env))
+            .prove(request, ProofIdentity::AnyProcess)
+    }
 }
 
 /// `kanban fence check`: exit 0 while the claim is live and its token the
@@ -54,7 +77,7 @@ pub(crate) fn check(env: &Environment, quiet: bool) -> anyhow::Result<i32> {
             return Ok(1);
         }
     };
-    match verdict(&Prover::for_request(&request, env), &request) {
+    match FenceProver::new(env).verdict(&request) {
         Ok(()) => {
             if !quiet {
                 outln!(
@@ -93,8 +116,8 @@ pub(crate) fn run(
             return Ok(1);
         }
     };
-    let prover = Prover::for_request(&request, env);
-    if let Err(reason) = verdict(&prover, &request) {
+    let mut prover = FenceProver::new(env);
+    if let Err(reason) = prover.verdict(&request) {
         errln!(
             "kanban fence: stale: {} ({reason}); {program} was not run",
             reason.code()
@@ -120,7 +143,7 @@ pub(crate) fn run(
             return Ok(130);
         }
         if Instant::now() >= next_proof {
-            if let Err(reason) = verdict(&prover, &request) {
+            if let Err(reason) = prover.verdict(&request) {
                 stop(&mut child, group);
                 errln!(
                     "kanban fence: the claim was lost while {program} ran ({}: {reason}); it was stopped",

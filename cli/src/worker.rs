@@ -238,11 +238,16 @@ async fn run_worker_process(
         ))
     } else {
         let mut agent_vars = agent_env(Some(&claim), env);
+        let mut agent_env_remove = vec![SEAL_VAR.to_owned()];
         // The agent's board calls come back here, to the board this worker
         // holds open; without the socket they open the board themselves.
         match CallServer::bind() {
             Ok(server) => {
                 agent_vars.push(server.env_pair());
+                // The agent's calls and fence proofs need no credentials of
+                // its own now; a password it is not handed cannot reach its
+                // output (and the card's log) by an `env` or a crash dump.
+                agent_env_remove.push("PGPASSWORD".to_owned());
                 tokio::spawn(server.serve(board.clone(), claim.clone()));
             }
             Err(error) => {
@@ -254,7 +259,7 @@ async fn run_worker_process(
                 command: agent,
                 task: brief,
                 env: agent_vars,
-                env_remove: vec![SEAL_VAR.to_owned()],
+                env_remove: agent_env_remove,
                 session_id,
                 interrupt_grace: args.grace,
                 forward_output: true,

@@ -23,7 +23,7 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kanban_core::{BoardError, Claim};
+use kanban_core::{BoardError, Claim, NotLive, ProofIdentity, ProofRequest};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
@@ -59,6 +59,12 @@ pub(crate) enum Call {
     Comment {
         author: String,
         text: String,
+    },
+    /// The lease proof of `kanban fence`: answered only when the claim lock
+    /// and the board are the worker's own too.
+    Prove {
+        claim_lock: String,
+        db: String,
     },
 }
 
@@ -122,6 +128,10 @@ enum Answer {
     NotDone {
         error: CallError,
     },
+    /// A proof's verdict: live, or why not.
+    Proof {
+        not_live: Option<NotLive>,
+    },
 }
 
 /// Makes `call` with `claim` on `board`.
@@ -148,6 +158,13 @@ pub(crate) async fn perform(
             .comment(claim, author, text)
             .await
             .map(|()| Done::default()),
+        Call::Prove { .. } => {
+            return board
+                .prove_claim(claim, ProofIdentity::AnyProcess)
+                .await
+                .map(|()| Done::default())
+                .map_err(|reason| CallError::Refused(format!("{}: {reason}", reason.code())));
+        }
     };
     done.map_err(|error| CallError::of(&error))
 }
@@ -221,9 +238,22 @@ async fn answer(
         }
         match serde_json::from_str::<Request>(&line) {
             Ok(request) if request.task_id == claim.task_id && request.run_id == claim.run_id => {
-                match perform(board, claim, &request.call).await {
-                    Ok(done) => Answer::Done(done),
-                    Err(error) => Answer::NotDone { error },
+                match &request.call {
+                    Call::Prove { claim_lock, db }
+                        if *claim_lock == claim.claim_lock && *db == claim.db =>
+                    {
+                        Answer::Proof {
+                            not_live: board
+                                .prove_claim(claim, ProofIdentity::AnyProcess)
+                                .await
+                                .err(),
+                        }
+                    }
+                    Call::Prove { .. } => Answer::NotMine,
+                    call => match perform(board, claim, call).await {
+                        Ok(done) => Answer::Done(done),
+                        Err(error) => Answer::NotDone { error },
+                    },
                 }
             }
             Ok(_) => Answer::NotMine,
@@ -240,31 +270,17 @@ async fn answer(
     stream.shutdown().await
 }
 
-/// Asks the worker named in `KANBAN_WORKER_SOCKET` to make `call`: `None`
-/// when there is no worker to ask, and the caller must go to the board.
-pub(crate) fn ask_worker(
-    socket: Option<&str>,
-    claim: &Claim,
-    call: &Call,
-) -> Option<Result<Done, CallError>> {
+/// Sends `request` to the worker at `socket` and reads its answer: `None`
+/// when nobody listens there (no worker, or this is no worker's agent).
+fn exchange(socket: Option<&str>, request: &Request) -> Option<Result<Answer, String>> {
     let name = socket?.strip_prefix('@')?;
     let address = SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
-    // Nobody listening (the worker is gone, or this is no worker's agent).
     let mut stream = UnixStream::connect_addr(&address).ok()?;
-    let request = Request {
-        task_id: claim.task_id.clone(),
-        run_id: claim.run_id,
-        call: call.clone(),
-    };
     // Once connected, the call may have been made: a lost answer is a
-    // failure to retry (the retry is refused if the first went through),
+    // failure (to retry, and a retry is refused if the first went through),
     // never a reason to make the call a second way.
-    let lost = |error: std::io::Error| {
-        Some(Err(CallError::Failed(format!(
-            "the worker did not answer the call ({error})"
-        ))))
-    };
-    let mut line = serde_json::to_string(&request).unwrap_or_default();
+    let lost = |error: std::io::Error| Some(Err(format!("the worker did not answer ({error})")));
+    let mut line = serde_json::to_string(request).unwrap_or_default();
     line.push('\n');
     if let Err(error) = stream
         .set_read_timeout(Some(ANSWER_PATIENCE))
@@ -278,12 +294,58 @@ pub(crate) fn ask_worker(
         return lost(error);
     }
     match serde_json::from_str::<Answer>(&answer) {
-        Ok(Answer::Done(done)) => Some(Ok(done)),
-        Ok(Answer::NotDone { error }) => Some(Err(error)),
-        Ok(Answer::NotMine) => None,
+        Ok(answer) => Some(Ok(answer)),
         Err(_) => lost(std::io::Error::other(
             "its answer was cut short or not understood",
         )),
+    }
+}
+
+/// Asks the worker named in `KANBAN_WORKER_SOCKET` to make `call`: `None`
+/// when there is no worker to ask, and the caller must go to the board.
+pub(crate) fn ask_worker(
+    socket: Option<&str>,
+    claim: &Claim,
+    call: &Call,
+) -> Option<Result<Done, CallError>> {
+    let request = Request {
+        task_id: claim.task_id.clone(),
+        run_id: claim.run_id,
+        call: call.clone(),
+    };
+    match exchange(socket, &request)? {
+        Ok(Answer::Done(done)) => Some(Ok(done)),
+        Ok(Answer::NotDone { error }) => Some(Err(error)),
+        Ok(Answer::NotMine) => None,
+        Ok(Answer::Proof { .. }) => Some(Err(CallError::Failed(
+            "the worker answered another question".to_owned(),
+        ))),
+        Err(lost) => Some(Err(CallError::Failed(lost))),
+    }
+}
+
+/// Asks the worker for the lease proof of `request`, when the request is
+/// the worker's own claim: `None` when there is no such worker to ask.
+/// Fails closed: a worker that does not answer proves nothing.
+pub(crate) fn ask_worker_proof(
+    socket: Option<&str>,
+    request: &ProofRequest,
+) -> Option<Result<(), NotLive>> {
+    let asked = Request {
+        task_id: request.task_id.clone()?,
+        run_id: request.run_id.as_deref()?.trim().parse().ok()?,
+        call: Call::Prove {
+            claim_lock: request.claim_lock.clone()?,
+            db: request.db.clone()?,
+        },
+    };
+    match exchange(socket, &asked)? {
+        Ok(Answer::Proof { not_live }) => Some(not_live.map_or(Ok(()), Err)),
+        Ok(Answer::NotMine) => None,
+        Ok(Answer::Done(_) | Answer::NotDone { .. }) => Some(Err(NotLive::Unreadable(
+            "the worker answered another question".to_owned(),
+        ))),
+        Err(lost) => Some(Err(NotLive::Unreadable(lost))),
     }
 }
 
@@ -348,9 +410,23 @@ mod tests {
                     summary: "done".into(),
                     result: None,
                 };
+                let proof = |claim: &Claim| ProofRequest {
+                    task_id: Some(claim.task_id.clone()),
+                    db: Some(claim.db.clone()),
+                    run_id: Some(claim.run_id.to_string()),
+                    claim_lock: Some(claim.claim_lock.clone()),
+                };
+                let live = ask_worker_proof(Some(&socket), &proof(&asked));
+                let mut stranger = asked.clone();
+                stranger.claim_lock = "another:1:lock".into();
+                let strangers = ask_worker_proof(Some(&socket), &proof(&stranger));
                 let first = ask_worker(Some(&socket), &asked, &complete);
                 let second = ask_worker(Some(&socket), &asked, &complete);
+                let closed = ask_worker_proof(Some(&socket), &proof(&asked));
                 let nobody = ask_worker(Some("@kanban-worker-nobody"), &asked, &complete);
+                assert_eq!(live, Some(Ok(())), "the worker proves its own claim");
+                assert_eq!(strangers, None, "another lock's proof is not the worker's");
+                assert!(matches!(closed, Some(Err(_))), "{closed:?}");
                 (garbage, not_mine, commented, first, second, nobody)
             })
             .await

@@ -163,7 +163,7 @@ impl ProofRequest {
 }
 
 /// Why a worker does not hold a live claim. Each has a stable reason code.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum NotLive {
     NoTaskId,
     NoBoard,

@@ -531,7 +531,7 @@ fn calls_through_the_worker(bench: &Bench, body: &str) -> std::path::PathBuf {
         &bench.path().join("agent.sh"),
         &format!(
             "#!/bin/sh\ncat > /dev/null\nsaid='{}'\necho \"socket=$KANBAN_WORKER_SOCKET\" >> \"$said\"\n\
-             export HERMES_KANBAN_DB=/nonexistent/board.db\n{body}\n",
+             real_db=\"$HERMES_KANBAN_DB\"\nexport HERMES_KANBAN_DB=/nonexistent/board.db\n{body}\n",
             said.display()
         ),
     );
@@ -545,16 +545,31 @@ fn an_agents_board_calls_are_made_by_its_worker_with_the_workers_claim() {
     let carrier = bench.claim(&id, None);
     let said = calls_through_the_worker(
         &bench,
-        "\"$KANBAN_BIN\" comment 'from the agent'; echo \"comment=$?\" >> \"$said\"\n\
+        "echo \"password=${PGPASSWORD-none}\" >> \"$said\"\n\
+         HERMES_KANBAN_DB=\"$real_db\" \"$KANBAN_BIN\" fence check > /dev/null; echo \"fence=$?\" >> \"$said\"\n\
+         \"$KANBAN_BIN\" comment 'from the agent'; echo \"comment=$?\" >> \"$said\"\n\
          \"$KANBAN_BIN\" heartbeat --note busy; echo \"heartbeat=$?\" >> \"$said\"\n\
          HERMES_KANBAN_RUN_ID=999999 \"$KANBAN_BIN\" comment 'not this run'; echo \"other run=$?\" >> \"$said\"\n\
          \"$KANBAN_BIN\" complete --summary 'done by proxy'; echo \"complete=$?\" >> \"$said\"\n\
+         HERMES_KANBAN_DB=\"$real_db\" \"$KANBAN_BIN\" fence check 2> /dev/null; echo \"fence after=$?\" >> \"$said\"\n\
          echo '{\"completed\": true}'",
     );
-    let output = bench.worker(&carrier, &bench.path().join("agent.sh"), &[], &[]);
+    let output = bench.worker(
+        &carrier,
+        &bench.path().join("agent.sh"),
+        &[("PGPASSWORD", "hunter2")],
+        &[],
+    );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let said = std::fs::read_to_string(said).unwrap();
     assert!(said.contains("socket=@kanban-worker-"), "{said}");
+    // The agent is handed no database password: it needs none.
+    assert!(said.contains("password=none\n"), "{said}");
+    // Its fence proof (which the worker answers when the claim and board
+    // are its own: the unit test of the wire shows it does) is live while
+    // the run is, and not once its own terminal call closed it.
+    assert!(said.contains("fence=0\n"), "{said}");
+    assert!(said.contains("fence after=1\n"), "{said}");
     // The worker made these on its own board, with its own claim.
     assert!(said.contains("comment=0\n"), "{said}");
     assert!(said.contains("heartbeat=0\n"), "{said}");
