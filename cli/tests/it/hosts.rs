@@ -246,40 +246,58 @@ fn three_hosts_share_one_postgres_board_and_one_dies_mid_run() {
     // namespace) once a third of the cards are done and it is mid-run.
     let victim = &hosts[1];
     let third = i64::try_from(cards / 3).unwrap();
-    loop {
+    let signal_all = |pids: &[String], signal: &str| {
+        for pid in pids {
+            // Some have already exited: that is fine.
+            let _ = Command::new("kill")
+                .args([signal, pid])
+                .stderr(Stdio::null())
+                .status();
+        }
+    };
+    let host_pids = || -> Vec<String> {
+        let pids = Command::new("ip")
+            .args(["netns", "pids", victim])
+            .output()
+            .unwrap();
+        text(&pids.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let (pids, in_flight) = loop {
         let done = count(&mut sql, "SELECT COUNT(*) FROM tasks WHERE status = 'done'");
         let running_there = count(
             &mut sql,
             "SELECT COUNT(*) FROM tasks WHERE status = 'running' AND claim_lock LIKE 'kanban-host-2:%'",
         );
-        if done >= third && running_there > 0 {
-            break;
-        }
         assert!(
             started.elapsed() < Duration::from_secs(300),
             "host 2 never ran a card mid-run ({done} done)"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pids = Command::new("ip")
-        .args(["netns", "pids", victim])
-        .output()
-        .unwrap();
-    let pids: Vec<String> = text(&pids.stdout)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    let in_flight = count(
-        &mut sql,
-        "SELECT COUNT(*) FROM tasks WHERE status = 'running' AND claim_lock LIKE 'kanban-host-2:%'",
-    );
-    for pid in &pids {
-        // Some have already exited: that is fine.
-        let _ = Command::new("kill")
-            .args(["-KILL", pid])
-            .stderr(Stdio::null())
-            .status();
-    }
+        if done < third || running_there == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        // Freeze the host, then look: what runs there now is what dies
+        // with it (a card finished between the look and the kill would not
+        // be in flight). Nothing running once frozen: thaw, look again.
+        // Twice: a process started between the listing and the signal is
+        // caught by the second.
+        signal_all(&host_pids(), "-STOP");
+        let pids = host_pids();
+        signal_all(&pids, "-STOP");
+        let in_flight = count(
+            &mut sql,
+            "SELECT COUNT(*) FROM tasks WHERE status = 'running' AND claim_lock LIKE 'kanban-host-2:%'",
+        );
+        if in_flight > 0 {
+            break (pids, in_flight);
+        }
+        signal_all(&pids, "-CONT");
+    };
+    signal_all(&pids, "-KILL");
+    signal_all(&host_pids(), "-KILL");
     let killed = dispatchers.remove(1).wait().unwrap();
     assert!(!killed.success(), "host 2 was killed");
     for (index, mut dispatcher) in dispatchers.into_iter().enumerate() {
