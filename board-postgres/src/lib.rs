@@ -41,12 +41,14 @@ pub fn is_postgres_url(db: &str) -> bool {
 /// `postgres://USER@HOST:PORT/DBNAME`, whatever the input spelled (a
 /// password in the URL is dropped here; the driver still uses it).
 pub fn public_url(config: &tokio_postgres::Config) -> String {
+    use std::os::unix::ffi::OsStrExt;
     use tokio_postgres::config::Host;
     let user = config.get_user().unwrap_or("");
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) if host.contains(':') => format!("[{host}]"),
-        Some(Host::Tcp(host)) => host.clone(),
-        Some(Host::Unix(path)) => path.display().to_string(),
+        Some(Host::Tcp(host)) => encoded(host.as_bytes()),
+        // A socket folder goes percent-encoded, as the URL form asks.
+        Some(Host::Unix(path)) => encoded(path.as_os_str().as_bytes()),
         None => "localhost".to_owned(),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
@@ -54,9 +56,26 @@ pub fn public_url(config: &tokio_postgres::Config) -> String {
     let at = if user.is_empty() {
         String::new()
     } else {
-        format!("{user}@")
+        format!("{}@", encoded(user.as_bytes()))
     };
-    format!("postgres://{at}{host}:{port}/{dbname}")
+    format!(
+        "postgres://{at}{host}:{port}/{}",
+        encoded(dbname.as_bytes())
+    )
+}
+
+/// `bytes` with every byte but the URL's unreserved ones percent-encoded:
+/// a name with `@`, `/`, `?` or `:` in it reads back as itself.
+fn encoded(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for &byte in bytes {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            text.push(char::from(byte));
+        } else {
+            text.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    text
 }
 
 /// Parses a board URL; the error names what is wrong, never the password.
@@ -306,3 +325,28 @@ macro_rules! snapshot {
 }
 
 pub(crate) use {snapshot, transaction};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_public_url_reads_back_as_the_same_board_whatever_its_names_hold() {
+        for url in [
+            "postgres://kanban@db.example:6543/boards",
+            "postgres://a%40b%3Ac@%2Fvar%2Frun%2Fpostgres%20sock:5433/x%2Fy%3Fz",
+            "postgres://k@[::1]:5432/k",
+            "postgres://%C3%A9l%C3%A8ve@localhost/d%C3%A9p%C3%B4t",
+        ] {
+            let config = parse_url(url).unwrap();
+            let again = parse_url(&public_url(&config)).unwrap();
+            assert_eq!(again.get_user(), config.get_user(), "{url}");
+            assert_eq!(again.get_hosts(), config.get_hosts(), "{url}");
+            assert_eq!(again.get_ports(), config.get_ports(), "{url}");
+            assert_eq!(again.get_dbname(), config.get_dbname(), "{url}");
+        }
+        let odd = parse_url("postgres://a%40b@%2Ftmp%2Fpg:5433/x%2Fy").unwrap();
+        assert_eq!(odd.get_user(), Some("a@b"));
+        assert_eq!(public_url(&odd), "postgres://a%40b@%2Ftmp%2Fpg:5433/x%2Fy");
+    }
+}
