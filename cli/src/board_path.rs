@@ -83,7 +83,7 @@ pub(crate) fn postgres_url(path: &Path) -> Option<&str> {
 }
 
 /// The board ports a command works through, whichever engine keeps them.
-pub(crate) trait AnyBoard: Board + BoardAdmin + DispatchBoard {}
+pub(crate) trait AnyBoard: kanban_agent_port::ToolBoard + DispatchBoard {}
 
 impl<T: Board + BoardAdmin + DispatchBoard> AnyBoard for T {}
 

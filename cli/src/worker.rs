@@ -216,18 +216,8 @@ async fn run_worker_process(
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
     let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
-        let tool_board = match open_claim_board(&claim, clock.clone(), env).await {
-            Ok(board) => board.into_tool_board(),
-            // The board's fault, never the card's.
-            Err(error) => {
-                errln!("error: {error:#}");
-                let fault = match error.downcast_ref::<BoardError>() {
-                    Some(error) => environment_fault(error),
-                    None => EnvironmentFault::Configuration(format!("{error:#}")),
-                };
-                return Ok(WorkerEnd::fault(fault));
-            }
-        };
+        // The HTTP agent's tools use the board this worker holds open.
+        let tool_board: Arc<dyn kanban_agent_port::ToolBoard> = board.clone();
         let tools = BoardTools::new(tool_board, claim.clone(), "worker");
         Box::new(HttpAgent::new(
             config,
