@@ -50,6 +50,13 @@ fn wait_for_lock(attempt: i32) -> bool {
     std::thread::sleep(Duration::from_micros(pause));
     true
 }
+/// How many prepared statements a connection keeps. rusqlite keeps 16 by
+/// default; the dispatcher's loop alone uses more than that, so each round
+/// evicted statements it was about to need and SQLite parsed and planned
+/// them again (a tenth of a dispatcher's own time went to it). Every
+/// `prepare_cached` of this crate fits, with room for the lane queries that
+/// vary with their filter (`every_statement_of_the_board_fits_its_cache`).
+pub(crate) const STATEMENT_CACHE: usize = 128;
 /// Whole-transaction retries on `SQLITE_BUSY` beyond the busy timeout.
 pub(crate) const BUSY_RETRIES: u32 = 8;
 /// The name an in-memory board goes by, in claims and messages.
@@ -341,6 +348,7 @@ impl Store {
     ) -> Result<Self, BoardError> {
         let fail = |error: rusqlite::Error| storage_error(&path, &error);
         conn.busy_handler(Some(wait_for_lock)).map_err(fail)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // Refuse a newer board before touching it: no pragma that writes runs first.
         let version = schema_version(&conn).map_err(fail)?;
         if migrate == Migrate::OwnOnly && version == 0 && has_tables(&conn).map_err(fail)? {
@@ -625,12 +633,14 @@ impl Store {
         if deferred {
             // For this one commit only, under the same lock: no other write
             // of this connection can slip in unsynced.
-            conn.execute_batch("PRAGMA synchronous = NORMAL")
+            conn.prepare_cached("PRAGMA synchronous = NORMAL")
+                .and_then(|mut pragma| pragma.execute([]))
                 .map_err(|error| storage_error(&self.path, &error))?;
         }
         let written = Self::write_on(&self.path, &self.clock, &mut conn, &mut body);
         if deferred {
-            conn.execute_batch("PRAGMA synchronous = FULL")
+            conn.prepare_cached("PRAGMA synchronous = FULL")
+                .and_then(|mut pragma| pragma.execute([]))
                 .map_err(|error| storage_error(&self.path, &error))?;
         }
         written
@@ -821,7 +831,8 @@ impl ChangeWatch {
     pub fn changed(&mut self) -> bool {
         let now = self
             .conn
-            .query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut look| look.query_row([], |row| row.get::<_, i64>(0)))
             .ok();
         let changed = now.is_none() || now != self.seen;
         self.seen = now;
@@ -858,6 +869,39 @@ mod tests {
             store.write_deferred(|_, _| Err(BoardError::InvalidInput("refused".to_owned()).into()));
         assert!(failed.is_err());
         assert_eq!(synchronous_during(&store, Durability::Synced), 2);
+    }
+
+    #[test]
+    fn a_statement_used_again_is_not_prepared_again() {
+        let store = Store::in_memory(Arc::new(kanban_testkit::VirtualClock::at(0))).unwrap();
+        // SQLite asks the authorizer while it prepares a statement, never
+        // while it runs one: each call is one preparation.
+        let prepared = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = prepared.clone();
+        store
+            .conn
+            .lock()
+            .unwrap()
+            .authorizer(Some(move |_: rusqlite::hooks::AuthContext<'_>| {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                rusqlite::hooks::Authorization::Allow
+            }))
+            .unwrap();
+        let statements: Vec<String> = (0..STATEMENT_CACHE)
+            .map(|n| format!("SELECT {n}"))
+            .collect();
+        let round = || {
+            for sql in &statements {
+                let value: i64 = store
+                    .read(|conn| conn.prepare_cached(sql)?.query_row([], |row| row.get(0)))
+                    .unwrap();
+                assert_eq!(sql, &format!("SELECT {value}"));
+            }
+            prepared.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let first = round();
+        assert!(first >= STATEMENT_CACHE, "{first} preparations");
+        assert_eq!(round(), first, "the second round prepared again");
     }
 
     #[test]

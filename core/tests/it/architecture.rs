@@ -244,3 +244,35 @@ fn only_writes_whose_loss_equals_an_earlier_crash_skip_the_sync() {
     assert!(seen >= DEFERRED.len(), "the deferred writes were not found");
     assert!(found.is_empty(), "{found:#?}");
 }
+
+#[test]
+fn every_statement_of_the_sqlite_board_fits_its_cache() {
+    // A statement evicted from the connection's cache is parsed and planned
+    // again on its next use; the cache holds twice the statements written,
+    // so that the lane queries whose text varies with a filter fit too.
+    let board = sources("board-sqlite/src");
+    let declared = board
+        .iter()
+        .filter(|(path, _)| path.ends_with("open.rs"))
+        .flat_map(|(_, code)| code.lines())
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("pub(crate) const STATEMENT_CACHE: usize = ")
+        })
+        .and_then(|rest| {
+            rest.trim_end_matches(';')
+                .replace('_', "")
+                .parse::<usize>()
+                .ok()
+        })
+        .expect("board-sqlite/src/open.rs declares STATEMENT_CACHE");
+    let statements: usize = board
+        .iter()
+        .map(|(_, code)| code.matches("prepare_cached(").count())
+        .sum();
+    assert!(statements > 0, "no cached statement was found");
+    assert!(
+        statements * 2 <= declared,
+        "{statements} cached statements in a cache of {declared}"
+    );
+}
