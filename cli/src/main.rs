@@ -39,6 +39,9 @@ use crate::args::{Cli, Command, FenceCommand};
 use crate::out::{errln, out};
 
 fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let level = match (quiet, verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
@@ -48,15 +51,29 @@ fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
     // Recovery and worker lines already reach stderr through the worker's
     // own output; tracing would print them twice.
     let default = format!("{level},kanban::recovery=off,kanban::worker=off");
-    let filter = env.get("KANBAN_LOG").map(str::to_owned).unwrap_or(default);
+    let given = env.get("KANBAN_LOG");
+    // Targets and levels only: a filter with spans or fields needs regular
+    // expressions, whose code every process (each worker, each agent's
+    // call) would load and compile at start for nothing.
+    let targets = given
+        .unwrap_or(&default)
+        .parse::<tracing_subscriber::filter::Targets>()
+        .unwrap_or_else(|_| {
+            errln!(
+                "warning: KANBAN_LOG is not a list of targets and levels (like `debug` or `warn,kanban::dispatch=debug`); logging warnings only"
+            );
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing_subscriber::filter::LevelFilter::WARN)
+        });
     let color = env.get("NO_COLOR").is_none_or(str::is_empty) && std::io::stderr().is_terminal();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "warn".into()),
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(color)
+                .with_target(false)
+                .with_filter(targets),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(color)
-        .with_target(false)
         .init();
 }
 

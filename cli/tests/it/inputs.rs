@@ -189,6 +189,34 @@ fn bytes_that_are_not_utf8_in_the_environment_stop_only_commands_that_read_them(
 }
 
 #[test]
+fn kanban_log_picks_targets_and_levels_and_a_filter_it_cannot_read_is_named() {
+    let bench = Bench::new();
+    let dispatch_once = |filter: &str| {
+        bench
+            .on(&bench.db)
+            .args(["dispatch", "--once", "--agent", "/bin/true"])
+            .env("KANBAN_LOG", filter)
+            .output()
+            .unwrap()
+    };
+    let chosen = dispatch_once("warn,kanban::dispatch=debug");
+    let stderr = text(&chosen.stderr);
+    assert!(chosen.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("DEBUG claim plan:") && stderr.contains("INFO tick:"),
+        "{stderr}"
+    );
+    let unreadable = dispatch_once("warn,kanban::dispatch=[oops");
+    let stderr = text(&unreadable.stderr);
+    assert!(unreadable.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("KANBAN_LOG is not a list of targets and levels")
+            && !stderr.contains("tick:"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_reader_that_goes_away_ends_a_listing_quietly() {
     let bench = Bench::new();
     // One title longer than a pipe's buffer: the write must meet a closed pipe.
