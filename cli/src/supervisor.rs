@@ -155,39 +155,60 @@ enum Runs {
 
 /// Every process of this machine whose environment carries `claim`'s card
 /// and (per `runs`) run: workers, their agents, and whatever they left running.
+///
+/// A dispatcher sweeps after every booked exit, so the scan reads each
+/// environment into one reused buffer (no `stat` for a size `/proc` does
+/// not know, no list of its entries) and looks at every entry once.
 fn processes_of(claim: &Claim, runs: Runs) -> Vec<i32> {
-    let card = [
-        format!("{}={}", vars::TASK, claim.task_id),
-        format!("{}={}", vars::DB, claim.db),
-    ];
+    let task = format!("{}={}", vars::TASK, claim.task_id);
+    let db = format!("{}={}", vars::DB, claim.db);
     let run = format!("{}={}", vars::RUN_ID, claim.run_id);
     let run_prefix = format!("{}=", vars::RUN_ID);
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     let me = std::process::id();
-    entries
+    let mut environ = Vec::with_capacity(16 * 1024);
+    let mut found = Vec::new();
+    for pid in entries
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != me)
-        .filter(|pid| {
-            // Another user's process, or one already gone, cannot be read.
-            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-                return false;
-            };
-            let entries: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-            let this_run = entries.contains(&run.as_bytes());
-            let some_run = entries
-                .iter()
-                .any(|entry| entry.starts_with(run_prefix.as_bytes()));
-            card.iter().all(|want| entries.contains(&want.as_bytes()))
-                && match runs {
-                    Runs::This => this_run,
-                    Runs::Earlier => some_run && !this_run,
-                }
-        })
-        .filter_map(|pid| i32::try_from(pid).ok())
-        .collect()
+    {
+        if pid == me {
+            continue;
+        }
+        environ.clear();
+        // Another user's process, or one already gone, cannot be read.
+        let read = File::open(format!("/proc/{pid}/environ"))
+            .and_then(|mut file| file.read_to_end(&mut environ));
+        if read.is_err() {
+            continue;
+        }
+        let (mut same_task, mut same_board, mut this_run, mut some_run) =
+            (false, false, false, false);
+        for entry in environ.split(|byte| *byte == 0) {
+            if entry == task.as_bytes() {
+                same_task = true;
+            } else if entry == db.as_bytes() {
+                same_board = true;
+            } else if entry.starts_with(run_prefix.as_bytes()) {
+                some_run = true;
+                this_run |= entry == run.as_bytes();
+            }
+        }
+        let wanted = match runs {
+            Runs::This => this_run,
+            Runs::Earlier => some_run && !this_run,
+        };
+        if same_task
+            && same_board
+            && wanted
+            && let Ok(pid) = i32::try_from(pid)
+        {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 /// SIGKILLs the process group of every process in `pids` (the process
