@@ -320,8 +320,33 @@ impl DispatchBoard for PgBoard {
         })
     }
 
-    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError> {
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<bool, BoardError> {
         transaction!(self, |tx, now| {
+            // The walls' rows stay locked to the commit: a second dispatcher
+            // probing the same wall waits here, then reads this probe.
+            tx.query(
+                "SELECT 1 FROM provider_walls WHERE scope = ANY($1) ORDER BY scope FOR UPDATE",
+                &[&scopes],
+            )
+            .await?;
+            for scope in scopes {
+                let barred: bool = tx
+                    .value(
+                        "SELECT EXISTS (SELECT 1 FROM provider_walls w
+                          WHERE w.scope = $1
+                            AND (w.until > $2
+                                 OR (w.probe_run IS NOT NULL AND w.probe_run != $3
+                                     AND EXISTS (SELECT 1 FROM tasks t
+                                                  WHERE t.current_run_id = w.probe_run
+                                                    AND t.status = 'running'
+                                                    AND t.claim_lock IS NOT NULL))))",
+                        &[scope, &now, &claim.run_id],
+                    )
+                    .await?;
+                if barred {
+                    return Ok(false);
+                }
+            }
             for scope in scopes {
                 tx.execute(
                     "UPDATE provider_walls SET probe_run = $2 WHERE scope = $1",
@@ -331,7 +356,7 @@ impl DispatchBoard for PgBoard {
             }
             let event = events::wall_probe(claim, scopes);
             append_event(tx, &claim.task_id, &event, now).await?;
-            Ok(())
+            Ok(true)
         })
     }
 

@@ -280,18 +280,36 @@ impl DispatchBoard for SqliteBoard {
         .await
     }
 
-    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError> {
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<bool, BoardError> {
         let claim = claim.clone();
         let scopes = scopes.to_vec();
         self.call(move |store| {
             store.write(|tx, now| {
+                // Looked at inside the write lock: nobody moves a wall between.
+                for scope in &scopes {
+                    let barred: bool = tx
+                        .prepare_cached(
+                            "SELECT EXISTS (SELECT 1 FROM provider_walls w
+                              WHERE w.scope = ?1
+                                AND (w.until > ?2
+                                     OR (w.probe_run IS NOT NULL AND w.probe_run != ?3
+                                         AND EXISTS (SELECT 1 FROM tasks t
+                                                      WHERE t.current_run_id = w.probe_run
+                                                        AND t.status = 'running'
+                                                        AND t.claim_lock IS NOT NULL))))",
+                        )?
+                        .query_row(params![scope, now, claim.run_id], |row| row.get(0))?;
+                    if barred {
+                        return Ok(false);
+                    }
+                }
                 for scope in &scopes {
                     tx.prepare_cached("UPDATE provider_walls SET probe_run = ?2 WHERE scope = ?1")?
                         .execute(params![scope, claim.run_id])?;
                 }
                 let event = events::wall_probe(&claim, &scopes);
                 append_event(tx, &claim.task_id, &event, now)?;
-                Ok(())
+                Ok(true)
             })
         })
         .await

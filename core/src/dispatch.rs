@@ -128,8 +128,13 @@ pub trait DispatchBoard: Board {
     /// Every provider wall on the board.
     async fn walls(&self) -> Result<Vec<Wall>, BoardError>;
     /// Marks `claim`'s run as the probe of the walls of `scopes` (event
-    /// `wall_probe`).
-    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError>;
+    /// `wall_probe`), as one compare-and-set: only when every one of those
+    /// walls has reached its reset time and no other running run probes it
+    /// (a probe whose run was released or reclaimed no longer counts), so
+    /// that two dispatchers seeing a wall open at once let one probe
+    /// through, not two. `false`, with nothing written, when a wall is
+    /// probed or was re-armed meanwhile. A scope with no wall is no bar.
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<bool, BoardError>;
     /// Records the worker process (pid, start time, seal digest) on the
     /// card and its run (event `spawned`). Fenced by the run and the claim lock.
     async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError>;

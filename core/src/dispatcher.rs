@@ -1622,11 +1622,21 @@ impl Dispatcher {
             return Started::Skipped;
         };
         if let Some(scopes) = probe {
-            if let Err(error) = self.ports.board.start_probe(&claim, &scopes).await {
-                self.board_trouble(&error);
-                let reason = "its wall probe could not be recorded".to_owned();
-                self.release(&claim, Release::NotStarted { reason }).await;
-                return Started::Stop;
+            match self.ports.board.start_probe(&claim, &scopes).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Another dispatcher's probe got there first (or the
+                    // wall was re-armed): the wall stays shut for this one.
+                    let reason = "another run probes its wall".to_owned();
+                    self.release(&claim, Release::NotStarted { reason }).await;
+                    return Started::Skipped;
+                }
+                Err(error) => {
+                    self.board_trouble(&error);
+                    let reason = "its wall probe could not be recorded".to_owned();
+                    self.release(&claim, Release::NotStarted { reason }).await;
+                    return Started::Stop;
+                }
             }
             self.note(DispatchEvent::WallProbe {
                 task_id: claim.task_id.clone(),

@@ -10,6 +10,7 @@
 //! ```
 
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
+use kanban_core::walls::{WallHit, WallKind};
 use kanban_core::{
     Board, BoardAdmin, BoardError, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitReport,
     ExitWitness, NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus,
@@ -54,7 +55,8 @@ macro_rules! board_contract_tests {
             overrun_settlements_count,
             run_status_follows_the_run,
             batched_claims_and_routing_filters,
-            held_and_delayed_cards_wait
+            held_and_delayed_cards_wait,
+            one_probe_per_wall
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -1061,4 +1063,79 @@ pub fn held_and_delayed_cards_wait<B: BoardAdmin + DispatchBoard>(board: &B, tim
     assert_eq!(next(board).map(|c| c.task_id), Some(held));
     time.advance(60);
     assert_eq!(next(board).map(|c| c.task_id), Some(later));
+}
+
+/// Walls: one probe at a time. A probe starts only once the wall's reset
+/// time came and no other running run probes it; a probe whose run was
+/// released no longer bars the next; nothing is written when refused.
+pub fn one_probe_per_wall<B: BoardAdmin + DispatchBoard>(board: &B, time: &VirtualClock) {
+    for n in 0..5 {
+        create(board, &task(&format!("walled {n}")));
+    }
+    let scopes = vec!["provider-a model:m".to_owned()];
+    let hitter = next(board).unwrap();
+    let walled = ExitReport {
+        wall: Some(WallHit {
+            scope: scopes[0].clone(),
+            kind: WallKind::Rate,
+            route: "default".into(),
+            reported_wait: Some(60),
+            reason: "rate_limit".into(),
+        }),
+        ..report(ExitWitness::Code(75))
+    };
+    block_on(board.book_exit(&hitter, &walled)).unwrap();
+    let until = block_on(board.walls()).unwrap()[0].until;
+    let (first, second, third) = (
+        next(board).unwrap(),
+        next(board).unwrap(),
+        next(board).unwrap(),
+    );
+    assert!(
+        !block_on(board.start_probe(&first, &scopes)).unwrap(),
+        "no probe before the reset"
+    );
+    time.set(until);
+    assert!(block_on(board.start_probe(&first, &scopes)).unwrap());
+    assert_eq!(
+        block_on(board.walls()).unwrap()[0].probe_run,
+        Some(first.run_id)
+    );
+    let probes = |claim: &Claim| {
+        block_on(board.show_task(&claim.task_id))
+            .unwrap()
+            .events
+            .iter()
+            .filter(|e| e.kind == "wall_probe")
+            .count()
+    };
+    assert!(
+        !block_on(board.start_probe(&second, &scopes)).unwrap(),
+        "a second probe while the first runs"
+    );
+    assert_eq!(
+        block_on(board.walls()).unwrap()[0].probe_run,
+        Some(first.run_id),
+        "the refused probe wrote nothing"
+    );
+    assert_eq!(probes(&second), 0);
+    assert!(
+        block_on(board.start_probe(&first, &scopes)).unwrap(),
+        "a probe recorded again by its own run"
+    );
+    assert!(
+        block_on(board.start_probe(&third, &["no wall here".to_owned()])).unwrap(),
+        "a scope with no wall bars nothing"
+    );
+    // The first probe's run is released unstarted: its probe lapses.
+    let unstarted = Release::NotStarted {
+        reason: "test".into(),
+    };
+    assert!(block_on(board.release_claim(&first, &unstarted, &FailurePolicy::default())).unwrap());
+    assert!(block_on(board.start_probe(&second, &scopes)).unwrap());
+    assert_eq!(
+        block_on(board.walls()).unwrap()[0].probe_run,
+        Some(second.run_id)
+    );
+    assert_eq!(probes(&second), 1);
 }

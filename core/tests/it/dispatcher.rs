@@ -38,6 +38,21 @@ fn settings() -> DispatchSettings {
 }
 
 fn rig_with(settings: DispatchSettings) -> Rig {
+    rig_ahead(settings, 0)
+}
+
+/// A dispatcher's clock `ahead` seconds before its board's.
+#[derive(Debug)]
+struct Ahead(VirtualClock, i64);
+
+impl Clock for Ahead {
+    fn now(&self) -> i64 {
+        self.0.now() + self.1
+    }
+}
+
+/// A rig whose dispatcher reads a clock `ahead` seconds before the board's.
+fn rig_ahead(settings: DispatchSettings, ahead: i64) -> Rig {
     let time = VirtualClock::at(START);
     let board = Arc::new(memory_board(Arc::new(time.clone())));
     let host = FakeHost::new("h1", time.clone());
@@ -46,7 +61,7 @@ fn rig_with(settings: DispatchSettings) -> Rig {
     let ports = DispatchPorts {
         board: board.clone(),
         supervisor: Arc::new(host.clone()),
-        clock: Arc::new(time.clone()),
+        clock: Arc::new(Ahead(time.clone(), ahead)),
         wakeups: Arc::new(host.clone()),
         notes: Arc::new(move |event: &DispatchEvent| seen.lock().unwrap().push(event.clone())),
     };
@@ -689,6 +704,10 @@ fn a_worker_that_reports_an_environment_fault_frees_its_card_uncounted_and_halts
 
 /// Two agents, each on a provider of its own.
 fn two_provider_rig(max_wall_seconds: i64) -> Rig {
+    rig_with(two_provider_settings(max_wall_seconds))
+}
+
+fn two_provider_settings(max_wall_seconds: i64) -> DispatchSettings {
     use kanban_core::walls::{AgentRoute, ProviderId};
     let route = |name: &str| AgentRoute {
         identity: format!("{name}#1"),
@@ -698,7 +717,7 @@ fn two_provider_rig(max_wall_seconds: i64) -> Rig {
         },
         max_in_progress: None,
     };
-    rig_with(DispatchSettings {
+    DispatchSettings {
         max_in_progress: 4,
         failure_policy: FailurePolicy {
             rate_limit_cooldown: 0,
@@ -707,7 +726,7 @@ fn two_provider_rig(max_wall_seconds: i64) -> Rig {
         },
         routes: [("a".to_owned(), route("a")), ("b".to_owned(), route("b"))].into(),
         ..settings()
-    })
+    }
 }
 
 impl Rig {
@@ -811,6 +830,61 @@ fn a_wall_holds_one_providers_cards_with_zero_spawns_until_its_reset_then_one_pr
     assert!(block_on(rig.board.walls()).unwrap().is_empty());
     rig.tick();
     assert!(held.iter().all(|id| rig.status(id) == TaskStatus::Running));
+}
+
+#[test]
+fn a_probe_the_board_refuses_releases_its_card_uncounted_and_the_other_agents_go_on() {
+    // The dispatcher sees the wall's reset come; its board (another
+    // dispatcher's probe, a re-armed wall; here a board whose clock is
+    // behind) refuses the probe: the card is put back as if never claimed.
+    let mut rig = rig_ahead(two_provider_settings(3600), 5);
+    let first = rig.add_for("a first", "a", 10);
+    rig.tick();
+    rig.hit_wall(&first, 30);
+    let waiting = rig.add_for("a waiting", "a", 9);
+    rig.tick();
+    assert_eq!(rig.status(&waiting), TaskStatus::Ready, "held by the wall");
+    let others: Vec<String> = (0..2)
+        .map(|n| rig.add_for(&format!("b{n}"), "b", 5))
+        .collect();
+    let wall = block_on(rig.board.walls()).unwrap()[0].clone();
+    // The dispatcher reads the reset as come; the board, five seconds behind, does not.
+    rig.time.set(wall.until - 5);
+    rig.tick();
+    assert!(
+        [&first, &waiting]
+            .iter()
+            .all(|id| rig.status(id) == TaskStatus::Ready),
+        "no probe the board refused is left claimed"
+    );
+    assert!(
+        [&first, &waiting]
+            .iter()
+            .all(|id| rig.card(id).task.consecutive_failures == 0)
+    );
+    assert!(
+        !rig.events()
+            .iter()
+            .any(|event| matches!(event, DispatchEvent::WallProbe { .. }))
+    );
+    assert!(rig.events().iter().any(|event| matches!(
+        event,
+        DispatchEvent::Released { counted: false, why, .. } if why == "another run probes its wall"
+    )));
+    assert!(
+        others
+            .iter()
+            .all(|id| rig.status(id) == TaskStatus::Running),
+        "the other agent's cards start in the same tick"
+    );
+    // Once the board agrees the reset came, the probe goes.
+    rig.time.advance(5);
+    rig.tick();
+    assert!(
+        rig.events()
+            .iter()
+            .any(|event| matches!(event, DispatchEvent::WallProbe { .. }))
+    );
 }
 
 #[test]

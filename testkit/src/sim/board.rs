@@ -188,7 +188,7 @@ impl DispatchBoard for SimBoard {
         self.gate("walls").await?;
         self.inner.walls().await
     }
-    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<(), BoardError> {
+    async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<bool, BoardError> {
         self.gate("start_probe").await?;
         self.inner.start_probe(claim, scopes).await
     }
