@@ -27,6 +27,10 @@ pub fn parse_verdict(stdout: &str) -> Result<Verdict, JudgeError> {
 pub struct CommandJudge {
     pub command: String,
     pub env: Vec<(String, String)>,
+    /// Variables of this process the judge is not handed (a worker's seal,
+    /// a database password): a judge is a command like an agent, and what
+    /// it prints reaches the card's log.
+    pub env_remove: Vec<String>,
     pub timeout: std::time::Duration,
 }
 
@@ -36,6 +40,7 @@ impl CommandJudge {
         Self {
             command,
             env,
+            env_remove: Vec::new(),
             timeout: std::time::Duration::from_secs(60),
         }
     }
@@ -45,10 +50,15 @@ impl CommandJudge {
 impl Judge for CommandJudge {
     async fn judge(&self, goal: &str, last_response: &str) -> Result<Verdict, JudgeError> {
         use std::io::Read;
-        let mut child = Command::new(crate::exec::shell())
+        let mut command = Command::new(crate::exec::shell());
+        command
             .arg("-c")
             .arg(&self.command)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        for name in &self.env_remove {
+            command.env_remove(name);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -258,10 +258,12 @@ async fn run_worker_process(
             activity.clone(),
         ))
     };
-    let judge = args
-        .judge
-        .clone()
-        .map(|command| CommandJudge::new(command, agent_env(Some(&claim), env)));
+    let judge = args.judge.clone().map(|command| CommandJudge {
+        // The judge makes no board call: it needs neither the seal that
+        // signs this worker's trailer nor the board's password.
+        env_remove: vec![SEAL_VAR.to_owned(), "PGPASSWORD".to_owned()],
+        ..CommandJudge::new(command, agent_env(Some(&claim), env))
+    });
     let sleeper = StoppableSleeper {
         activity: activity.clone(),
     };

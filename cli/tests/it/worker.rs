@@ -265,6 +265,45 @@ fn goal_mode_does_not_continue() {
 }
 
 #[test]
+fn a_judge_is_handed_neither_the_workers_seal_nor_the_boards_password() {
+    let bench = Bench::new();
+    let card = bench.add("judged", &["--goal"]);
+    let carrier = bench.claim(&card, None);
+    let agent = AgentScript::new(vec![AgentTurn::result(
+        r#"{"completed": true, "final_response": "an answer"}"#,
+    )])
+    .write(bench.path(), "agent.sh");
+    let said = bench.path().join("judge.said");
+    let judge = bench.path().join("judge.sh");
+    write_executable(
+        &judge,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\n\
+             echo \"seal=${{KANBAN_WORKER_SEAL-none}} password=${{PGPASSWORD-none}}\" >> '{}'\n\
+             printf '%s\\n' '{{\"verdict\": \"blocked\", \"reason\": \"scripted\"}}'\n",
+            said.display()
+        ),
+    );
+    let output = bench.worker(
+        &carrier,
+        &agent.path,
+        &[
+            ("KANBAN_WORKER_SEAL", "s3cret-seal"),
+            ("PGPASSWORD", "hunter2"),
+        ],
+        &["--judge", judge.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let said = std::fs::read_to_string(said).unwrap();
+    assert_eq!(said, "seal=none password=none\n");
+    assert_eq!(
+        bench.show(&card)["task"]["status"],
+        "blocked",
+        "the judge was asked"
+    );
+}
+
+#[test]
 fn goal_mode_continues_after_a_successful_authorized_recovery() {
     let bench = Bench::new();
     let card = bench.add("goal card", &["--goal"]);
