@@ -100,7 +100,29 @@ fn unreachable(board: &str, error: &tokio_postgres::Error) -> BoardError {
     if error.as_db_error().is_some() {
         return storage_error(board, error);
     }
+    let said = error.to_string();
+    // TLS that fails fails the same way every time: the URL or the server
+    // is to be changed, not waited for.
+    if said.contains("TLS") || said.contains("certificate") {
+        return BoardError::Unusable {
+            path: board.to_owned(),
+            message: format!(
+                "the TLS connection to the server failed ({said}); with sslmode=require the server must offer TLS (ssl = on) and present a certificate for the URL's host signed by a CA in sslrootcert=PATH (or a public one)"
+            ),
+        };
+    }
     BoardError::Storage(format!("{board}: the server cannot be reached ({error})"))
+}
+
+/// Drives one connection until its client is dropped.
+async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "postgres connection ended");
+    }
 }
 
 /// [`unreachable`]'s error at the first open: not passing, but a URL or a
@@ -227,6 +249,8 @@ impl Conn {
 /// Clients to one database, opened on the board's runtime when needed.
 pub(crate) struct Pool {
     config: tokio_postgres::Config,
+    /// Verified TLS when the URL asks for it (`sslmode=require`).
+    tls: Option<crate::tls::Verified>,
     runtime: tokio::runtime::Handle,
     idle: Mutex<Vec<Conn>>,
     /// The board's name in messages: its URL without a password.
@@ -243,11 +267,13 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     pub(crate) fn new(
         config: tokio_postgres::Config,
+        tls: Option<crate::tls::Verified>,
         runtime: tokio::runtime::Handle,
         name: String,
     ) -> Self {
         Self {
             config,
+            tls,
             runtime,
             idle: Mutex::new(Vec::new()),
             name,
@@ -256,6 +282,10 @@ impl Pool {
 
     pub(crate) fn config(&self) -> &tokio_postgres::Config {
         &self.config
+    }
+
+    pub(crate) fn tls(&self) -> Option<&crate::tls::Verified> {
+        self.tls.as_ref()
     }
 
     pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
@@ -281,14 +311,21 @@ impl Pool {
 
     async fn connect(&self) -> Result<Conn, BoardError> {
         let config = self.config.clone();
+        let tls = self.tls.clone();
         let opened = self.runtime.spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
             // The connection task ends when its client is dropped.
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::debug!(%error, "postgres connection ended");
+            let client = match tls {
+                None => {
+                    let (client, connection) = config.connect(NoTls).await?;
+                    tokio::spawn(drive(connection));
+                    client
                 }
-            });
+                Some(tls) => {
+                    let (client, connection) = config.connect(tls).await?;
+                    tokio::spawn(drive(connection));
+                    client
+                }
+            };
             Ok::<_, tokio_postgres::Error>(client)
         });
         let client = match opened.await {

@@ -16,9 +16,11 @@ mod conn;
 mod dispatch;
 mod rows;
 mod schema;
+mod tls;
 mod watch;
 mod worker;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kanban_core::{BoardError, Clock};
@@ -36,11 +38,32 @@ pub fn is_postgres_url(db: &str) -> bool {
     db.starts_with("postgres://") || db.starts_with("postgresql://")
 }
 
+/// A PostgreSQL board's address: the driver's settings, and the CA
+/// certificates its server's certificate is verified against when the URL
+/// asks for TLS (`sslmode=require&sslrootcert=PATH`; see `tls.rs`).
+#[derive(Clone)]
+pub struct BoardUrl {
+    pub config: tokio_postgres::Config,
+    /// `sslrootcert`, made absolute: every process it reaches reads the
+    /// same file.
+    pub root_cert: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for BoardUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The settings may hold a password: only the public URL is shown.
+        f.write_str(&public_url(self))
+    }
+}
+
 /// A board URL as claims and messages carry it: no password, ever.
 ///
 /// `postgres://USER@HOST:PORT/DBNAME`, whatever the input spelled (a
-/// password in the URL is dropped here; the driver still uses it).
-pub fn public_url(config: &tokio_postgres::Config) -> String {
+/// password in the URL is dropped here; the driver still uses it), then
+/// `?sslmode=require` and its `sslrootcert` when the URL asks for TLS, so
+/// that every process the claim reaches connects the same way.
+pub fn public_url(url: &BoardUrl) -> String {
+    let config = &url.config;
     use std::os::unix::ffi::OsStrExt;
     use tokio_postgres::config::Host;
     let user = config.get_user().unwrap_or("");
@@ -58,8 +81,16 @@ pub fn public_url(config: &tokio_postgres::Config) -> String {
     } else {
         format!("{}@", encoded(user.as_bytes()))
     };
+    let tls = match (config.get_ssl_mode(), &url.root_cert) {
+        (tokio_postgres::config::SslMode::Require, Some(root)) => format!(
+            "?sslmode=require&sslrootcert={}",
+            encoded(root.as_os_str().as_bytes())
+        ),
+        (tokio_postgres::config::SslMode::Require, None) => "?sslmode=require".to_owned(),
+        _ => String::new(),
+    };
     format!(
-        "postgres://{at}{host}:{port}/{}",
+        "postgres://{at}{host}:{port}/{}{tls}",
         encoded(dbname.as_bytes())
     )
 }
@@ -79,14 +110,80 @@ fn encoded(bytes: &[u8]) -> String {
 }
 
 /// Parses a board URL; the error names what is wrong, never the password.
-pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, BoardError> {
-    url.parse::<tokio_postgres::Config>()
-        .map_err(|error| BoardError::Unusable {
-            path: "--db".to_owned(),
-            message: format!(
-                "is not a PostgreSQL URL ({error}); write postgres://USER@HOST:PORT/DBNAME"
-            ),
+/// `sslrootcert` (which the driver does not know) is taken out here and
+/// made absolute; a file that is not there is named at once.
+pub fn parse_url(url: &str) -> Result<BoardUrl, BoardError> {
+    let unusable = |message: String| BoardError::Unusable {
+        path: "--db".to_owned(),
+        message,
+    };
+    let (driver_url, root_cert) = take_param(url, "sslrootcert");
+    let config = driver_url
+        .parse::<tokio_postgres::Config>()
+        .map_err(|error| {
+            unusable(format!(
+                "is not a PostgreSQL URL ({error}); write postgres://USER@HOST:PORT/DBNAME, with ?sslmode=require&sslrootcert=CA.pem for TLS"
+            ))
+        })?;
+    let root_cert = match root_cert {
+        Some(path) if path.is_empty() => None,
+        Some(path) => Some(std::fs::canonicalize(&path).map_err(|error| {
+            unusable(format!(
+                "sslrootcert {path} cannot be read ({error}); give the PEM file of the CA that signed the server's certificate"
+            ))
+        })?),
+        None => None,
+    };
+    Ok(BoardUrl { config, root_cert })
+}
+
+/// `url` without its query parameter `name`, and that parameter's value
+/// (percent-decoded), if it had one.
+fn take_param(url: &str, name: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.split_once('=') {
+            Some((key, raw)) if key == name => {
+                value = Some(decoded(raw));
+                false
+            }
+            _ => true,
         })
+        .collect();
+    if kept.is_empty() {
+        (base.to_owned(), value)
+    } else {
+        (format!("{base}?{}", kept.join("&")), value)
+    }
+}
+
+/// `text` with its `%XX` escapes read back (invalid ones kept as written).
+fn decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escape = bytes
+            .get(at + 1..at + 3)
+            .filter(|_| bytes[at] == b'%')
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escape {
+            Some(byte) => {
+                out.push(byte);
+                at += 3;
+            }
+            None => {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A kanban board in one PostgreSQL database.
@@ -118,11 +215,8 @@ impl PgBoard {
     /// Connects to the board at `config`, creating or upgrading its schema
     /// (under an advisory lock, so dispatchers starting at once agree), and
     /// reads time from `clock`.
-    pub async fn connect(
-        config: tokio_postgres::Config,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, BoardError> {
-        let board = Self::start(config, clock)?;
+    pub async fn connect(url: BoardUrl, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
+        let board = Self::start(url, clock)?;
         board.migrate().await?;
         Ok(board)
     }
@@ -131,11 +225,8 @@ impl PgBoard {
     /// call or a proof never creates or upgrades a schema. A database
     /// without a board, or with another schema version, is refused; a
     /// server out of reach is a passing fault (`Storage`).
-    pub async fn open(
-        config: tokio_postgres::Config,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, BoardError> {
-        let board = Self::start(config, clock)?;
+    pub async fn open(url: BoardUrl, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
+        let board = Self::start(url, clock)?;
         let found: Option<i64> = snapshot!(board, |conn, _now| {
             let exists: bool = conn
                 .value("SELECT to_regclass('kanban_schema') IS NOT NULL", &[])
@@ -173,10 +264,15 @@ impl PgBoard {
     /// card's row for hours: locks are waited for at most 10 s, a
     /// transaction left idle is ended after a minute, and a dead peer is
     /// noticed within half a minute.
-    fn start(
-        mut config: tokio_postgres::Config,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, BoardError> {
+    fn start(url: BoardUrl, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
+        let name = public_url(&url);
+        let tls = match url.config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Require => {
+                Some(tls::Verified::trusting(url.root_cert.as_deref())?)
+            }
+            _ => None,
+        };
+        let mut config = url.config;
         const BOUNDS: &str = "-c lock_timeout=10s -c idle_in_transaction_session_timeout=60s";
         let options = match config.get_options() {
             Some(given) if !given.trim().is_empty() => format!("{BOUNDS} {given}"),
@@ -196,8 +292,7 @@ impl PgBoard {
             .enable_all()
             .build()
             .map_err(|error| BoardError::Storage(format!("cannot start the driver: {error}")))?;
-        let name = public_url(&config);
-        let pool = Pool::new(config, runtime.handle().clone(), name);
+        let pool = Pool::new(config, tls, runtime.handle().clone(), name);
         Ok(Self {
             pool,
             clock,
@@ -338,15 +433,61 @@ mod tests {
             "postgres://k@[::1]:5432/k",
             "postgres://%C3%A9l%C3%A8ve@localhost/d%C3%A9p%C3%B4t",
         ] {
-            let config = parse_url(url).unwrap();
-            let again = parse_url(&public_url(&config)).unwrap();
+            let parsed = parse_url(url).unwrap();
+            let again = parse_url(&public_url(&parsed)).unwrap();
+            let (config, again) = (&parsed.config, &again.config);
             assert_eq!(again.get_user(), config.get_user(), "{url}");
             assert_eq!(again.get_hosts(), config.get_hosts(), "{url}");
             assert_eq!(again.get_ports(), config.get_ports(), "{url}");
             assert_eq!(again.get_dbname(), config.get_dbname(), "{url}");
         }
         let odd = parse_url("postgres://a%40b@%2Ftmp%2Fpg:5433/x%2Fy").unwrap();
-        assert_eq!(odd.get_user(), Some("a@b"));
+        assert_eq!(odd.config.get_user(), Some("a@b"));
         assert_eq!(public_url(&odd), "postgres://a%40b@%2Ftmp%2Fpg:5433/x%2Fy");
+    }
+
+    #[test]
+    fn tls_settings_read_back_and_the_root_certificate_is_named_absolutely() {
+        use tokio_postgres::config::SslMode;
+        let dir = std::env::temp_dir().join(format!("kanban-tls-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a b")).unwrap();
+        let ca = dir.join("a b").join("ca.pem");
+        std::fs::write(&ca, "").unwrap();
+        let given = format!(
+            "postgres://k@db.example:5432/k?sslmode=require&sslrootcert={}&connect_timeout=3",
+            ca.display().to_string().replace(' ', "%20")
+        );
+        let parsed = parse_url(&given).unwrap();
+        assert_eq!(parsed.config.get_ssl_mode(), SslMode::Require);
+        assert_eq!(
+            parsed.root_cert.as_deref(),
+            Some(ca.canonicalize().unwrap().as_path())
+        );
+        assert_eq!(
+            parsed.config.get_connect_timeout(),
+            Some(&std::time::Duration::from_secs(3)),
+            "the other parameters reach the driver"
+        );
+        let public = public_url(&parsed);
+        assert!(
+            public.contains("/k?sslmode=require&sslrootcert=%2F"),
+            "{public}"
+        );
+        let again = parse_url(&public).unwrap();
+        assert_eq!(again.root_cert, parsed.root_cert);
+        assert_eq!(again.config.get_ssl_mode(), SslMode::Require);
+        assert_eq!(public_url(&again), public);
+        // Without TLS asked for, the URL is as before.
+        let plain = parse_url("postgres://k@db.example:5432/k?sslmode=disable").unwrap();
+        assert_eq!(public_url(&plain), "postgres://k@db.example:5432/k");
+        // A root certificate that is not there is named.
+        let missing = parse_url("postgres://k@h/k?sslmode=require&sslrootcert=/nonexistent/ca.pem")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("sslrootcert /nonexistent/ca.pem cannot be read"),
+            "{missing}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

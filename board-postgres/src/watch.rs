@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Config, NoTls, Socket};
 
 use crate::PgBoard;
 use crate::conn::Conn;
@@ -47,39 +48,51 @@ impl PgBoard {
         let flag = Arc::new(AtomicBool::new(false));
         let raised = flag.clone();
         let config = self.pool.config().clone();
+        let tls = self.pool.tls().cloned();
         self.pool.runtime().spawn(async move {
             loop {
-                if let Ok((client, mut connection)) = config.connect(NoTls).await {
-                    let listening = {
-                        let listen = client.batch_execute(LISTEN);
-                        // The connection must be polled for LISTEN to complete.
-                        let mut listen = std::pin::pin!(listen);
-                        loop {
-                            tokio::select! {
-                                done = &mut listen => break done.is_ok(),
-                                message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
-                                    if !matches!(message, Some(Ok(_))) {
-                                        break false;
-                                    }
-                                }
-                            }
-                        }
-                    };
-                    if listening {
-                        // Whatever happened while not listening.
-                        raised.store(true, Ordering::Release);
-                        while let Some(Ok(message)) =
-                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                        {
-                            if matches!(message, AsyncMessage::Notification(_)) {
-                                raised.store(true, Ordering::Release);
-                            }
-                        }
-                    }
+                match &tls {
+                    None => listen(&config, NoTls, &raised).await,
+                    Some(tls) => listen(&config, tls.clone(), &raised).await,
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
         ChangeWatch { flag }
+    }
+}
+
+/// Listens on one connection until it drops, raising `raised` for each
+/// notification (and once it listens: it may have missed one).
+async fn listen<T>(config: &Config, tls: T, raised: &AtomicBool)
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let Ok((client, mut connection)) = config.connect(tls).await else {
+        return;
+    };
+    let listening = {
+        let listen = client.batch_execute(LISTEN);
+        // The connection must be polled for LISTEN to complete.
+        let mut listen = std::pin::pin!(listen);
+        loop {
+            tokio::select! {
+                done = &mut listen => break done.is_ok(),
+                message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
+                    if !matches!(message, Some(Ok(_))) {
+                        break false;
+                    }
+                }
+            }
+        }
+    };
+    if listening {
+        raised.store(true, Ordering::Release);
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if matches!(message, AsyncMessage::Notification(_)) {
+                raised.store(true, Ordering::Release);
+            }
+        }
     }
 }

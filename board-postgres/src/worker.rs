@@ -43,7 +43,7 @@ impl PgBoard {
         // A claim on another board is never proven here; the same board
         // spelled another way (`postgresql://`, a default port) is this one.
         let same = db == self.url()
-            || crate::parse_url(db).is_ok_and(|config| crate::public_url(&config) == self.url());
+            || crate::parse_url(db).is_ok_and(|url| crate::public_url(&url) == self.url());
         if !same {
             return Err(NotLive::BoardNotFound(db.to_owned()));
         }

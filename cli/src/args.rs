@@ -34,7 +34,8 @@ pub(crate) struct Cli {
 pub(crate) struct GlobalArgs {
     /// The board: a SQLite file, or a PostgreSQL database named by
     /// postgres://USER@HOST:PORT/DBNAME (the password from PGPASSWORD or
-    /// ~/.pgpass, never the URL).
+    /// ~/.pgpass, never the URL; add ?sslmode=require&sslrootcert=CA.pem
+    /// for verified TLS).
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
     /// The board's name under the kanban home.

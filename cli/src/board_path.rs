@@ -164,8 +164,9 @@ impl OpenBoard {
 pub(crate) fn postgres_config(
     url: &str,
     env: &Environment,
-) -> anyhow::Result<kanban_board_postgres::Config> {
-    let mut config = kanban_board_postgres::parse_url(url)?;
+) -> anyhow::Result<kanban_board_postgres::BoardUrl> {
+    let mut parsed = kanban_board_postgres::parse_url(url)?;
+    let config = &mut parsed.config;
     if config.get_password().is_some() {
         bail!(
             "--db: the URL carries a password, which would reach every worker's environment and the process list; \
@@ -181,10 +182,10 @@ pub(crate) fn postgres_config(
     }
     if let Some(password) = env.get("PGPASSWORD").filter(|p| !p.is_empty()) {
         config.password(password);
-    } else if let Some(password) = pgpass_password(&config, env) {
+    } else if let Some(password) = pgpass_password(config, env) {
         config.password(password);
     }
-    Ok(config)
+    Ok(parsed)
 }
 
 /// The first matching line of the password file, as libpq reads it
@@ -383,6 +384,7 @@ mod tests {
     fn password(env: &Environment) -> Option<Vec<u8>> {
         postgres_config(URL, env)
             .unwrap()
+            .config
             .get_password()
             .map(<[u8]>::to_vec)
     }
@@ -429,10 +431,10 @@ mod tests {
     fn a_url_without_a_user_takes_pguser_then_user() {
         let env = Environment::from_vars([("PGUSER", "pg-user"), ("USER", "login")]);
         let config = postgres_config("postgres://db.example/cards", &env).unwrap();
-        assert_eq!(config.get_user(), Some("pg-user"));
+        assert_eq!(config.config.get_user(), Some("pg-user"));
         let env = Environment::from_vars([("USER", "login")]);
         let config = postgres_config("postgres://db.example/cards", &env).unwrap();
-        assert_eq!(config.get_user(), Some("login"));
+        assert_eq!(config.config.get_user(), Some("login"));
         assert!(postgres_config("postgres://db.example/cards", &Environment::new()).is_err());
     }
 }

@@ -263,3 +263,178 @@ fn only_init_migrate_and_dispatch_create_a_postgres_schema() {
     bench.ok(&["init"]);
     assert_eq!(cards(&bench).len(), 0);
 }
+
+/// Runs `openssl` with `args` in `dir`; panics on failure.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let output = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        text(&output.stderr)
+    );
+}
+
+/// A cluster of its own that speaks TLS with a certificate for 127.0.0.1
+/// signed by a CA of the test's, and refuses every TCP connection without
+/// TLS; returns it and the CA's certificate file.
+fn tls_cluster() -> (kanban_testkit::PgCluster, std::path::PathBuf) {
+    use std::os::unix::fs::MetadataExt;
+    let cluster = kanban_testkit::PgCluster::start(&kanban_testkit::ClusterOptions::default());
+    let certs = cluster.folder().join("tls");
+    std::fs::create_dir(&certs).unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &certs,
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=kanban test CA",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &certs,
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        certs.join("san.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(
+        &certs,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+        ],
+    );
+    // The server reads its key only when it owns it and nobody else may.
+    let owner = std::fs::metadata(cluster.folder()).unwrap();
+    for file in ["server.key", "server.crt"] {
+        let path = certs.join(file);
+        std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+    }
+    std::os::unix::fs::chown(&certs, Some(owner.uid()), Some(owner.gid())).unwrap();
+    let hba = cluster.folder().join("data").join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(&hba, format!("hostnossl all all all reject\n{rules}")).unwrap();
+    // One statement at a time: ALTER SYSTEM runs outside any transaction.
+    for file in ["cert", "key"] {
+        cluster.admin(&format!(
+            "ALTER SYSTEM SET ssl_{file}_file = '{}'",
+            certs
+                .join(format!(
+                    "server.{}",
+                    if file == "cert" { "crt" } else { "key" }
+                ))
+                .display()
+        ));
+    }
+    cluster.admin("ALTER SYSTEM SET ssl = on");
+    cluster.admin("SELECT pg_reload_conf()");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let ca = certs.join("ca.pem");
+    (cluster, ca)
+}
+
+#[test]
+fn with_sslmode_require_every_process_speaks_verified_tls_to_the_server() {
+    let (cluster, ca) = tls_cluster();
+    let plain = cluster.fresh_database();
+    let url = format!("{plain}?sslmode=require&sslrootcert={}", ca.display());
+    // The server refuses any TCP connection without TLS: the dispatcher,
+    // its workers and their agents' calls all get through, so all speak it.
+    let bench = Bench::postgres_at(&url);
+    let ids: Vec<String> = (0..3)
+        .map(|n| bench.add(&format!("over TLS {n}"), &[]))
+        .collect();
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).completing()])
+        .write(bench.path(), "agent.sh");
+    let output = bench
+        .dispatch_command(&agent.path, &["--until-idle"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for id in &ids {
+        assert_eq!(bench.show(id)["task"]["status"], "done");
+    }
+    // The claim carries the TLS settings to every process it reaches.
+    let carrier = bench.claim(&bench.add("carried", &[]), None);
+    let db = &carrier
+        .iter()
+        .find(|(k, _)| k == kanban_core::vars::DB)
+        .unwrap()
+        .1;
+    assert!(
+        db.ends_with(&format!(
+            "?sslmode=require&sslrootcert={}",
+            ca.display().to_string().replace('/', "%2F")
+        )),
+        "{db}"
+    );
+    // Without TLS the server refuses; without the CA the server is not trusted.
+    let listing = |db: &str| bench.command().args(["--db", db, "ls"]).output().unwrap();
+    let refused = listing(&plain);
+    assert_ne!(refused.status.code(), Some(0));
+    let untrusted = listing(&format!("{plain}?sslmode=require"));
+    let said = text(&untrusted.stderr);
+    assert_ne!(untrusted.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("TLS connection to the server failed") && said.contains("sslrootcert"),
+        "{said}"
+    );
+    let missing = listing(&format!(
+        "{plain}?sslmode=require&sslrootcert=/nonexistent/ca.pem"
+    ));
+    assert!(
+        text(&missing.stderr).contains("sslrootcert /nonexistent/ca.pem cannot be read"),
+        "{}",
+        text(&missing.stderr)
+    );
+}
