@@ -2,7 +2,7 @@
 //! scheduling point before every call, BUGGIFY-style faults, and an oracle
 //! that no fenced-out run's write is ever accepted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use async_trait::async_trait;
@@ -190,7 +190,35 @@ impl DispatchBoard for SimBoard {
     }
     async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<bool, BoardError> {
         self.gate("start_probe").await?;
-        self.inner.start_probe(claim, scopes).await
+        // The oracle: one probe per wall. The board as it stands just before
+        // the call (nothing else runs between: no scheduling point).
+        let running: BTreeSet<i64> = self
+            .inner
+            .running_workers()
+            .await?
+            .iter()
+            .map(|worker| worker.claim.run_id)
+            .collect();
+        let probed: Vec<String> = self
+            .inner
+            .walls()
+            .await?
+            .into_iter()
+            .filter(|wall| scopes.contains(&wall.scope))
+            .filter_map(|wall| {
+                let probe = wall.probe_run?;
+                (probe != claim.run_id && running.contains(&probe))
+                    .then(|| format!("{} (run {probe})", wall.scope))
+            })
+            .collect();
+        let started = self.inner.start_probe(claim, scopes).await?;
+        if started && !probed.is_empty() {
+            self.world.lock().finding(format!(
+                "run {} started a second probe of a wall another running run probes: {probed:?}",
+                claim.run_id
+            ));
+        }
+        Ok(started)
     }
     async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError> {
         self.gate("record_spawn").await?;
