@@ -100,18 +100,38 @@ fn unreachable(board: &str, error: &tokio_postgres::Error) -> BoardError {
     if error.as_db_error().is_some() {
         return storage_error(board, error);
     }
-    let said = error.to_string();
-    // TLS that fails fails the same way every time: the URL or the server
-    // is to be changed, not waited for.
-    if said.contains("TLS") || said.contains("certificate") {
+    // A certificate refused or a server without TLS fails the same way
+    // every time: the URL or the server is to be changed, not waited for. A
+    // handshake cut short (a restarting server) is passing, like any other.
+    if let Some(refusal) = tls_refusal(error) {
         return BoardError::Unusable {
             path: board.to_owned(),
             message: format!(
-                "the TLS connection to the server failed ({said}); with sslmode=require the server must offer TLS (ssl = on) and present a certificate for the URL's host signed by a CA in sslrootcert=PATH (or a public one)"
+                "the TLS connection to the server failed ({refusal}); with sslmode=require the server must offer TLS (ssl = on) and present a certificate for the URL's host signed by a CA in sslrootcert=PATH (or a public one)"
             ),
         };
     }
     BoardError::Storage(format!("{board}: the server cannot be reached ({error})"))
+}
+
+/// What refused a TLS connection for good, if that is why `error` came:
+/// rustls's verdict (a certificate, an alert) or a server that offers no TLS.
+fn tls_refusal(error: &tokio_postgres::Error) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(current) = cause {
+        let inner = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map_or(current, |inner| inner as &(dyn std::error::Error + 'static));
+        if let Some(refused) = inner.downcast_ref::<rustls::Error>() {
+            return Some(refused.to_string());
+        }
+        if inner.to_string().contains("server does not support TLS") {
+            return Some("the server does not offer TLS".to_owned());
+        }
+        cause = current.source();
+    }
+    None
 }
 
 /// Drives one connection until its client is dropped.

@@ -125,21 +125,53 @@ pub fn parse_url(url: &str) -> Result<BoardUrl, BoardError> {
                 "is not a PostgreSQL URL ({error}); write postgres://USER@HOST:PORT/DBNAME, with ?sslmode=require&sslrootcert=CA.pem for TLS"
             ))
         })?;
+    let require = config.get_ssl_mode() == tokio_postgres::config::SslMode::Require;
+    if require
+        && config
+            .get_hosts()
+            .iter()
+            .any(|host| matches!(host, Host::Unix(_)))
+    {
+        return Err(unusable(
+            "asks for TLS (sslmode=require) on a Unix socket, where the server speaks none; name the server by host name or address".to_owned(),
+        ));
+    }
     let root_cert = match root_cert {
-        Some(path) if path.is_empty() => None,
-        Some(path) => Some(std::fs::canonicalize(&path).map_err(|error| {
-            unusable(format!(
-                "sslrootcert {path} cannot be read ({error}); give the PEM file of the CA that signed the server's certificate"
-            ))
-        })?),
         None => None,
+        Some(_) if !require => {
+            return Err(unusable(
+                "gives sslrootcert without sslmode=require, which would connect in the clear; add sslmode=require".to_owned(),
+            ));
+        }
+        Some(Err(bytes)) => {
+            return Err(unusable(format!(
+                "gives an sslrootcert that is not UTF-8 ({} bytes); name the CA file by a UTF-8 path",
+                bytes.len()
+            )));
+        }
+        Some(Ok(path)) if path.is_empty() => {
+            return Err(unusable(
+                "gives an empty sslrootcert; name the PEM file of the CA that signed the server's certificate, or drop the parameter to trust the public roots".to_owned(),
+            ));
+        }
+        // Absolute, not resolved: a CA file rotated behind a symbolic
+        // link is read anew by every process the claim reaches.
+        Some(Ok(path)) => Some(
+            std::path::absolute(&path)
+                .and_then(|absolute| std::fs::metadata(&absolute).map(|_| absolute))
+                .map_err(|error| {
+                    unusable(format!(
+                        "sslrootcert {path} cannot be read ({error}); give the PEM file of the CA that signed the server's certificate"
+                    ))
+                })?,
+        ),
     };
     Ok(BoardUrl { config, root_cert })
 }
 
-/// `url` without its query parameter `name`, and that parameter's value
-/// (percent-decoded), if it had one.
-fn take_param(url: &str, name: &str) -> (String, Option<String>) {
+/// `url` without its query parameter `name`, and that parameter's last
+/// value (percent-decoded; its bytes when they are not UTF-8), if any.
+fn take_param(url: &str, name: &str) -> (String, Option<Result<String, Vec<u8>>>) {
     let Some((base, query)) = url.split_once('?') else {
         return (url.to_owned(), None);
     };
@@ -161,17 +193,22 @@ fn take_param(url: &str, name: &str) -> (String, Option<String>) {
     }
 }
 
-/// `text` with its `%XX` escapes read back (invalid ones kept as written).
-fn decoded(text: &str) -> String {
+/// `text` with its `%XX` escapes read back (anything else kept as
+/// written); the bytes themselves when they are not UTF-8.
+fn decoded(text: &str) -> Result<String, Vec<u8>> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
     while at < bytes.len() {
-        let escape = bytes
-            .get(at + 1..at + 3)
-            .filter(|_| bytes[at] == b'%')
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        let escape = match bytes.get(at..at + 3) {
+            Some([b'%', high, low]) if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
+                char::from(*high)
+                    .to_digit(16)
+                    .zip(char::from(*low).to_digit(16))
+                    .and_then(|(high, low)| u8::try_from(high * 16 + low).ok())
+            }
+            _ => None,
+        };
         match escape {
             Some(byte) => {
                 out.push(byte);
@@ -183,7 +220,7 @@ fn decoded(text: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).map_err(|error| error.into_bytes())
 }
 
 /// A kanban board in one PostgreSQL database.
@@ -459,10 +496,7 @@ mod tests {
         );
         let parsed = parse_url(&given).unwrap();
         assert_eq!(parsed.config.get_ssl_mode(), SslMode::Require);
-        assert_eq!(
-            parsed.root_cert.as_deref(),
-            Some(ca.canonicalize().unwrap().as_path())
-        );
+        assert_eq!(parsed.root_cert.as_deref(), Some(ca.as_path()));
         assert_eq!(
             parsed.config.get_connect_timeout(),
             Some(&std::time::Duration::from_secs(3)),
@@ -488,6 +522,32 @@ mod tests {
             missing.contains("sslrootcert /nonexistent/ca.pem cannot be read"),
             "{missing}"
         );
+        // Settings that would not do what they seem are refused by name.
+        for (given, said) in [
+            (
+                "postgres://k@h/k?sslrootcert=/etc/ca.pem",
+                "without sslmode=require",
+            ),
+            (
+                "postgres://k@h/k?sslmode=prefer&sslrootcert=/etc/ca.pem",
+                "without sslmode=require",
+            ),
+            (
+                "postgres://k@h/k?sslmode=require&sslrootcert=",
+                "an empty sslrootcert",
+            ),
+            ("postgres://k@%2Ftmp/k?sslmode=require", "on a Unix socket"),
+            (
+                "postgres://k@h/k?sslmode=require&sslrootcert=%FF%FE",
+                "not UTF-8",
+            ),
+        ] {
+            let error = parse_url(given).unwrap_err().to_string();
+            assert!(error.contains(said), "{given}: {error}");
+        }
+        // Only two hexadecimal digits make an escape.
+        assert_eq!(decoded("%2F%+A%4"), Ok("/%+A%4".to_owned()));
+        assert_eq!(decoded("caf%C3%A9"), Ok("café".to_owned()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -38,6 +38,20 @@ use crate::admin::Operation;
 use crate::args::{Cli, Command, FenceCommand};
 use crate::out::{errln, out};
 
+/// The log filter `KANBAN_LOG` (or the default) names. Empty parts (a
+/// trailing comma) are skipped: `Targets` would read one as "errors only".
+fn log_targets(
+    filter: &str,
+) -> Result<tracing_subscriber::filter::Targets, tracing_subscriber::filter::ParseError> {
+    filter
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(",")
+        .parse()
+}
+
 fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -55,12 +69,9 @@ fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
     // Targets and levels only: a filter with spans or fields needs regular
     // expressions, whose code every process (each worker, each agent's
     // call) would load and compile at start for nothing.
-    let targets = given
-        .unwrap_or(&default)
-        .parse::<tracing_subscriber::filter::Targets>()
-        .unwrap_or_else(|_| {
+    let targets = log_targets(given.unwrap_or(&default)).unwrap_or_else(|error| {
             errln!(
-                "warning: KANBAN_LOG is not a list of targets and levels (like `debug` or `warn,kanban::dispatch=debug`); logging warnings only"
+                "warning: KANBAN_LOG is not a list of targets and levels ({error}; write it like `debug` or `warn,kanban::dispatch=debug`); logging warnings only"
             );
             tracing_subscriber::filter::Targets::new()
                 .with_default(tracing_subscriber::filter::LevelFilter::WARN)
@@ -280,5 +291,17 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             out!("{}", String::from_utf8_lossy(&bytes));
             Ok(0)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn a_log_filter_keeps_its_default_level_whatever_commas_it_has() {
+        let targets = super::log_targets(" warn, kanban::dispatch=debug,").unwrap();
+        assert_eq!(targets.default_level(), Some(LevelFilter::WARN));
+        assert!(super::log_targets("warn,kanban::dispatch=[oops").is_err());
     }
 }

@@ -1591,6 +1591,7 @@ impl Dispatcher {
                 {
                     Started::Spawned => spawned += 1,
                     Started::Skipped => {}
+                    Started::Refused => left += 1,
                     Started::Stop => {
                         for rest in grants {
                             let reason = "claiming stopped before its worker started".to_owned();
@@ -1629,7 +1630,7 @@ impl Dispatcher {
                     // wall was re-armed): the wall stays shut for this one.
                     let reason = "another run probes its wall".to_owned();
                     self.release(&claim, Release::NotStarted { reason }).await;
-                    return Started::Skipped;
+                    return Started::Refused;
                 }
                 Err(error) => {
                     self.board_trouble(&error);
@@ -1705,6 +1706,9 @@ enum Started {
     Spawned,
     /// Released unstarted; claiming goes on.
     Skipped,
+    /// Released unstarted without using its room (a probe the board
+    /// refused): claiming goes on, with the room for another card.
+    Refused,
     /// Released unstarted; claiming stops for this tick.
     Stop,
 }

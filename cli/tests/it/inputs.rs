@@ -199,7 +199,7 @@ fn kanban_log_picks_targets_and_levels_and_a_filter_it_cannot_read_is_named() {
             .output()
             .unwrap()
     };
-    let chosen = dispatch_once("warn,kanban::dispatch=debug");
+    let chosen = dispatch_once(" warn, kanban::dispatch=debug,");
     let stderr = text(&chosen.stderr);
     assert!(chosen.status.success(), "{stderr}");
     assert!(

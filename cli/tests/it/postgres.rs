@@ -278,6 +278,17 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
     );
 }
 
+/// Whether the server at `url` refuses a connection without TLS.
+fn refuses_plain_text(url: &str) -> bool {
+    let home = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(crate::BIN)
+        .env(kanban_core::vars::HOME, home.path())
+        .args(["--db", url, "ls"])
+        .output()
+        .unwrap();
+    text(&output.stderr).contains("no encryption")
+}
+
 /// A cluster of its own that speaks TLS with a certificate for 127.0.0.1
 /// signed by a CA of the test's, and refuses every TCP connection without
 /// TLS; returns it and the CA's certificate file.
@@ -378,7 +389,16 @@ fn tls_cluster() -> (kanban_testkit::PgCluster, std::path::PathBuf) {
     }
     cluster.admin("ALTER SYSTEM SET ssl = on");
     cluster.admin("SELECT pg_reload_conf()");
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The reload is asynchronous: wait until a connection in the clear is refused.
+    let plain = cluster.url("postgres");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !refuses_plain_text(&plain) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never required TLS"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let ca = certs.join("ca.pem");
     (cluster, ca)
 }
@@ -420,8 +440,7 @@ fn with_sslmode_require_every_process_speaks_verified_tls_to_the_server() {
     );
     // Without TLS the server refuses; without the CA the server is not trusted.
     let listing = |db: &str| bench.command().args(["--db", db, "ls"]).output().unwrap();
-    let refused = listing(&plain);
-    assert_ne!(refused.status.code(), Some(0));
+    assert!(refuses_plain_text(&plain));
     let untrusted = listing(&format!("{plain}?sslmode=require"));
     let said = text(&untrusted.stderr);
     assert_ne!(untrusted.status.code(), Some(0), "{said}");

@@ -844,7 +844,8 @@ fn a_probe_the_board_refuses_releases_its_card_uncounted_and_the_other_agents_go
     let waiting = rig.add_for("a waiting", "a", 9);
     rig.tick();
     assert_eq!(rig.status(&waiting), TaskStatus::Ready, "held by the wall");
-    let others: Vec<String> = (0..2)
+    // As many of the other agent's cards as the dispatcher has room for.
+    let others: Vec<String> = (0..4)
         .map(|n| rig.add_for(&format!("b{n}"), "b", 5))
         .collect();
     let wall = block_on(rig.board.walls()).unwrap()[0].clone();
@@ -875,9 +876,12 @@ fn a_probe_the_board_refuses_releases_its_card_uncounted_and_the_other_agents_go
         others
             .iter()
             .all(|id| rig.status(id) == TaskStatus::Running),
-        "the other agent's cards start in the same tick"
+        "the other agent's cards start in the same tick, in the refused probe's room too"
     );
-    // Once the board agrees the reset came, the probe goes.
+    // Once the board agrees the reset came (and there is room), the probe goes.
+    for id in &others {
+        rig.finish(id);
+    }
     rig.time.advance(5);
     rig.tick();
     assert!(
