@@ -632,15 +632,15 @@ impl Store {
         let deferred = durability == Durability::Deferred;
         if deferred {
             // For this one commit only, under the same lock: no other write
-            // of this connection can slip in unsynced.
-            conn.prepare_cached("PRAGMA synchronous = NORMAL")
-                .and_then(|mut pragma| pragma.execute([]))
+            // of this connection can slip in unsynced. (Not a cached
+            // statement: SQLite expires a `synchronous` pragma once it ran,
+            // so it is prepared anew each time either way.)
+            conn.execute_batch("PRAGMA synchronous = NORMAL")
                 .map_err(|error| storage_error(&self.path, &error))?;
         }
         let written = Self::write_on(&self.path, &self.clock, &mut conn, &mut body);
         if deferred {
-            conn.prepare_cached("PRAGMA synchronous = FULL")
-                .and_then(|mut pragma| pragma.execute([]))
+            conn.execute_batch("PRAGMA synchronous = FULL")
                 .map_err(|error| storage_error(&self.path, &error))?;
         }
         written
