@@ -45,7 +45,10 @@ pub fn heartbeat_interval_seconds(ttl_seconds: i64) -> u64 {
 }
 
 /// The lanes a card moves through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
     Todo,
     Ready,
@@ -122,7 +125,7 @@ pub struct ClaimGrant {
 }
 
 /// A card as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskRecord {
     pub id: String,
     pub title: String,
@@ -152,7 +155,7 @@ pub struct TaskRecord {
 }
 
 /// A run (one claim of a card) as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunRecord {
     pub id: i64,
     pub task_id: String,
@@ -170,7 +173,7 @@ pub struct RunRecord {
 }
 
 /// An event as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EventRecord {
     pub id: i64,
     pub task_id: String,
@@ -181,7 +184,7 @@ pub struct EventRecord {
 }
 
 /// A card with its runs and events, oldest first.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskView {
     pub task: TaskRecord,
     /// The cards this one waits for.
@@ -198,7 +201,7 @@ pub const COMMENTS_SHOWN: usize = 50;
 pub const MAX_COMMENT_BYTES: usize = 16 * 1024;
 
 /// A comment on a card: from a human steering its agent, or from the agent.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommentRecord {
     pub id: i64,
     pub author: String,

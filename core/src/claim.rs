@@ -9,7 +9,7 @@ use crate::env::{Environment, vars};
 ///
 /// `(run_id, claim_lock)` is the fencing token: run ids only grow, so a stale
 /// worker's token can never match a newer claim.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Claim {
     pub task_id: String,
     /// The board file the claim lives on (`HERMES_KANBAN_DB`).
@@ -114,7 +114,7 @@ impl Claim {
 }
 
 /// Whose process the proof must name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ProofIdentity {
     /// No process check: any process holding the token may act.
     AnyProcess,

@@ -46,7 +46,7 @@ pub trait TurnRunner: Send {
 }
 
 /// Errors of board operations, owned by core so policy can match on them.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum BoardError {
     /// The caller's claim is no longer live; nothing was changed.
     #[error(
@@ -59,7 +59,7 @@ pub enum BoardError {
     InvalidTransition {
         task_id: String,
         status: String,
-        action: &'static str,
+        action: std::borrow::Cow<'static, str>,
     },
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -82,7 +82,7 @@ pub enum BoardError {
 }
 
 /// Where a worker's run stands, as the goal loop and the stop nudge see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum RunStatus {
     /// The run is open and the task is running under it.
     Running,

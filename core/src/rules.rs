@@ -135,7 +135,7 @@ impl CardEdit {
 
 /// A dispatcher's knobs for failed runs: they travel with every booking and
 /// release (and to its workers), so every board applies the same ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct FailurePolicy {
     /// Counted failures that block a card naming no `max_retries` of its own.
     pub failure_limit: u32,
@@ -612,7 +612,7 @@ pub fn release_claim(
 }
 
 /// Why a worker settled its own run as timed out.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Overrun {
     /// The agent's tool loop reached its iteration limit.
     IterationLimit(String),
@@ -723,7 +723,7 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
         return Err(BoardError::InvalidTransition {
             task_id: card.task_id.clone(),
             status: card.status.as_str().to_owned(),
-            action: "reclaim",
+            action: "reclaim".into(),
         });
     }
     let landing = requeue_landing(card.open_parents);
@@ -757,7 +757,7 @@ pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
         return Err(BoardError::InvalidTransition {
             task_id: card.task_id.clone(),
             status: card.status.as_str().to_owned(),
-            action: "unblock",
+            action: "unblock".into(),
         });
     }
     let landing = requeue_landing(card.open_parents);
@@ -838,7 +838,7 @@ fn refuse(card: &CardState, action: &'static str) -> BoardError {
     BoardError::InvalidTransition {
         task_id: card.task_id.clone(),
         status: card.status.as_str().to_owned(),
-        action,
+        action: action.into(),
     }
 }
 
