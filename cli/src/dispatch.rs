@@ -21,6 +21,7 @@ use crate::agent_check::agent_route;
 use crate::agents_file::AgentCommand;
 use crate::args::DispatchArgs;
 use crate::board_path::{Engine, Schema, open_db};
+use crate::dispatch_link::LinkServer;
 use crate::out::errln;
 use crate::output::time_of_day_now;
 use crate::runtime::TokioOffload;
@@ -251,11 +252,32 @@ pub(crate) fn run(
         ))));
     }
     let exe = std::env::current_exe().context("cannot find the kanban binary to run workers")?;
+    let board_name = board.name();
+    let board = board.into_shared(Arc::new(TokioOffload));
+    let mut worker_env = plan.worker_env.clone();
+    // Workers make their board calls here, on the board this dispatcher
+    // holds open; without the socket each opens the board itself.
+    // The listener registers with the runtime's reactor as it is made.
+    let bound = {
+        let _inside = runtime.enter();
+        LinkServer::bind()
+    };
+    let (closing, closed) = tokio::sync::watch::channel(false);
+    let serving = match bound {
+        Ok(server) => {
+            worker_env.push(server.env_pair());
+            Some(runtime.spawn(server.serve(board.clone(), board_name, closed)))
+        }
+        Err(error) => {
+            tracing::debug!("workers open the board for their calls: no socket ({error})");
+            None
+        }
+    };
     let supervisor = Arc::new(ProcessSupervisor::new(
         WorkerCommand {
             exe,
             args: plan.worker_args.clone(),
-            env: plan.worker_env.clone(),
+            env: worker_env,
             agents: plan.agents.by_route.clone(),
             board_slug: plan.board_slug.clone(),
             logs,
@@ -265,7 +287,7 @@ pub(crate) fn run(
         Box::new(say),
     ));
     let ports = DispatchPorts {
-        board: board.into_shared(Arc::new(TokioOffload)),
+        board,
         supervisor: supervisor.clone(),
         clock: Arc::new(SystemClock),
         wakeups: supervisor,
@@ -282,11 +304,23 @@ pub(crate) fn run(
     };
     let mut dispatcher = Dispatcher::new(ports, plan.settings.clone());
     let end = runtime.block_on(dispatcher.run(plan.mode));
+    // Workers that outlive this dispatcher (`--once`, a halt) are told it
+    // is closing, after the calls it took are answered; they go on, on the
+    // board itself.
+    let _ = closing.send(true);
+    if let Some(serving) = serving {
+        let _ =
+            runtime.block_on(async { tokio::time::timeout(LINK_CLOSING_PATIENCE, serving).await });
+    }
     if let DispatchEnd::Halted(fault) = &end {
         errln!("error: the dispatcher stopped: {fault}");
     }
     Ok(end.exit_code())
 }
+
+/// How long a leaving dispatcher waits for the calls it took to be
+/// answered: a call waiting out a busy board takes at most about this long.
+const LINK_CLOSING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Says why the dispatcher cannot start; returns its exit code.
 fn refuse_to_start(fault: &EnvironmentFault) -> i32 {

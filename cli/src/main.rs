@@ -10,6 +10,7 @@ mod args;
 mod board_path;
 mod demo;
 mod dispatch;
+mod dispatch_link;
 mod duration;
 mod fence;
 mod logs;

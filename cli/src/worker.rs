@@ -13,14 +13,15 @@ use kanban_agent_port::{
 use kanban_board_sqlite::SystemClock;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    BoardError, Claim, Environment, EnvironmentFault, Frame, GoalSpec, Judge, ProofIdentity,
+    Board, BoardError, Claim, Environment, EnvironmentFault, Frame, GoalSpec, Judge, ProofIdentity,
     Sleeper, TaskView, Trailer, TurnInput, TurnKind, TurnOutcome, TurnRunner, WorkerLife,
     WorkerPorts, WorkerSettings, WorkerSetup, heartbeat_interval_seconds, outcome_exit_code,
     run_worker, vars,
 };
 
 use crate::args::WorkerArgs;
-use crate::board_path::open_claim_board;
+use crate::board_path::{AnyBoard, open_claim_board};
+use crate::dispatch_link::{LINK_VAR, LinkedBoard};
 use crate::out::{errln, outln_or_drop};
 use crate::runtime::TokioOffload;
 use crate::worker_calls::CallServer;
@@ -100,6 +101,29 @@ fn agent_env(claim: Option<&Claim>, env: &Environment) -> Vec<(String, String)> 
     pairs
 }
 
+/// The board a worker makes its calls on: its dispatcher's, over the link,
+/// or the board itself.
+enum WorkerBoard {
+    Linked(Arc<LinkedBoard>),
+    Own(Arc<dyn AnyBoard>),
+}
+
+impl WorkerBoard {
+    fn board(&self) -> Arc<dyn Board> {
+        match self {
+            Self::Linked(board) => board.clone(),
+            Self::Own(board) => board.clone(),
+        }
+    }
+
+    async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError> {
+        match self {
+            Self::Linked(board) => board.show_task().await,
+            Self::Own(board) => board.show_task(task_id).await,
+        }
+    }
+}
+
 /// The claim's lease length: the `ttl` its `claimed` event recorded.
 fn claim_ttl(view: &TaskView, claim: &Claim) -> i64 {
     view.events
@@ -158,18 +182,34 @@ async fn run_worker_process(
         );
     };
     let clock = Arc::new(SystemClock);
-    let board = match open_claim_board(&claim, clock.clone(), env).await {
-        Ok(board) => board.into_shared(Arc::new(TokioOffload)),
-        Err(error) => {
-            errln!("error: {error:#}");
-            let fault = match error.downcast_ref::<BoardError>() {
-                Some(error) => environment_fault(error),
-                None => EnvironmentFault::Configuration(format!("{error:#}")),
-            };
-            return Ok(WorkerEnd::fault(fault));
-        }
+    // An exec agent's worker makes its board calls through its dispatcher,
+    // which holds the board open; an HTTP agent's tools need the whole board.
+    let socket = env
+        .get_trimmed(LINK_VAR)
+        .filter(|_| !agent.starts_with("http:"));
+    let linked = match socket {
+        Some(socket) => LinkedBoard::connect(socket, &claim, clock.clone(), env).await,
+        None => None,
     };
-    let view = match board.show_task(&claim.task_id).await {
+    let held = match linked {
+        Some(linked) => {
+            tracing::debug!("board calls go to the dispatcher");
+            WorkerBoard::Linked(Arc::new(linked))
+        }
+        None => match open_claim_board(&claim, clock.clone(), env).await {
+            Ok(board) => WorkerBoard::Own(board.into_shared(Arc::new(TokioOffload))),
+            Err(error) => {
+                errln!("error: {error:#}");
+                let fault = match error.downcast_ref::<BoardError>() {
+                    Some(error) => environment_fault(error),
+                    None => EnvironmentFault::Configuration(format!("{error:#}")),
+                };
+                return Ok(WorkerEnd::fault(fault));
+            }
+        },
+    };
+    let board = held.board();
+    let view = match held.show_task(&claim.task_id).await {
         Ok(view) => view,
         Err(BoardError::TaskNotFound(id)) => {
             anyhow::bail!("task {id} is not on the board {}", claim.db)
@@ -217,7 +257,10 @@ async fn run_worker_process(
     let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
         // The HTTP agent's tools use the board this worker holds open.
-        let tool_board: Arc<dyn kanban_agent_port::ToolBoard> = board.clone();
+        let WorkerBoard::Own(tool_board) = &held else {
+            anyhow::bail!("an HTTP agent's worker holds its board itself");
+        };
+        let tool_board: Arc<dyn kanban_agent_port::ToolBoard> = tool_board.clone();
         let tools = BoardTools::new(tool_board, claim.clone(), "worker");
         Box::new(HttpAgent::new(
             config,
@@ -228,7 +271,7 @@ async fn run_worker_process(
         ))
     } else {
         let mut agent_vars = agent_env(Some(&claim), env);
-        let mut agent_env_remove = vec![SEAL_VAR.to_owned()];
+        let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
         // The agent's board calls come back here, to the board this worker
         // holds open; without the socket they open the board themselves.
         match CallServer::bind() {
@@ -261,7 +304,11 @@ async fn run_worker_process(
     let judge = args.judge.clone().map(|command| CommandJudge {
         // The judge makes no board call: it needs neither the seal that
         // signs this worker's trailer nor the board's password.
-        env_remove: vec![SEAL_VAR.to_owned(), "PGPASSWORD".to_owned()],
+        env_remove: vec![
+            SEAL_VAR.to_owned(),
+            LINK_VAR.to_owned(),
+            "PGPASSWORD".to_owned(),
+        ],
         ..CommandJudge::new(command, agent_env(Some(&claim), env))
     });
     let sleeper = StoppableSleeper {
@@ -275,7 +322,7 @@ async fn run_worker_process(
         _ => format!("work kanban task {}: {}", task.id, task.title),
     };
     let mut ports = WorkerPorts {
-        board: &board,
+        board: &*board,
         runner: runner.as_mut(),
         sleeper: &sleeper,
         judge: judge.as_ref().map(|j| j as &dyn Judge),

@@ -23,11 +23,9 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kanban_core::{BoardError, Claim, NotLive, ProofIdentity, ProofRequest};
+use kanban_core::{Board, BoardError, Claim, NotLive, ProofIdentity, ProofRequest};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
-
-use crate::board_path::AnyBoard;
 
 /// The variable a worker's agents find its socket in: `@` and the
 /// abstract name.
@@ -136,7 +134,7 @@ enum Answer {
 
 /// Makes `call` with `claim` on `board`.
 pub(crate) async fn perform(
-    board: &dyn AnyBoard,
+    board: &dyn Board,
     claim: &Claim,
     call: &Call,
 ) -> Result<Done, CallError> {
@@ -200,7 +198,7 @@ impl CallServer {
     /// Answers callers until the worker ends; each connection on a task of
     /// its own, so that a caller that never finishes its line holds up
     /// nobody else.
-    pub(crate) async fn serve(self, board: Arc<dyn AnyBoard>, claim: Claim) {
+    pub(crate) async fn serve(self, board: Arc<dyn Board>, claim: Claim) {
         let me = nix::unistd::getuid().as_raw();
         loop {
             let stream = match self.listener.accept().await {
@@ -224,7 +222,7 @@ impl CallServer {
 async fn answer(
     mut stream: tokio::net::UnixStream,
     me: u32,
-    board: &dyn AnyBoard,
+    board: &dyn Board,
     claim: &Claim,
 ) -> std::io::Result<()> {
     let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == me);

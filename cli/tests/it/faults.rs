@@ -579,3 +579,80 @@ while [ $i -lt 30 ]; do echo "step $i"; sleep 0.2; i=$((i+1)); done
     let took = run["ended_at"].as_i64().unwrap() - run["started_at"].as_i64().unwrap();
     assert!(took >= 7200, "the board saw the jump: {run}");
 }
+
+// 10. A worker calls through its dispatcher, and outlives it.
+
+/// An agent body that writes what its worker process holds open to
+/// `fds`: it climbs from itself to the nearest `kanban` process.
+fn list_workers_files(fds: &Path) -> String {
+    format!(
+        r#"p=$$
+while [ "$p" -gt 1 ] && [ "$(cat /proc/$p/comm)" != kanban ]; do p=$(awk '{{print $4}}' /proc/$p/stat); done
+ls -l /proc/$p/fd/ > '{fds}.part' && mv '{fds}.part' '{fds}'"#,
+        fds = fds.display()
+    )
+}
+
+#[test]
+fn a_dispatched_worker_makes_its_board_calls_through_its_dispatcher() {
+    let bench = Bench::new();
+    let id = bench.add("linked", &[]);
+    let fds = bench.path().join("fds");
+    let agent = script(
+        &bench,
+        "linked.sh",
+        &format!(
+            "{}\n\"$KANBAN_BIN\" complete --summary done >&2 || exit $?",
+            list_workers_files(&fds)
+        ),
+    );
+    let output = bench
+        .dispatch_command(&agent, &["--until-idle"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    let held = std::fs::read_to_string(&fds).unwrap();
+    let board = bench.db.display().to_string();
+    assert!(
+        held.contains("socket:"),
+        "the link to its dispatcher: {held}"
+    );
+    assert!(
+        !held.contains(&board),
+        "the worker never opened the board itself: {held}"
+    );
+}
+
+#[test]
+fn a_worker_whose_dispatcher_died_finishes_its_card_on_the_board_itself() {
+    let bench = Bench::new();
+    let id = bench.add("orphaned", &[]);
+    let (pids, go) = (bench.path().join("pids"), bench.path().join("go"));
+    let agent = script(
+        &bench,
+        "patient.sh",
+        &format!(
+            r#"echo $$ > '{pids}'
+while [ ! -e '{go}' ]; do sleep 0.05; done
+"$KANBAN_BIN" complete --summary "done without its dispatcher" >&2 || exit $?"#,
+            pids = pids.display(),
+            go = go.display()
+        ),
+    );
+    let dispatcher = spawn_dispatch(&bench, &agent, &[]);
+    wait_for("the agent", || pids.exists());
+    let worker = worker_pid(&bench, &id).unwrap();
+    kill(Pid::from_raw(dispatcher.id() as i32), Signal::SIGKILL).unwrap();
+    finish_within(dispatcher, Duration::from_secs(5));
+    std::fs::write(&go, "").unwrap();
+    wait_for("the worker to end", || dead(worker));
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done", "{card}");
+    assert_eq!(
+        runs(&card)[0]["summary"],
+        "done without its dispatcher",
+        "{card}"
+    );
+    assert_eq!(bench.event(&id, "worker_result")["payload"]["exit_code"], 0);
+}

@@ -1,0 +1,858 @@
+//! A worker's board calls, answered by the dispatcher that started it.
+//!
+//! A dispatcher already holds the board open. A worker that opened it again
+//! paid, for every card, for a connection, a schema read and a score of
+//! prepared statements, and its writes waited on the write lock against the
+//! dispatcher's. So a dispatcher listens on a socket of its own and hands
+//! its workers the address in `KANBAN_DISPATCH_SOCKET`; a worker keeps one
+//! connection for its run and sends each board call as one JSON line with
+//! its claim. The dispatcher makes the call on its board with that claim,
+//! through the same fenced write as ever (run id, claim lock, unexpired
+//! lease), so nothing a worker sends can reach another run.
+//!
+//! The socket is in Linux's abstract namespace (nothing to clean up), named
+//! with 128 random bits, and serves only processes of the dispatcher's own
+//! user (`SO_PEERCRED`), who could open the board file anyway. It serves a
+//! claim on its own board only: a claim on another board is answered
+//! `not_mine` before anything is done.
+//!
+//! A worker with no dispatcher to ask (no variable, nobody listening, a
+//! dispatcher of another board) opens the board itself, and so does one
+//! whose link breaks (its dispatcher died or stopped): a call whose answer
+//! was lost on the way fails as a passing board fault and is never made a
+//! second way, a proof whose answer was lost proves nothing, and every
+//! later call goes to the board directly.
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kanban_core::rules::{FailurePolicy, Overrun};
+use kanban_core::{
+    Board, BoardError, Claim, Clock, Environment, NotLive, ProofIdentity, RunStatus, TaskView,
+    WorkerResult,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::board_path::{AnyBoard, open_claim_board};
+use crate::runtime::TokioOffload;
+
+/// The variable a dispatcher hands its workers its socket in: `@` and the
+/// abstract name.
+pub(crate) const LINK_VAR: &str = "KANBAN_DISPATCH_SOCKET";
+
+/// The longest line either side reads: a card's view with its newest
+/// comments and events at their bounds, with room to spare.
+const LINE_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// One board call of a worker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+enum LinkCall {
+    ShowTask,
+    Prove {
+        identity: ProofIdentity,
+    },
+    Bind {
+        pid: u32,
+    },
+    BookResult {
+        result: WorkerResult,
+    },
+    RunStatus,
+    Heartbeat {
+        note: Option<String>,
+    },
+    Complete {
+        summary: String,
+        result: Option<String>,
+    },
+    Block {
+        reason: String,
+    },
+    SettleOverrun {
+        overrun: Overrun,
+        policy: FailurePolicy,
+    },
+    Comment {
+        author: String,
+        text: String,
+    },
+    AppendEvent {
+        kind: String,
+        payload: serde_json::Value,
+    },
+}
+
+/// A call with the claim it is made under.
+#[derive(Debug, Serialize, Deserialize)]
+struct LinkRequest {
+    claim: Claim,
+    call: LinkCall,
+}
+
+/// The dispatcher's answer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum LinkAnswer {
+    Done,
+    Expires {
+        at: i64,
+    },
+    Status {
+        status: RunStatus,
+    },
+    View {
+        view: Box<TaskView>,
+    },
+    Failed {
+        error: BoardError,
+    },
+    NotLive {
+        reason: NotLive,
+    },
+    /// Not this dispatcher's board, or a line it cannot read (a worker of
+    /// another kanban version): nothing was done; the worker goes to the
+    /// board itself.
+    NotMine,
+    /// The dispatcher is leaving: nothing the worker sent without an answer
+    /// was made, and every later call goes to the board.
+    Closing,
+}
+
+/// A dispatcher's listening socket.
+pub(crate) struct LinkServer {
+    name: String,
+    listener: tokio::net::UnixListener,
+}
+
+impl LinkServer {
+    /// Listens on a fresh abstract name.
+    pub(crate) fn bind() -> std::io::Result<Self> {
+        let name = format!(
+            "kanban-dispatch-{}-{}",
+            std::process::id(),
+            crate::supervisor::random_hex()
+        );
+        let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            name,
+            listener: tokio::net::UnixListener::from_std(listener)?,
+        })
+    }
+
+    /// The variable that points a worker here.
+    pub(crate) fn env_pair(&self) -> (String, String) {
+        (LINK_VAR.to_owned(), format!("@{}", self.name))
+    }
+
+    /// Answers workers, each on a task of its own, until `closing` turns
+    /// true; then tells every connected worker it is closing and returns
+    /// once each was told. `db` is the board's name as its claims carry it.
+    pub(crate) async fn serve(
+        self,
+        board: Arc<dyn AnyBoard>,
+        db: String,
+        mut closing: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let me = nix::unistd::getuid().as_raw();
+        let db: Arc<str> = db.into();
+        let mut workers = tokio::task::JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                _ = closing.wait_for(|closing| *closing) => break,
+                // Reap the tasks of workers that hung up as it goes.
+                Some(_) = workers.join_next(), if !workers.is_empty() => continue,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of descriptors, most likely: the workers' calls go
+                    // to the board themselves; this loop must not spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if !stream.peer_cred().is_ok_and(|cred| cred.uid() == me) {
+                continue;
+            }
+            let board = board.clone();
+            let db = db.clone();
+            let closing = closing.clone();
+            workers.spawn(async move {
+                let _ = answer_worker(stream, &*board, &db, closing).await;
+            });
+        }
+        while workers.join_next().await.is_some() {}
+    }
+}
+
+/// Answers one worker's calls, one line each, until it hangs up or the
+/// dispatcher closes. A call is read whole and answered before the closing
+/// is looked at, so `closing` tells the worker that nothing it sent
+/// without an answer was made.
+async fn answer_worker(
+    stream: UnixStream,
+    board: &dyn AnyBoard,
+    db: &str,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    loop {
+        let mut line = String::new();
+        let mut limited = (&mut reader).take(LINE_LIMIT);
+        let read = tokio::select! {
+            read = limited.read_line(&mut line) => Some(read?),
+            _ = closing.wait_for(|closing| *closing) => None,
+        };
+        let Some(read) = read else {
+            let mut text = serde_json::to_string(&LinkAnswer::Closing).unwrap_or_default();
+            text.push('\n');
+            return write.write_all(text.as_bytes()).await;
+        };
+        if read == 0 {
+            return Ok(());
+        }
+        let answer = match serde_json::from_str::<LinkRequest>(&line) {
+            Ok(request) if request.claim.db == db => {
+                perform(board, &request.claim, request.call).await
+            }
+            Ok(_) | Err(_) => LinkAnswer::NotMine,
+        };
+        let mut text = serde_json::to_string(&answer).unwrap_or_default();
+        text.push('\n');
+        write.write_all(text.as_bytes()).await?;
+    }
+}
+
+/// Makes `call` with `claim` on `board`.
+async fn perform(board: &dyn AnyBoard, claim: &Claim, call: LinkCall) -> LinkAnswer {
+    let done = |result: Result<(), BoardError>| match result {
+        Ok(()) => LinkAnswer::Done,
+        Err(error) => LinkAnswer::Failed { error },
+    };
+    match call {
+        LinkCall::ShowTask => match board.show_task(&claim.task_id).await {
+            Ok(view) => LinkAnswer::View {
+                view: Box::new(view),
+            },
+            Err(error) => LinkAnswer::Failed { error },
+        },
+        LinkCall::Prove { identity } => match board.prove_claim(claim, identity).await {
+            Ok(()) => LinkAnswer::Done,
+            Err(reason) => LinkAnswer::NotLive { reason },
+        },
+        LinkCall::Bind { pid } => done(board.bind_worker(claim, pid).await),
+        LinkCall::BookResult { result } => done(board.book_result(claim, &result).await),
+        LinkCall::RunStatus => match board.run_status(claim).await {
+            Ok(status) => LinkAnswer::Status { status },
+            Err(error) => LinkAnswer::Failed { error },
+        },
+        LinkCall::Heartbeat { note } => match board.heartbeat(claim, note).await {
+            Ok(at) => LinkAnswer::Expires { at },
+            Err(error) => LinkAnswer::Failed { error },
+        },
+        LinkCall::Complete { summary, result } => {
+            done(board.complete(claim, &summary, result).await)
+        }
+        LinkCall::Block { reason } => done(board.block(claim, &reason).await),
+        LinkCall::SettleOverrun { overrun, policy } => {
+            done(board.settle_overrun(claim, &overrun, &policy).await)
+        }
+        LinkCall::Comment { author, text } => done(board.comment(claim, &author, &text).await),
+        LinkCall::AppendEvent { kind, payload } => {
+            done(board.append_event(claim, &kind, payload).await)
+        }
+    }
+}
+
+/// The worker's connection to its dispatcher.
+struct Link {
+    read: BufReader<OwnedReadHalf>,
+    write: OwnedWriteHalf,
+}
+
+/// How a call sent over the link went.
+enum Asked {
+    Answered(LinkAnswer),
+    /// Never reached the dispatcher, or it answered `not_mine`: nothing was
+    /// done, and the call is the board's to make.
+    NotSent,
+    /// Sent, but the answer was lost: it may have been made.
+    Lost(String),
+}
+
+/// A worker's board: its dispatcher's over the link while the link holds,
+/// the board itself otherwise.
+pub(crate) struct LinkedBoard {
+    link: tokio::sync::Mutex<Option<Link>>,
+    own: tokio::sync::OnceCell<Arc<dyn AnyBoard>>,
+    claim: Claim,
+    clock: Arc<dyn Clock>,
+    env: Environment,
+}
+
+impl std::fmt::Debug for LinkedBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkedBoard")
+            .field("task_id", &self.claim.task_id)
+            .field("opened", &self.own.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkedBoard {
+    /// Connects to the dispatcher at `socket` (`@` and an abstract name);
+    /// `None` when nobody listens there.
+    pub(crate) async fn connect(
+        socket: &str,
+        claim: &Claim,
+        clock: Arc<dyn Clock>,
+        env: &Environment,
+    ) -> Option<Self> {
+        let name = socket.strip_prefix('@')?;
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
+        let stream = std::os::unix::net::UnixStream::connect_addr(&address).ok()?;
+        stream.set_nonblocking(true).ok()?;
+        let (read, write) = UnixStream::from_std(stream).ok()?.into_split();
+        Some(Self {
+            link: tokio::sync::Mutex::new(Some(Link {
+                read: BufReader::new(read),
+                write,
+            })),
+            own: tokio::sync::OnceCell::new(),
+            claim: claim.clone(),
+            clock,
+            env: env.clone(),
+        })
+    }
+
+    /// True while calls still go to the dispatcher.
+    #[cfg(test)]
+    pub(crate) async fn linked(&self) -> bool {
+        self.link.lock().await.is_some()
+    }
+
+    async fn ask(&self, claim: &Claim, call: LinkCall) -> Asked {
+        let mut held = self.link.lock().await;
+        let Some(link) = held.as_mut() else {
+            return Asked::NotSent;
+        };
+        let request = LinkRequest {
+            claim: claim.clone(),
+            call,
+        };
+        let mut line = serde_json::to_string(&request).unwrap_or_default();
+        line.push('\n');
+        if link.write.write_all(line.as_bytes()).await.is_err() {
+            // A dispatcher that is gone takes no call: the board's to make.
+            *held = None;
+            return Asked::NotSent;
+        }
+        let mut answer = String::new();
+        let read = (&mut link.read)
+            .take(LINE_LIMIT)
+            .read_line(&mut answer)
+            .await;
+        let sent = match read {
+            Ok(0) => Asked::Lost("the dispatcher hung up before it answered".to_owned()),
+            Ok(_) => match serde_json::from_str::<LinkAnswer>(&answer) {
+                Ok(LinkAnswer::NotMine | LinkAnswer::Closing) => Asked::NotSent,
+                Ok(answer) => return Asked::Answered(answer),
+                Err(error) => {
+                    Asked::Lost(format!("the dispatcher's answer was unreadable ({error})"))
+                }
+            },
+            Err(error) => Asked::Lost(format!("the dispatcher did not answer ({error})")),
+        };
+        // Whatever went wrong, the rest of the run goes to the board.
+        *held = None;
+        sent
+    }
+
+    /// The board itself, opened at its first need.
+    async fn own(&self) -> Result<&Arc<dyn AnyBoard>, BoardError> {
+        self.own
+            .get_or_try_init(|| async {
+                let opened = open_claim_board(&self.claim, self.clock.clone(), &self.env).await;
+                match opened {
+                    Ok(board) => Ok(board.into_shared(Arc::new(TokioOffload))),
+                    Err(error) => Err(match error.downcast_ref::<BoardError>() {
+                        Some(error) => error.clone(),
+                        None => BoardError::Unusable {
+                            path: self.claim.db.clone(),
+                            message: format!("{error:#}"),
+                        },
+                    }),
+                }
+            })
+            .await
+    }
+
+    /// The card this worker's claim names, with its runs and events.
+    pub(crate) async fn show_task(&self) -> Result<TaskView, BoardError> {
+        match self.ask(&self.claim, LinkCall::ShowTask).await {
+            Asked::Answered(LinkAnswer::View { view }) => Ok(*view),
+            Asked::Answered(answer) => Err(refusal(answer)),
+            // A read changes nothing: one whose answer was lost is asked again.
+            Asked::Lost(_) | Asked::NotSent => {
+                self.own().await?.show_task(&self.claim.task_id).await
+            }
+        }
+    }
+}
+
+/// The error an answer carries, or the one it is when it answers another
+/// question.
+fn refusal(answer: LinkAnswer) -> BoardError {
+    match answer {
+        LinkAnswer::Failed { error } => error,
+        other => BoardError::Storage(format!(
+            "the dispatcher answered another question ({other:?})"
+        )),
+    }
+}
+
+fn done(answer: LinkAnswer) -> Result<(), BoardError> {
+    match answer {
+        LinkAnswer::Done => Ok(()),
+        other => Err(refusal(other)),
+    }
+}
+
+#[async_trait]
+impl Board for LinkedBoard {
+    async fn prove_claim(&self, claim: &Claim, identity: ProofIdentity) -> Result<(), NotLive> {
+        match self.ask(claim, LinkCall::Prove { identity }).await {
+            Asked::Answered(LinkAnswer::Done) => Ok(()),
+            Asked::Answered(LinkAnswer::NotLive { reason }) => Err(reason),
+            // Fails closed: an answer that is not a verdict proves nothing.
+            Asked::Answered(other) => Err(NotLive::Unreadable(refusal(other).to_string())),
+            // A proof is a read: one whose answer was lost is made again on
+            // the board, and proves nothing if the board cannot be read.
+            Asked::Lost(_) | Asked::NotSent => match self.own().await {
+                Ok(board) => board.prove_claim(claim, identity).await,
+                Err(error) => Err(NotLive::Unreadable(error.to_string())),
+            },
+        }
+    }
+
+    async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        match self.ask(claim, LinkCall::Bind { pid }).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.bind_worker(claim, pid).await,
+        }
+    }
+
+    async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError> {
+        let call = LinkCall::BookResult {
+            result: result.clone(),
+        };
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.book_result(claim, result).await,
+        }
+    }
+
+    async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
+        match self.ask(claim, LinkCall::RunStatus).await {
+            Asked::Answered(LinkAnswer::Status { status }) => Ok(status),
+            Asked::Answered(answer) => Err(refusal(answer)),
+            Asked::Lost(_) | Asked::NotSent => self.own().await?.run_status(claim).await,
+        }
+    }
+
+    async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
+        let call = LinkCall::Heartbeat { note: note.clone() };
+        match self.ask(claim, call).await {
+            Asked::Answered(LinkAnswer::Expires { at }) => Ok(at),
+            Asked::Answered(answer) => Err(refusal(answer)),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.heartbeat(claim, note).await,
+        }
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        summary: &str,
+        result: Option<String>,
+    ) -> Result<(), BoardError> {
+        let call = LinkCall::Complete {
+            summary: summary.to_owned(),
+            result: result.clone(),
+        };
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.complete(claim, summary, result).await,
+        }
+    }
+
+    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
+        let call = LinkCall::Block {
+            reason: reason.to_owned(),
+        };
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.block(claim, reason).await,
+        }
+    }
+
+    async fn settle_overrun(
+        &self,
+        claim: &Claim,
+        overrun: &Overrun,
+        policy: &FailurePolicy,
+    ) -> Result<(), BoardError> {
+        let call = LinkCall::SettleOverrun {
+            overrun: overrun.clone(),
+            policy: *policy,
+        };
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => {
+                self.own()
+                    .await?
+                    .settle_overrun(claim, overrun, policy)
+                    .await
+            }
+        }
+    }
+
+    async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError> {
+        let call = LinkCall::Comment {
+            author: author.to_owned(),
+            text: text.to_owned(),
+        };
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.comment(claim, author, text).await,
+        }
+    }
+
+    async fn append_event(
+        &self,
+        claim: &Claim,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<(), BoardError> {
+        let call = LinkCall::AppendEvent {
+            kind: kind.to_owned(),
+            payload: payload.clone(),
+        };
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent => self.own().await?.append_event(claim, kind, payload).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead as _, Write as _};
+    use std::path::Path;
+
+    use kanban_board_sqlite::{SqliteBoard, SystemClock};
+    use kanban_core::{BoardAdmin, NewTask, TaskStatus};
+
+    use super::*;
+
+    async fn claimed_card(board: &SqliteBoard, title: &str) -> Claim {
+        let id = board
+            .create_task(&NewTask {
+                title: title.into(),
+                ..NewTask::default()
+            })
+            .await
+            .unwrap();
+        board
+            .claim_task(&id, 900, "test:1:lock")
+            .await
+            .unwrap()
+            .unwrap()
+            .claim
+    }
+
+    /// How a test's dispatcher ends.
+    enum Stop {
+        /// As a dispatcher that leaves: each worker is told it is closing.
+        Close,
+        /// As a dispatcher that dies: its connections just end.
+        Kill,
+    }
+
+    /// A dispatcher's link on a runtime of its own, as in its own process.
+    fn dispatcher(board: &SqliteBoard) -> (String, tokio::sync::oneshot::Sender<Stop>) {
+        let served: Arc<dyn AnyBoard> = Arc::new(board.clone());
+        let db = board.path().display().to_string();
+        let (socket, stop) = (std::sync::mpsc::channel(), tokio::sync::oneshot::channel());
+        let (named, stopped) = (socket.0, stop.1);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let server = LinkServer::bind().unwrap();
+                let (name, socket) = server.env_pair();
+                assert_eq!(name, LINK_VAR);
+                named.send(socket).unwrap();
+                let (closing, closed) = tokio::sync::watch::channel(false);
+                let serving = tokio::spawn(server.serve(served, db, closed));
+                match stopped.await {
+                    // Closed: every worker is told so.
+                    Ok(Stop::Close) => {
+                        let _ = closing.send(true);
+                        let _ = serving.await;
+                    }
+                    // Killed: the runtime and every connection just end.
+                    Ok(Stop::Kill) | Err(_) => {}
+                }
+            });
+        });
+        (socket.1.recv().unwrap(), stop.0)
+    }
+
+    /// A dispatcher that takes one call and hangs up without an answer.
+    fn one_that_hangs_up() -> String {
+        one_that_answers(None)
+    }
+
+    /// A dispatcher that takes one call, gives `answer` (if any) whatever it
+    /// was, and hangs up.
+    fn one_that_answers(answer: Option<&'static str>) -> String {
+        let name = format!("kanban-test-{}", crate::supervisor::random_hex());
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(&stream)
+                .read_line(&mut line)
+                .unwrap();
+            if let Some(answer) = answer {
+                (&stream).write_all(answer.as_bytes()).unwrap();
+            }
+        });
+        format!("@{name}")
+    }
+
+    fn status(board: &SqliteBoard, claim: &Claim) -> TaskStatus {
+        crate::runtime::block_on(board.show_task(&claim.task_id))
+            .unwrap()
+            .task
+            .status
+    }
+
+    fn file_board(dir: &Path, name: &str) -> SqliteBoard {
+        SqliteBoard::create(dir.join(name), Arc::new(SystemClock)).unwrap()
+    }
+
+    #[test]
+    fn a_workers_calls_go_to_its_dispatcher_and_to_the_board_itself_when_they_cannot() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let served = file_board(dir.path(), "served.db");
+        let other = file_board(dir.path(), "other.db");
+        let (socket, stop) = dispatcher(&served);
+        let env = Environment::default();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        runtime.block_on(async {
+            // A claim on the dispatcher's board: every call over the link.
+            let claim = claimed_card(&served, "linked").await;
+            let linked = LinkedBoard::connect(&socket, &claim, clock.clone(), &env)
+                .await
+                .unwrap();
+            assert_eq!(linked.show_task().await.unwrap().task.id, claim.task_id);
+            linked.bind_worker(&claim, 4242).await.unwrap();
+            assert!(linked.heartbeat(&claim, None).await.unwrap() > 0);
+            linked
+                .prove_claim(&claim, ProofIdentity::BoundOwner(4242))
+                .await
+                .unwrap();
+            linked.comment(&claim, "agent", "hello").await.unwrap();
+            // Refusals keep their kind on the way back.
+            let mut stale = claim.clone();
+            stale.claim_lock = "someone:2:else".into();
+            let refused = linked.complete(&stale, "not mine", None).await;
+            assert!(
+                matches!(refused, Err(BoardError::LeaseLost { .. })),
+                "{refused:?}"
+            );
+            let unproven = linked.prove_claim(&stale, ProofIdentity::AnyProcess).await;
+            assert!(unproven.is_err(), "{unproven:?}");
+            linked.complete(&claim, "done", None).await.unwrap();
+            assert_eq!(linked.run_status(&claim).await.unwrap(), RunStatus::Done);
+            assert!(linked.linked().await, "every call went over the link");
+            assert!(
+                !linked.own.initialized(),
+                "the worker never opened the board"
+            );
+            assert_eq!(status(&served, &claim), TaskStatus::Done);
+
+            // A claim on another board is not the dispatcher's to make: the
+            // worker makes it on that board itself.
+            let elsewhere_claim = claimed_card(&other, "elsewhere").await;
+            let elsewhere = LinkedBoard::connect(&socket, &elsewhere_claim, clock.clone(), &env)
+                .await
+                .unwrap();
+            elsewhere
+                .complete(&elsewhere_claim, "done", None)
+                .await
+                .unwrap();
+            assert!(!elsewhere.linked().await);
+            assert_eq!(status(&other, &elsewhere_claim), TaskStatus::Done);
+            assert_eq!(
+                crate::runtime::block_on(served.show_task(&elsewhere_claim.task_id)).err(),
+                Some(BoardError::TaskNotFound(elsewhere_claim.task_id.clone())),
+                "nothing reached the dispatcher's board"
+            );
+
+            // The dispatcher leaves mid-run: the worker is told so and goes
+            // on, on the board.
+            let (leaving, leave) = dispatcher(&served);
+            let left_claim = claimed_card(&served, "left").await;
+            let left = LinkedBoard::connect(&leaving, &left_claim, clock.clone(), &env)
+                .await
+                .unwrap();
+            left.bind_worker(&left_claim, 8).await.unwrap();
+            assert!(left.linked().await);
+            leave
+                .send(Stop::Close)
+                .unwrap_or_else(|_| panic!("stopped"));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            left.complete(&left_claim, "done", None).await.unwrap();
+            assert!(!left.linked().await);
+            assert_eq!(status(&served, &left_claim), TaskStatus::Done);
+
+            // The dispatcher dies mid-run: the worker goes on, on the board.
+            let orphan_claim = claimed_card(&served, "orphaned").await;
+            let orphan = LinkedBoard::connect(&socket, &orphan_claim, clock.clone(), &env)
+                .await
+                .unwrap();
+            orphan.bind_worker(&orphan_claim, 7).await.unwrap();
+            assert!(orphan.linked().await);
+            stop.send(Stop::Kill).unwrap_or_else(|_| panic!("stopped"));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            orphan.heartbeat(&orphan_claim, None).await.unwrap();
+            orphan.complete(&orphan_claim, "done", None).await.unwrap();
+            assert!(!orphan.linked().await);
+            assert_eq!(status(&served, &orphan_claim), TaskStatus::Done);
+            assert!(
+                LinkedBoard::connect(&socket, &orphan_claim, clock.clone(), &env)
+                    .await
+                    .is_none(),
+                "nobody listens there any more"
+            );
+
+            // An answer lost on the way (a dispatcher killed mid-call): the
+            // write failed, is not made a second way, and what follows goes
+            // to the board.
+            let lost_claim = claimed_card(&served, "lost").await;
+            let lost = LinkedBoard::connect(&one_that_hangs_up(), &lost_claim, clock.clone(), &env)
+                .await
+                .unwrap();
+            let failed = lost.complete(&lost_claim, "done", None).await;
+            assert!(
+                matches!(&failed, Err(BoardError::Storage(why)) if why.contains("hung up")),
+                "{failed:?}"
+            );
+            assert_eq!(status(&served, &lost_claim), TaskStatus::Running);
+            lost.complete(&lost_claim, "done", None).await.unwrap();
+            assert_eq!(status(&served, &lost_claim), TaskStatus::Done);
+            // A read whose answer was lost is asked of the board instead.
+            let reread_claim = claimed_card(&served, "reread").await;
+            let reread = LinkedBoard::connect(&one_that_hangs_up(), &reread_claim, clock, &env)
+                .await
+                .unwrap();
+            assert_eq!(
+                reread.show_task().await.unwrap().task.id,
+                reread_claim.task_id
+            );
+            reread
+                .prove_claim(&reread_claim, ProofIdentity::AnyProcess)
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn a_leaving_dispatcher_says_so_and_its_workers_calls_are_made_on_the_board() {
+        let dir = tempfile::tempdir().unwrap();
+        let served = file_board(dir.path(), "served.db");
+        // The dispatcher tells a connected worker it is leaving.
+        let (socket, stop) = dispatcher(&served);
+        let name = socket.trim_start_matches('@');
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let stream = std::os::unix::net::UnixStream::connect_addr(&address).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        stop.send(Stop::Close).unwrap_or_else(|_| panic!("stopped"));
+        let mut said = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut said)
+            .unwrap();
+        assert_eq!(said.trim(), r#"{"outcome":"closing"}"#);
+        // A worker told so makes the call it sent on the board, once.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let claim = claimed_card(&served, "told").await;
+            let closing = one_that_answers(Some("{\"outcome\":\"closing\"}\n"));
+            let told = LinkedBoard::connect(
+                &closing,
+                &claim,
+                Arc::new(SystemClock),
+                &Environment::default(),
+            )
+            .await
+            .unwrap();
+            told.complete(&claim, "done", None).await.unwrap();
+            assert!(!told.linked().await);
+            assert_eq!(status(&served, &claim), TaskStatus::Done);
+        });
+    }
+
+    #[test]
+    fn a_dispatcher_answers_a_line_it_cannot_read_not_mine_and_keeps_listening() {
+        let dir = tempfile::tempdir().unwrap();
+        let served = file_board(dir.path(), "served.db");
+        let (socket, _stop) = dispatcher(&served);
+        let name = socket.trim_start_matches('@');
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let stream = std::os::unix::net::UnixStream::connect_addr(&address).unwrap();
+        let mut reader = std::io::BufReader::new(&stream);
+        let mut answers = Vec::new();
+        for line in [
+            "not json\n",
+            "{\"claim\":{},\"call\":{\"call\":\"show_task\"}}\n",
+            "{\"call\":\"unheard_of\"}\n",
+        ] {
+            (&stream).write_all(line.as_bytes()).unwrap();
+            let mut answer = String::new();
+            reader.read_line(&mut answer).unwrap();
+            answers.push(answer.trim().to_owned());
+        }
+        assert_eq!(answers, vec![r#"{"outcome":"not_mine"}"#; 3]);
+    }
+}
