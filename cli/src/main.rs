@@ -16,6 +16,7 @@ mod fence;
 mod logs;
 mod mcp;
 mod metrics;
+mod orphans;
 mod out;
 mod output;
 mod prove;

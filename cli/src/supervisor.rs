@@ -2,7 +2,7 @@
 //! logs, their exits, and the signals that stop them. Core's dispatcher
 //! decides; this only does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -228,6 +228,9 @@ fn kill_groups(pids: Vec<i32>) {
     }
 }
 
+/// The most runs remembered as left alone before their sweep.
+const ALONE_RUNS_KEPT: usize = 4096;
+
 /// How long a sweep of earlier runs waits for their processes to die.
 const SWEEP_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -253,6 +256,9 @@ pub(crate) struct ProcessSupervisor {
     interrupt: Arc<AtomicUsize>,
     stop_seen: AtomicBool,
     cursors: Mutex<BTreeMap<u32, Cursor>>,
+    /// Runs whose worker's sealed trailer said it ended everything it
+    /// started (`alone`): their sweep has nothing to find.
+    alone_runs: Mutex<BTreeSet<i64>>,
     echo: Box<dyn Fn(&str) + Send + Sync>,
     /// Commits to the board by anybody else (a card added, a worker's
     /// call) wake the dispatcher at once; `None` polls on the interval only.
@@ -318,6 +324,7 @@ impl ProcessSupervisor {
             interrupt,
             stop_seen: AtomicBool::new(false),
             cursors: Mutex::new(BTreeMap::new()),
+            alone_runs: Mutex::new(BTreeSet::new()),
             echo,
             // Without a watch the interval still ticks: the watch only
             // makes pickup sooner, never correctness.
@@ -358,9 +365,7 @@ impl ProcessSupervisor {
                 continue;
             }
             let mut bytes = Vec::new();
-            let _ = Read::by_ref(&mut file)
-                .take(LOG_WINDOW)
-                .read_to_end(&mut bytes);
+            let _ = Read::by_ref(&mut file).take(LOG_WINDOW).read_to_end(&mut bytes);
             let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
                 continue;
             };
@@ -526,6 +531,16 @@ impl Supervisor for ProcessSupervisor {
     }
 
     async fn sweep(&self, claim: &Claim) {
+        // A worker that reaped its own tree left nothing with the run's
+        // marker; one that did not say so is looked for through `/proc`.
+        let alone = self
+            .alone_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&claim.run_id);
+        if alone {
+            return;
+        }
         kill_groups(processes_of(claim, Runs::This));
     }
 
@@ -555,6 +570,19 @@ impl Supervisor for ProcessSupervisor {
             (Some(_), None) => false,
             (None, _) => true,
         });
+        // Only a sealed trailer is believed about what is left running.
+        if expected.is_some() && trailer.as_ref().is_some_and(|trailer| trailer.alone) {
+            let mut alone = self
+                .alone_runs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // A run read but never swept must not pile up: forgetting one
+            // only costs its sweep.
+            if alone.len() >= ALONE_RUNS_KEPT {
+                alone.clear();
+            }
+            alone.insert(claim.run_id);
+        }
         RunLog {
             trailer_code: trailer.as_ref().map(|trailer| trailer.code),
             fault: trailer

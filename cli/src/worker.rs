@@ -30,6 +30,10 @@ use crate::worker_calls::CallServer;
 /// worker signs its exit trailer with it; its agents never see it.
 pub(crate) const SEAL_VAR: &str = "KANBAN_WORKER_SEAL";
 
+/// How long a worker spends ending what its run left running; past it,
+/// its dispatcher looks for them.
+const ORPHANS_PATIENCE: Duration = Duration::from_secs(2);
+
 /// How a worker process ended.
 struct WorkerEnd {
     code: i32,
@@ -51,6 +55,9 @@ impl WorkerEnd {
 /// Runs the worker and writes its two closing lines; returns the exit code.
 pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<AtomicUsize>) -> i32 {
     let seal = env.get_trimmed(SEAL_VAR).map(str::to_owned);
+    // What the agent leaves orphaned comes to this worker, not to init, so
+    // that the worker can end all of it before it says it is done.
+    let reaper = crate::orphans::adopt_orphans();
     let ended = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -67,9 +74,11 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
     // The last stdout line is the reply; the last stderr line is the
     // trailer, signed with the seal only this worker was given.
     outln_or_drop!("{}", end.reply.replace('\n', " ").trim());
+    let alone = reaper && crate::orphans::end_all(ORPHANS_PATIENCE);
     let trailer = Trailer {
         code: end.code,
         seal,
+        alone,
         fault: end.fault.map(|fault| {
             let configuration = matches!(fault, EnvironmentFault::Configuration(_));
             (configuration, fault.to_string())

@@ -169,12 +169,17 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
     }
 }
 
-/// A worker's exit trailer: `[kanban-worker-exit] rc=N[ seal=S][ fault=KIND:TEXT]`.
+/// A worker's exit trailer:
+/// `[kanban-worker-exit] rc=N[ seal=S][ alone][ fault=KIND:TEXT]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trailer {
     pub code: i32,
     /// The seal the worker signed it with.
     pub seal: Option<String>,
+    /// The worker ended every process it started, and every one they
+    /// started (it was their reaper), before it wrote the line: nothing of
+    /// its run is left for its dispatcher to look for.
+    pub alone: bool,
     /// A fault of the environment the worker reports: `(configuration, text)`.
     pub fault: Option<(bool, String)>,
 }
@@ -185,6 +190,9 @@ impl Trailer {
         let mut line = format!("{WORKER_EXIT_TRAILER}{}", self.code);
         if let Some(seal) = &self.seal {
             line.push_str(&format!(" seal={seal}"));
+        }
+        if self.alone {
+            line.push_str(" alone");
         }
         if let Some((configuration, text)) = &self.fault {
             let kind = if *configuration {
@@ -208,11 +216,21 @@ impl Trailer {
             seal = Some(value.to_owned());
             rest = tail;
         }
+        let (word, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+        let alone = word == "alone";
+        if alone {
+            rest = tail;
+        }
         let fault = rest.strip_prefix("fault=").and_then(|fault| {
             let (kind, text) = fault.split_once(':')?;
             Some((kind == "config", text.to_owned()))
         });
-        Some(Self { code, seal, fault })
+        Some(Self {
+            code,
+            seal,
+            alone,
+            fault,
+        })
     }
 }
 

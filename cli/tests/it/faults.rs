@@ -656,3 +656,34 @@ while [ ! -e '{go}' ]; do sleep 0.05; done
     );
     assert_eq!(bench.event(&id, "worker_result")["payload"]["exit_code"], 0);
 }
+
+#[test]
+fn a_worker_ends_what_its_agent_left_running_before_it_exits() {
+    let bench = Bench::new();
+    let id = bench.add("leaves a daemon", &[]);
+    let carrier = bench.claim(&id, None);
+    let daemon = bench.path().join("daemon");
+    // A daemon the usual way: a subshell that starts it in a session of its
+    // own and leaves, so that neither the agent's group nor its parent is
+    // there any more to end it.
+    let agent = script(
+        &bench,
+        "daemon.sh",
+        &format!(
+            r#"( setsid sleep 300 > /dev/null 2>&1 & echo $! > '{daemon}' )
+"$KANBAN_BIN" complete --summary done >&2 || exit $?
+echo '{{"completed": true}}'"#,
+            daemon = daemon.display()
+        ),
+    );
+    let output = bench.worker(&carrier, &agent, &[], &[]);
+    let pid = pid_in(&daemon);
+    let survived = !dead(pid);
+    if survived {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(!survived, "the daemon outlived its worker");
+    let trailer = crate::last_line(&output.stderr);
+    assert!(trailer.ends_with(" alone"), "{trailer}");
+}

@@ -77,7 +77,7 @@ fn recovers_in_place() {
     assert_eq!(bench.show(&id)["task"]["status"], "done");
     assert_eq!(
         last_line(case.stderr.as_bytes()),
-        "[kanban-worker-exit] rc=0"
+        "[kanban-worker-exit] rc=0 alone"
     );
     assert_eq!(
         last_line(case.stdout.as_bytes()),
@@ -98,7 +98,7 @@ fn budget_exhausted_stops_and_releases() {
     assert_eq!(case.entries, 2);
     assert_eq!(
         last_line(case.stderr.as_bytes()),
-        "[kanban-worker-exit] rc=75"
+        "[kanban-worker-exit] rc=75 alone"
     );
 }
 
@@ -121,7 +121,7 @@ fn single_turn_route_outcomes() {
         assert_eq!(case.entries, 1, "{id}");
         assert_eq!(
             last_line(case.stderr.as_bytes()),
-            format!("[kanban-worker-exit] rc={code}"),
+            format!("[kanban-worker-exit] rc={code} alone"),
             "{id}"
         );
     }
@@ -429,7 +429,10 @@ fn a_real_sigint_during_a_turn_stops_the_agent_group_and_exits_130() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
-    assert_eq!(last_line(&output.stderr), "[kanban-worker-exit] rc=130");
+    assert_eq!(
+        last_line(&output.stderr),
+        "[kanban-worker-exit] rc=130 alone"
+    );
     assert!(gone(grandchild), "the agent's process group is gone");
     assert!(started.elapsed().as_secs() < 20);
 }

@@ -801,6 +801,7 @@ fn exit_trailers_are_written_and_read_back_exactly() {
             Trailer {
                 code: 0,
                 seal: None,
+                alone: false,
                 fault: None,
             },
             format!("{WORKER_EXIT_TRAILER}0"),
@@ -809,6 +810,7 @@ fn exit_trailers_are_written_and_read_back_exactly() {
             Trailer {
                 code: 75,
                 seal: Some("ab12".to_owned()),
+                alone: false,
                 fault: None,
             },
             format!("{WORKER_EXIT_TRAILER}75 seal=ab12"),
@@ -817,6 +819,7 @@ fn exit_trailers_are_written_and_read_back_exactly() {
             Trailer {
                 code: 78,
                 seal: Some("cd".to_owned()),
+                alone: false,
                 fault: Some((true, "no agent".to_owned())),
             },
             format!("{WORKER_EXIT_TRAILER}78 seal=cd fault=config:no agent"),
@@ -825,9 +828,37 @@ fn exit_trailers_are_written_and_read_back_exactly() {
             Trailer {
                 code: 75,
                 seal: None,
+                alone: false,
                 fault: Some((false, "board busy".to_owned())),
             },
             format!("{WORKER_EXIT_TRAILER}75 fault=transient:board busy"),
+        ),
+        (
+            Trailer {
+                code: 0,
+                seal: Some("ef".to_owned()),
+                alone: true,
+                fault: None,
+            },
+            format!("{WORKER_EXIT_TRAILER}0 seal=ef alone"),
+        ),
+        (
+            Trailer {
+                code: 75,
+                seal: Some("ef".to_owned()),
+                alone: true,
+                fault: Some((false, "alone on a full disk".to_owned())),
+            },
+            format!("{WORKER_EXIT_TRAILER}75 seal=ef alone fault=transient:alone on a full disk"),
+        ),
+        (
+            Trailer {
+                code: 1,
+                seal: None,
+                alone: true,
+                fault: None,
+            },
+            format!("{WORKER_EXIT_TRAILER}1 alone"),
         ),
     ];
     for (trailer, line) in rows {
@@ -843,6 +874,7 @@ fn exit_trailers_are_written_and_read_back_exactly() {
     let multiline = Trailer {
         code: 1,
         seal: None,
+        alone: false,
         fault: Some((false, "two\nlines".to_owned())),
     };
     assert_eq!(
@@ -850,6 +882,9 @@ fn exit_trailers_are_written_and_read_back_exactly() {
         format!("{WORKER_EXIT_TRAILER}1 fault=transient:two lines")
     );
     assert_eq!(Trailer::parse("[kanban-worker-exit] rc=x"), None);
+    // Only the word itself: a longer one is not it.
+    let lonely = Trailer::parse(&format!("{WORKER_EXIT_TRAILER}0 seal=ef alonely")).unwrap();
+    assert!(!lonely.alone, "{lonely:?}");
     assert_eq!(Trailer::parse("not a trailer"), None);
 }
 
