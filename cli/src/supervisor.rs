@@ -239,6 +239,8 @@ struct Cursor {
     task_id: String,
     run_id: i64,
     log: PathBuf,
+    /// The log, kept open from its first look.
+    file: Option<File>,
     read_to: Option<u64>,
 }
 
@@ -352,7 +354,11 @@ impl ProcessSupervisor {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for cursor in cursors.values_mut() {
-            let Ok(mut file) = File::open(&cursor.log) else {
+            // Opened once per run: the worker appends to this very file.
+            if cursor.file.is_none() {
+                cursor.file = File::open(&cursor.log).ok();
+            }
+            let Some(file) = cursor.file.as_mut() else {
                 continue;
             };
             let length = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -365,7 +371,7 @@ impl ProcessSupervisor {
                 continue;
             }
             let mut bytes = Vec::new();
-            let _ = Read::by_ref(&mut file).take(LOG_WINDOW).read_to_end(&mut bytes);
+            let _ = Read::by_ref(file).take(LOG_WINDOW).read_to_end(&mut bytes);
             let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
                 continue;
             };
@@ -467,6 +473,7 @@ impl Supervisor for ProcessSupervisor {
                     task_id: claim.task_id.clone(),
                     run_id: claim.run_id,
                     log,
+                    file: None,
                     read_to: None,
                 },
             );
