@@ -276,3 +276,45 @@ fn every_statement_of_the_sqlite_board_fits_its_cache() {
         "{statements} cached statements in a cache of {declared}"
     );
 }
+
+#[test]
+fn a_dispatcher_makes_its_workers_calls_only_through_a_workers_port() {
+    // The link answers a worker with the worker's own claim through the
+    // calls of the worker's port (and the card's view); a call of the
+    // dispatcher's or an operator's port there would let a worker reach
+    // past its fence.
+    const WORKER_CALLS: [&str; 11] = [
+        "show_task",
+        "prove_claim",
+        "bind_worker",
+        "book_result",
+        "run_status",
+        "heartbeat",
+        "complete",
+        "block",
+        "settle_overrun",
+        "comment",
+        "append_event",
+    ];
+    let link = sources("cli/src")
+        .into_iter()
+        .find(|(path, _)| path.ends_with("dispatch_link.rs"))
+        .map(|(_, code)| code)
+        .expect("cli/src/dispatch_link.rs is the dispatcher's link");
+    let perform = link
+        .split("async fn perform(")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}\n").next())
+        .expect("dispatch_link.rs makes the calls in `perform`");
+    let called: Vec<&str> = perform
+        .split("board.")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .collect();
+    assert!(called.len() >= WORKER_CALLS.len(), "{called:?}");
+    let foreign: Vec<&&str> = called
+        .iter()
+        .filter(|call| !WORKER_CALLS.contains(call))
+        .collect();
+    assert!(foreign.is_empty(), "the link makes {foreign:?}");
+}
