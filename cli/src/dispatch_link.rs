@@ -134,18 +134,8 @@ pub(crate) struct LinkServer {
 impl LinkServer {
     /// Listens on a fresh abstract name.
     pub(crate) fn bind() -> std::io::Result<Self> {
-        let name = format!(
-            "kanban-dispatch-{}-{}",
-            std::process::id(),
-            crate::supervisor::random_hex()
-        );
-        let address = SocketAddr::from_abstract_name(name.as_bytes())?;
-        let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
-        listener.set_nonblocking(true)?;
-        Ok(Self {
-            name,
-            listener: tokio::net::UnixListener::from_std(listener)?,
-        })
+        let (name, listener) = crate::worker_calls::listen_abstract("dispatch")?;
+        Ok(Self { name, listener })
     }
 
     /// The variable that points a worker here.

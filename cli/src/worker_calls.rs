@@ -173,21 +173,26 @@ pub(crate) struct CallServer {
     listener: tokio::net::UnixListener,
 }
 
+/// Listens on a fresh name in Linux's abstract namespace: `kanban-ROLE-`,
+/// this process's pid and 128 random bits. Returns the name and the
+/// listener (on the current tokio runtime).
+pub(crate) fn listen_abstract(role: &str) -> std::io::Result<(String, tokio::net::UnixListener)> {
+    let name = format!(
+        "kanban-{role}-{}-{}",
+        std::process::id(),
+        crate::supervisor::random_hex()
+    );
+    let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
+    listener.set_nonblocking(true)?;
+    Ok((name, tokio::net::UnixListener::from_std(listener)?))
+}
+
 impl CallServer {
     /// Listens on a fresh abstract name.
     pub(crate) fn bind() -> std::io::Result<Self> {
-        let name = format!(
-            "kanban-worker-{}-{}",
-            std::process::id(),
-            crate::supervisor::random_hex()
-        );
-        let address = SocketAddr::from_abstract_name(name.as_bytes())?;
-        let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
-        listener.set_nonblocking(true)?;
-        Ok(Self {
-            name,
-            listener: tokio::net::UnixListener::from_std(listener)?,
-        })
+        let (name, listener) = listen_abstract("worker")?;
+        Ok(Self { name, listener })
     }
 
     /// The variable that points an agent here.
