@@ -16,53 +16,80 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
-/// Makes this process the reaper of its orphaned descendants; false when
-/// the kernel refused.
-pub(crate) fn adopt_orphans() -> bool {
-    nix::sys::prctl::set_child_subreaper(true).is_ok()
+/// A worker's hold on its process tree: it is the reaper of its
+/// descendants' orphans, and knows which children it had before it was.
+#[derive(Debug)]
+pub(crate) struct Reaper {
+    /// Children this process had when it became their reaper (a wrapper
+    /// that exec'd it may have started a sidecar): not of the run, left be.
+    before: Vec<Pid>,
 }
 
-/// This process's children, from every thread's list; `None` when a list
-/// cannot be read.
+impl Reaper {
+    /// Makes this process the reaper of its orphaned descendants; `None`
+    /// when the kernel refused, or this process's children cannot be read
+    /// (a kernel without `/proc/PID/task/TID/children`), so that nothing
+    /// will be claimed of the tree.
+    pub(crate) fn adopt_orphans() -> Option<Self> {
+        let before = children()?;
+        nix::sys::prctl::set_child_subreaper(true).ok()?;
+        Some(Self { before })
+    }
+
+    /// Ends every process below this one that came after it became their
+    /// reaper: SIGKILL to each such child, reaped, and again for the
+    /// orphans that killing it hands over, until none is left. Each child
+    /// is killed alone, never by its process group, which may hold
+    /// processes that are not this worker's. True when none is left within
+    /// `patience`.
+    pub(crate) fn end_all(&self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        loop {
+            let Some(children) = children() else {
+                return false;
+            };
+            let ours: Vec<Pid> = children
+                .into_iter()
+                .filter(|pid| !self.before.contains(pid))
+                .collect();
+            if ours.is_empty() {
+                return true;
+            }
+            for pid in ours {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// This process's children, from every thread's list; `None` when the
+/// lists cannot be read.
 fn children() -> Option<Vec<Pid>> {
+    let me = std::process::id().to_string();
     let mut found = Vec::new();
+    let mut read_mine = false;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("children");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => found.extend(
-                text.split_ascii_whitespace()
-                    .filter_map(|pid| pid.parse::<i32>().ok())
-                    .map(Pid::from_raw),
-            ),
-            // A thread that ended meanwhile has no children to list.
+        let task = task.ok()?;
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(text) => {
+                read_mine |= task.file_name() == me.as_str();
+                found.extend(
+                    text.split_ascii_whitespace()
+                        .filter_map(|pid| pid.parse::<i32>().ok())
+                        .map(Pid::from_raw),
+                );
+            }
+            // Another thread that ended meanwhile has no children to list.
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(_) => return None,
         }
     }
-    Some(found)
-}
-
-/// Ends every process below this one: SIGKILL to each child, reaped, and
-/// again for the orphans that killing it hands over, until none is left.
-/// Each child is killed alone, never by its process group, which may hold
-/// processes that are not this worker's. True when none is left within
-/// `patience`.
-pub(crate) fn end_all(patience: Duration) -> bool {
-    let deadline = Instant::now() + patience;
-    loop {
-        let Some(children) = children() else {
-            return false;
-        };
-        if children.is_empty() {
-            return true;
-        }
-        for pid in children {
-            let _ = kill(pid, Signal::SIGKILL);
-            let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // The main thread's list must be there: without it (a kernel built
+    // without it) an empty list proves nothing.
+    read_mine.then_some(found)
 }

@@ -57,7 +57,7 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
     let seal = env.get_trimmed(SEAL_VAR).map(str::to_owned);
     // What the agent leaves orphaned comes to this worker, not to init, so
     // that the worker can end all of it before it says it is done.
-    let reaper = crate::orphans::adopt_orphans();
+    let reaper = crate::orphans::Reaper::adopt_orphans();
     let ended = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,7 +74,9 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
     // The last stdout line is the reply; the last stderr line is the
     // trailer, signed with the seal only this worker was given.
     outln_or_drop!("{}", end.reply.replace('\n', " ").trim());
-    let alone = reaper && crate::orphans::end_all(ORPHANS_PATIENCE);
+    let alone = reaper
+        .as_ref()
+        .is_some_and(|reaper| reaper.end_all(ORPHANS_PATIENCE));
     let trailer = Trailer {
         code: end.code,
         seal,

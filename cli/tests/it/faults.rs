@@ -597,13 +597,14 @@ ls -l /proc/$p/fd/ > '{fds}.part' && mv '{fds}.part' '{fds}'"#,
 fn a_dispatched_worker_makes_its_board_calls_through_its_dispatcher() {
     let bench = Bench::new();
     let id = bench.add("linked", &[]);
-    let fds = bench.path().join("fds");
+    let (fds, daemon) = (bench.path().join("fds"), bench.path().join("daemon"));
     let agent = script(
         &bench,
         "linked.sh",
         &format!(
-            "{}\n\"$KANBAN_BIN\" complete --summary done >&2 || exit $?",
-            list_workers_files(&fds)
+            "{}\n( setsid sleep 300 > /dev/null 2>&1 & echo $! > '{}' )\n\"$KANBAN_BIN\" complete --summary done >&2 || exit $?",
+            list_workers_files(&fds),
+            daemon.display()
         ),
     );
     let output = bench
@@ -613,6 +614,20 @@ fn a_dispatched_worker_makes_its_board_calls_through_its_dispatcher() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(bench.show(&id)["task"]["status"], "done");
     let held = std::fs::read_to_string(&fds).unwrap();
+    let pid = pid_in(&daemon);
+    let survived = !dead(pid);
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    assert!(!survived, "the agent's daemon outlived its run");
+    let log = std::fs::read_to_string(bench.path().join(format!("logs/{id}.log"))).unwrap();
+    let trailer = log
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .unwrap();
+    assert!(
+        trailer.ends_with(" alone"),
+        "the worker ended it, not the dispatcher's sweep: {trailer}"
+    );
     let board = bench.db.display().to_string();
     assert!(
         held.contains("socket:"),
@@ -662,7 +677,7 @@ fn a_worker_ends_what_its_agent_left_running_before_it_exits() {
     let bench = Bench::new();
     let id = bench.add("leaves a daemon", &[]);
     let carrier = bench.claim(&id, None);
-    let daemon = bench.path().join("daemon");
+    let (daemon, sidecar) = (bench.path().join("daemon"), bench.path().join("sidecar"));
     // A daemon the usual way: a subshell that starts it in a session of its
     // own and leaves, so that neither the agent's group nor its parent is
     // there any more to end it.
@@ -676,14 +691,37 @@ echo '{{"completed": true}}'"#,
             daemon = daemon.display()
         ),
     );
-    let output = bench.worker(&carrier, &agent, &[], &[]);
-    let pid = pid_in(&daemon);
-    let survived = !dead(pid);
-    if survived {
+    // The worker is exec'd by a wrapper that left a sidecar running: a
+    // child of the worker from before it started, not of its run.
+    let template = bench.command();
+    let mut wrapped = std::process::Command::new("sh");
+    for (name, value) in template.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    wrapped
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .arg("-c")
+        .arg(format!(
+            r#"sleep 300 > /dev/null 2>&1 & echo $! > '{sidecar}'; exec "$0" worker --agent '{agent}' --recovery-delays 0"#,
+            sidecar = sidecar.display(),
+            agent = agent.display()
+        ))
+        .arg(crate::BIN);
+    let output = wrapped.output().unwrap();
+    let (pid, sidecar) = (pid_in(&daemon), pid_in(&sidecar));
+    let (survived, sidecar_lived) = (!dead(pid), !dead(sidecar));
+    for pid in [pid, sidecar] {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert!(!survived, "the daemon outlived its worker");
+    assert!(
+        sidecar_lived,
+        "the worker killed a process that was not its run's"
+    );
     let trailer = crate::last_line(&output.stderr);
     assert!(trailer.ends_with(" alone"), "{trailer}");
 }
