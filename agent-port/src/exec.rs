@@ -16,6 +16,7 @@ use kanban_core::{
     TurnResult, TurnRunner,
 };
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
 use crate::activity::Activity;
@@ -170,8 +171,47 @@ pub(crate) fn shell() -> &'static str {
 }
 
 /// True while any process of group `group` lives.
+///
+/// A zombie still counts as a member of its group until its parent waits
+/// for it, and a worker is the parent of every orphan its agent leaves (it
+/// is their subreaper): its own zombies in the group are reaped first, so
+/// that a wrapper's child that ended after the wrapper does not hold a
+/// stopped turn for the rest of its grace.
 fn group_alive(group: Pid) -> bool {
+    reap_zombies_in(group);
     killpg(group, None).is_ok()
+}
+
+/// Reaps this process's children that are zombies of `group`, but never
+/// the group's leader: that is the agent, whose exit tokio reaps.
+fn reap_zombies_in(group: Pid) {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    for task in tasks.flatten() {
+        let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        for pid in children
+            .split_ascii_whitespace()
+            .filter_map(|pid| pid.parse::<i32>().ok())
+            .filter(|pid| *pid != group.as_raw())
+        {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // After the command's closing parenthesis: state, parent, group.
+            let mut fields = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest)
+                .unwrap_or_default()
+                .split_ascii_whitespace();
+            let (state, _, member_of) = (fields.next(), fields.next(), fields.next());
+            if state == Some("Z") && member_of == Some(group.as_raw().to_string().as_str()) {
+                let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    }
 }
 
 /// Why the worker stopped the turn, if it did.

@@ -657,3 +657,48 @@ fn a_call_the_workers_claim_no_longer_covers_is_refused_by_the_worker() {
     let card = bench.show(&id);
     assert_ne!(card["task"]["status"], "done", "{card}");
 }
+
+#[test]
+fn a_stopped_agents_wrapper_leaves_no_zombie_to_hold_the_turn_for_its_grace() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let bench = Bench::new();
+    let id = bench.add("wrapped", &[]);
+    let carrier = bench.claim(&id, None);
+    let ready = bench.path().join("ready");
+    // The agent's child ignores the stop and ends 0.3 s after the agent
+    // itself: an orphan of the worker's by then, and a zombie of it once
+    // it ends.
+    let agent = bench.path().join("wrapper.sh");
+    write_executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\n( trap '' INT TERM; sleep 0.3 ) &\necho ready > '{}'\nexec sleep 300\n",
+            ready.display()
+        ),
+    );
+    let mut command = bench.command();
+    command
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .arg("worker")
+        .arg("--agent")
+        .arg(&agent)
+        .args(["--grace", "8"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(started.elapsed().as_secs() < 20, "the agent never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stopped = std::time::Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
+    assert!(
+        stopped.elapsed() < std::time::Duration::from_secs(4),
+        "the stop took {:?} of its 8 s grace",
+        stopped.elapsed()
+    );
+}
