@@ -320,7 +320,7 @@ pub(crate) fn run(
 
 /// How long a leaving dispatcher waits for the calls it took to be
 /// answered: a call waiting out a busy board takes at most about this long.
-const LINK_CLOSING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+const LINK_CLOSING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(35);
 
 /// Says why the dispatcher cannot start; returns its exit code.
 fn refuse_to_start(fault: &EnvironmentFault) -> i32 {

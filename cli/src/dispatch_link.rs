@@ -14,14 +14,19 @@
 //! with 128 random bits, and serves only processes of the dispatcher's own
 //! user (`SO_PEERCRED`), who could open the board file anyway. It serves a
 //! claim on its own board only: a claim on another board is answered
-//! `not_mine` before anything is done.
+//! `not_mine` before anything is done, and a card is shown only to the run
+//! that holds it. It makes only whole lines (a call cut short is not made).
 //!
 //! A worker with no dispatcher to ask (no variable, nobody listening, a
 //! dispatcher of another board) opens the board itself, and so does one
-//! whose link breaks (its dispatcher died or stopped): a call whose answer
-//! was lost on the way fails as a passing board fault and is never made a
-//! second way, a proof whose answer was lost proves nothing, and every
-//! later call goes to the board directly.
+//! whose link breaks: its dispatcher left (it says `closing`, once every
+//! call it took is answered), died, or did not answer within 45 s (stopped
+//! or stuck). A write whose answer was lost fails as a passing board fault,
+//! as a commit cut off by a dying board connection does: the link never
+//! makes it again, though the caller's own retry may (a worker's bind is
+//! retried; a second bind of the same pid adds only its event).
+//! A read whose answer was lost is asked of the board, and every later
+//! call goes to the board directly.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::SocketAddr;
@@ -45,6 +50,11 @@ use crate::runtime::TokioOffload;
 /// The variable a dispatcher hands its workers its socket in: `@` and the
 /// abstract name.
 pub(crate) const LINK_VAR: &str = "KANBAN_DISPATCH_SOCKET";
+
+/// How long a worker waits for its dispatcher's answer: longer than the
+/// dispatcher's own board call may wait out a busy board (30 s). A
+/// dispatcher stopped (`Ctrl-Z`) or stuck costs its workers no more.
+const LINK_PATIENCE: Duration = Duration::from_secs(45);
 
 /// The longest line either side reads: a card's view with its newest
 /// comments and events at their bounds, with room to spare.
@@ -87,6 +97,31 @@ enum LinkCall {
         kind: String,
         payload: serde_json::Value,
     },
+}
+
+impl LinkCall {
+    /// True when `answer` answers this call (a refusal answers any).
+    fn answered_by(&self, answer: &LinkAnswer) -> bool {
+        match (self, answer) {
+            (Self::Prove { .. }, LinkAnswer::Done | LinkAnswer::NotLive { .. }) => true,
+            (Self::Prove { .. }, _) => false,
+            (_, LinkAnswer::Failed { .. }) => true,
+            (Self::ShowTask, LinkAnswer::View { .. }) => true,
+            (Self::RunStatus, LinkAnswer::Status { .. }) => true,
+            (Self::Heartbeat { .. }, LinkAnswer::Expires { .. }) => true,
+            (
+                Self::Bind { .. }
+                | Self::BookResult { .. }
+                | Self::Complete { .. }
+                | Self::Block { .. }
+                | Self::SettleOverrun { .. }
+                | Self::Comment { .. }
+                | Self::AppendEvent { .. },
+                LinkAnswer::Done,
+            ) => true,
+            _ => false,
+        }
+    }
 }
 
 /// A call with the claim it is made under.
@@ -209,7 +244,9 @@ async fn answer_worker(
             text.push('\n');
             return write.write_all(text.as_bytes()).await;
         };
-        if read == 0 {
+        // Only a whole line is a call: one cut short by the worker's end or
+        // by the length limit is not made, and the link ends unanswered.
+        if read == 0 || !line.ends_with('\n') {
             return Ok(());
         }
         let answer = match serde_json::from_str::<LinkRequest>(&line) {
@@ -232,9 +269,17 @@ async fn perform(board: &dyn AnyBoard, claim: &Claim, call: LinkCall) -> LinkAns
     };
     match call {
         LinkCall::ShowTask => match board.show_task(&claim.task_id).await {
-            Ok(view) => LinkAnswer::View {
-                view: Box::new(view),
-            },
+            // A card is shown over the link only to the run holding it;
+            // anybody else reads the board the way it always could.
+            Ok(view)
+                if view.task.current_run_id == Some(claim.run_id)
+                    && view.task.claim_lock.as_deref() == Some(claim.claim_lock.as_str()) =>
+            {
+                LinkAnswer::View {
+                    view: Box::new(view),
+                }
+            }
+            Ok(_) => LinkAnswer::NotMine,
             Err(error) => LinkAnswer::Failed { error },
         },
         LinkCall::Prove { identity } => match board.prove_claim(claim, identity).await {
@@ -285,6 +330,8 @@ enum Asked {
 /// the board itself otherwise.
 pub(crate) struct LinkedBoard {
     link: tokio::sync::Mutex<Option<Link>>,
+    /// How long an answer may take ([`LINK_PATIENCE`]).
+    patience: Duration,
     own: tokio::sync::OnceCell<Arc<dyn AnyBoard>>,
     claim: Claim,
     clock: Arc<dyn Clock>,
@@ -319,6 +366,7 @@ impl LinkedBoard {
                 read: BufReader::new(read),
                 write,
             })),
+            patience: LINK_PATIENCE,
             own: tokio::sync::OnceCell::new(),
             claim: claim.clone(),
             clock,
@@ -332,9 +380,14 @@ impl LinkedBoard {
         self.link.lock().await.is_some()
     }
 
+    /// Sends `call` and reads its answer. The link is out of its mutex for
+    /// the exchange and goes back only after a whole answer of the right
+    /// kind: an exchange cut short (cancelled, timed out, an answer cut or
+    /// of another kind) drops the link, so that no later call can read an
+    /// answer that was not its own.
     async fn ask(&self, claim: &Claim, call: LinkCall) -> Asked {
         let mut held = self.link.lock().await;
-        let Some(link) = held.as_mut() else {
+        let Some(mut link) = held.take() else {
             return Asked::NotSent;
         };
         let request = LinkRequest {
@@ -343,30 +396,49 @@ impl LinkedBoard {
         };
         let mut line = serde_json::to_string(&request).unwrap_or_default();
         line.push('\n');
-        if link.write.write_all(line.as_bytes()).await.is_err() {
+        let exchange = async {
             // A dispatcher that is gone takes no call: the board's to make.
-            *held = None;
-            return Asked::NotSent;
-        }
-        let mut answer = String::new();
-        let read = (&mut link.read)
-            .take(LINE_LIMIT)
-            .read_line(&mut answer)
-            .await;
-        let sent = match read {
-            Ok(0) => Asked::Lost("the dispatcher hung up before it answered".to_owned()),
-            Ok(_) => match serde_json::from_str::<LinkAnswer>(&answer) {
-                Ok(LinkAnswer::NotMine | LinkAnswer::Closing) => Asked::NotSent,
-                Ok(answer) => return Asked::Answered(answer),
-                Err(error) => {
-                    Asked::Lost(format!("the dispatcher's answer was unreadable ({error})"))
+            // (It makes only a whole line, and the newline is written last.)
+            if link.write.write_all(line.as_bytes()).await.is_err() {
+                return Asked::NotSent;
+            }
+            let mut answer = String::new();
+            let read = (&mut link.read)
+                .take(LINE_LIMIT)
+                .read_line(&mut answer)
+                .await;
+            match read {
+                Ok(0) => Asked::Lost("the dispatcher hung up before it answered".to_owned()),
+                Ok(_) if !answer.ends_with('\n') => {
+                    Asked::Lost("the dispatcher's answer was cut short".to_owned())
                 }
-            },
-            Err(error) => Asked::Lost(format!("the dispatcher did not answer ({error})")),
+                Ok(_) => match serde_json::from_str::<LinkAnswer>(&answer) {
+                    Ok(LinkAnswer::NotMine | LinkAnswer::Closing) => Asked::NotSent,
+                    Ok(answer) if request.call.answered_by(&answer) => Asked::Answered(answer),
+                    Ok(other) => Asked::Lost(format!(
+                        "the dispatcher answered another question ({other:?})"
+                    )),
+                    Err(error) => {
+                        Asked::Lost(format!("the dispatcher's answer was unreadable ({error})"))
+                    }
+                },
+                Err(error) => Asked::Lost(format!("the dispatcher did not answer ({error})")),
+            }
         };
-        // Whatever went wrong, the rest of the run goes to the board.
-        *held = None;
-        sent
+        let patience = self.patience;
+        let asked = tokio::time::timeout(patience, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Asked::Lost(format!(
+                    "the dispatcher did not answer within {} ms",
+                    patience.as_millis()
+                ))
+            });
+        if matches!(asked, Asked::Answered(_)) {
+            *held = Some(link);
+        }
+        // Otherwise the rest of the run goes to the board.
+        asked
     }
 
     /// The board itself, opened at its first need.
@@ -627,6 +699,11 @@ mod tests {
     /// A dispatcher that takes one call, gives `answer` (if any) whatever it
     /// was, and hangs up.
     fn one_that_answers(answer: Option<&'static str>) -> String {
+        one_that_answers_then_waits(answer, Duration::ZERO)
+    }
+
+    /// The same, holding the connection open for `hold` before it hangs up.
+    fn one_that_answers_then_waits(answer: Option<&'static str>, hold: Duration) -> String {
         let name = format!("kanban-test-{}", crate::supervisor::random_hex());
         let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
@@ -639,6 +716,7 @@ mod tests {
             if let Some(answer) = answer {
                 (&stream).write_all(answer.as_bytes()).unwrap();
             }
+            std::thread::sleep(hold);
         });
         format!("@{name}")
     }
@@ -820,6 +898,101 @@ mod tests {
             told.complete(&claim, "done", None).await.unwrap();
             assert!(!told.linked().await);
             assert_eq!(status(&served, &claim), TaskStatus::Done);
+        });
+    }
+
+    #[test]
+    fn an_answer_cut_short_late_or_to_another_question_fails_the_call_and_ends_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let served = file_board(dir.path(), "served.db");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let cases: [(&str, Option<&'static str>, Duration); 3] = [
+                ("cut short", Some("{\"outcome\":\"done\"}"), Duration::ZERO),
+                (
+                    "another question",
+                    Some("{\"outcome\":\"expires\",\"at\":5}\n"),
+                    Duration::from_secs(2),
+                ),
+                ("within 200 ms", None, Duration::from_secs(2)),
+            ];
+            for (why, answer, hold) in cases {
+                let claim = claimed_card(&served, why).await;
+                let mut board = LinkedBoard::connect(
+                    &one_that_answers_then_waits(answer, hold),
+                    &claim,
+                    Arc::new(SystemClock),
+                    &Environment::default(),
+                )
+                .await
+                .unwrap();
+                board.patience = Duration::from_millis(200);
+                let failed = board.complete(&claim, "done", None).await;
+                assert!(
+                    matches!(&failed, Err(BoardError::Storage(message)) if message.contains(why)),
+                    "{why}: {failed:?}"
+                );
+                assert!(!board.linked().await, "{why}: the link is dropped");
+                assert_eq!(status(&served, &claim), TaskStatus::Running, "{why}");
+                // What follows goes to the board.
+                board.complete(&claim, "done", None).await.unwrap();
+                assert_eq!(status(&served, &claim), TaskStatus::Done, "{why}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_dispatcher_makes_only_whole_lines_and_shows_a_card_only_to_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let served = file_board(dir.path(), "served.db");
+        let (socket, _stop) = dispatcher(&served);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (claim, stale) = runtime.block_on(async {
+            let claim = claimed_card(&served, "cut").await;
+            let taken = claimed_card(&served, "taken").await;
+            let mut stale = taken.clone();
+            stale.claim_lock = "someone:2:else".into();
+            (claim, stale)
+        });
+        // A whole call but for its newline, then the worker's end.
+        let request = LinkRequest {
+            claim: claim.clone(),
+            call: LinkCall::Complete {
+                summary: "cut".into(),
+                result: None,
+            },
+        };
+        let name = socket.trim_start_matches('@');
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let stream = std::os::unix::net::UnixStream::connect_addr(&address).unwrap();
+        (&stream)
+            .write_all(serde_json::to_string(&request).unwrap().as_bytes())
+            .unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut &stream, &mut answer).unwrap();
+        assert_eq!(answer, "", "no answer to a line cut short");
+        assert_eq!(status(&served, &claim), TaskStatus::Running, "and no call");
+        // Another run's claim is not shown the card: the worker reads the
+        // board itself, as anybody can.
+        runtime.block_on(async {
+            let board = LinkedBoard::connect(
+                &socket,
+                &stale,
+                Arc::new(SystemClock),
+                &Environment::default(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(board.show_task().await.unwrap().task.id, stale.task_id);
+            assert!(!board.linked().await);
+            assert!(board.own.initialized(), "read from the board itself");
         });
     }
 
