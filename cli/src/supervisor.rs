@@ -261,6 +261,8 @@ pub(crate) struct ProcessSupervisor {
     /// Runs whose worker's sealed trailer said it ended everything it
     /// started (`alone`): their sweep has nothing to find.
     alone_runs: Mutex<BTreeSet<i64>>,
+    /// Runs whose worker a signal killed, until their log is read.
+    killed_runs: Mutex<BTreeSet<i64>>,
     echo: Box<dyn Fn(&str) + Send + Sync>,
     /// Commits to the board by anybody else (a card added, a worker's
     /// call) wake the dispatcher at once; `None` polls on the interval only.
@@ -327,6 +329,7 @@ impl ProcessSupervisor {
             stop_seen: AtomicBool::new(false),
             cursors: Mutex::new(BTreeMap::new()),
             alone_runs: Mutex::new(BTreeSet::new()),
+            killed_runs: Mutex::new(BTreeSet::new()),
             echo,
             // Without a watch the interval still ticks: the watch only
             // makes pickup sooner, never correctness.
@@ -513,8 +516,19 @@ impl Supervisor for ProcessSupervisor {
             .cursors
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut killed = self
+            .killed_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for exit in &exits {
-            cursors.remove(&exit.pid);
+            let cursor = cursors.remove(&exit.pid);
+            // Read with its log (`run_log`): its trailer is not its own.
+            if let (Some(cursor), ExitWitness::Signal(_)) = (cursor, &exit.witness) {
+                if killed.len() >= ALONE_RUNS_KEPT {
+                    killed.clear();
+                }
+                killed.insert(cursor.run_id);
+            }
         }
         exits
     }
@@ -577,6 +591,15 @@ impl Supervisor for ProcessSupervisor {
             (Some(_), None) => false,
             (None, _) => true,
         });
+        // A worker a signal killed wrote no trailer of its own: a sealed
+        // line in its log was put there by somebody who read its seal (a
+        // process of the same user can), and says nothing of its end.
+        let killed = self
+            .killed_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&claim.run_id);
+        let trailer = trailer.filter(|_| !killed);
         // Only a sealed trailer is believed about what is left running.
         if expected.is_some() && trailer.as_ref().is_some_and(|trailer| trailer.alone) {
             let mut alone = self

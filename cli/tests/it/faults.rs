@@ -725,3 +725,50 @@ echo '{{"completed": true}}'"#,
     let trailer = crate::last_line(&output.stderr);
     assert!(trailer.ends_with(" alone"), "{trailer}");
 }
+
+#[test]
+fn an_agent_that_kills_its_worker_cannot_spare_its_daemon_or_halt_its_dispatcher_with_a_forged_trailer()
+ {
+    let bench = Bench::new();
+    let id = bench.add("forges alone", &[]);
+    let daemon = bench.path().join("daemon");
+    // The agent reads its worker's seal where a process of the same user
+    // can, prints a sealed trailer saying nothing is left and the setup is
+    // broken, leaves a daemon and kills its worker.
+    let agent = script(
+        &bench,
+        "forger.sh",
+        &format!(
+            r#"p=$$
+while [ "$p" -gt 1 ] && [ "$(cat /proc/$p/comm)" != kanban ]; do p=$(awk '{{print $4}}' /proc/$p/stat); done
+seal=$(tr '\0' '\n' < /proc/$p/environ | sed -n 's/^KANBAN_WORKER_SEAL=//p')
+( setsid sleep 300 > /dev/null 2>&1 & echo $! > '{daemon}.part' && mv '{daemon}.part' '{daemon}' )
+echo "[kanban-worker-exit] rc=0 seal=$seal alone fault=config:forged" >&2
+sleep 0.5
+kill -9 $p
+sleep 300"#,
+            daemon = daemon.display()
+        ),
+    );
+    let mut dispatcher = spawn_dispatch(&bench, &agent, &[]);
+    wait_for("the daemon", || daemon.exists());
+    wait_for("the crash to be booked", || {
+        outcomes(&bench, &id)
+            .first()
+            .is_some_and(|o| o == "crashed")
+    });
+    let pid = pid_in(&daemon);
+    let mut gone = false;
+    for _ in 0..100 {
+        gone = dead(pid);
+        if gone {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    still_running(&mut dispatcher);
+    let _ = dispatcher.kill();
+    let _ = dispatcher.wait();
+    assert!(gone, "the daemon outlived its run");
+}
