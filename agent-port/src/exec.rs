@@ -182,34 +182,52 @@ fn group_alive(group: Pid) -> bool {
     killpg(group, None).is_ok()
 }
 
+/// This process's children, from every thread's list; `None` when the
+/// lists cannot be read, or the main thread's is missing (a kernel built
+/// without them, where an empty list would prove nothing).
+pub fn own_children() -> Option<Vec<Pid>> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    let mut read_mine = false;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let task = task.ok()?;
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(text) => {
+                read_mine |= task.file_name() == me.as_str();
+                found.extend(
+                    text.split_ascii_whitespace()
+                        .filter_map(|pid| pid.parse::<i32>().ok())
+                        .map(Pid::from_raw),
+                );
+            }
+            // Another thread that ended meanwhile has no children to list.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+    }
+    read_mine.then_some(found)
+}
+
 /// Reaps this process's children that are zombies of `group`, but never
 /// the group's leader: that is the agent, whose exit tokio reaps.
 fn reap_zombies_in(group: Pid) {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return;
-    };
-    for task in tasks.flatten() {
-        let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+    for pid in own_children()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|pid| *pid != group)
+    {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        for pid in children
-            .split_ascii_whitespace()
-            .filter_map(|pid| pid.parse::<i32>().ok())
-            .filter(|pid| *pid != group.as_raw())
-        {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // After the command's closing parenthesis: state, parent, group.
-            let mut fields = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest)
-                .unwrap_or_default()
-                .split_ascii_whitespace();
-            let (state, _, member_of) = (fields.next(), fields.next(), fields.next());
-            if state == Some("Z") && member_of == Some(group.as_raw().to_string().as_str()) {
-                let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
-            }
+        // After the command's closing parenthesis: state, parent, group.
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .unwrap_or_default()
+            .split_ascii_whitespace();
+        let (state, _, member_of) = (fields.next(), fields.next(), fields.next());
+        if state == Some("Z") && member_of == Some(group.as_raw().to_string().as_str()) {
+            let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
         }
     }
 }

@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use kanban_agent_port::own_children;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
@@ -31,7 +32,7 @@ impl Reaper {
     /// (a kernel without `/proc/PID/task/TID/children`), so that nothing
     /// will be claimed of the tree.
     pub(crate) fn adopt_orphans() -> Option<Self> {
-        let before = children()?;
+        let before = own_children()?;
         nix::sys::prctl::set_child_subreaper(true).ok()?;
         Some(Self { before })
     }
@@ -45,7 +46,7 @@ impl Reaper {
     pub(crate) fn end_all(&self, patience: Duration) -> bool {
         let deadline = Instant::now() + patience;
         loop {
-            let Some(children) = children() else {
+            let Some(children) = own_children() else {
                 return false;
             };
             let ours: Vec<Pid> = children
@@ -65,31 +66,4 @@ impl Reaper {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-}
-
-/// This process's children, from every thread's list; `None` when the
-/// lists cannot be read.
-fn children() -> Option<Vec<Pid>> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    let mut read_mine = false;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let task = task.ok()?;
-        match std::fs::read_to_string(task.path().join("children")) {
-            Ok(text) => {
-                read_mine |= task.file_name() == me.as_str();
-                found.extend(
-                    text.split_ascii_whitespace()
-                        .filter_map(|pid| pid.parse::<i32>().ok())
-                        .map(Pid::from_raw),
-                );
-            }
-            // Another thread that ended meanwhile has no children to list.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(_) => return None,
-        }
-    }
-    // The main thread's list must be there: without it (a kernel built
-    // without it) an empty list proves nothing.
-    read_mine.then_some(found)
 }
