@@ -19,7 +19,6 @@ mod open;
 mod proof;
 mod rows;
 mod schema;
-mod sync;
 mod worker;
 
 /// The board's counts for metrics (core's type, kept here for callers).

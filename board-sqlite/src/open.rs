@@ -9,7 +9,6 @@ use kanban_core::{BoardError, Clock};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
-use crate::sync::{LogSync, SyncQueue};
 
 /// How long one statement waits for another writer before SQLite says busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -189,18 +188,18 @@ pub(crate) fn inspect(path: &Path, allow_empty: bool) -> Result<PathBuf, BoardEr
 /// How soon a commit must be on the disk.
 ///
 /// In WAL mode the log is only ever appended to and replayed as a prefix,
-/// so a commit left unsynced becomes durable with the next sync of the log,
-/// and an operating-system crash (or power loss) can lose only a tail of
+/// so a commit left unsynced becomes durable with the next synced one, and
+/// an operating-system crash (or power loss) can lose only a tail of
 /// unsynced commits, never one from the middle. An application crash loses
 /// nothing either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Durability {
-    /// On the disk before the call returns (a sync of the log that began
-    /// after the commit, shared with the commits around it): claims (a
+    /// Synced before the commit returns (`synchronous = FULL`): claims (a
     /// run id is a fencing token and must never be handed out twice),
     /// settlements, bookings and every change a person or an agent made.
     Synced,
-    /// Left to the next sync of the log (no wait): only records whose loss in a machine crash is the same as
+    /// Left to the next synced commit (`synchronous = NORMAL` for this one
+    /// commit): only records whose loss in a machine crash is the same as
     /// that crash coming just before them: a worker binding its pid, a
     /// spawn record, a lease extension, a worker's result (booked by the
     /// dispatcher's synced commit right after). Every process writing them
@@ -219,10 +218,6 @@ pub(crate) struct Store {
     pub(crate) read_only_copy: bool,
     /// The lease proof of the claims on this board, made at the first proof.
     pub(crate) prover: std::sync::OnceLock<crate::proof::LeaseProver>,
-    /// The commits of `conn` waiting for their log to reach the disk.
-    syncs: SyncQueue,
-    /// How the log reaches the disk; none in memory.
-    log: Option<LogSync>,
 }
 
 /// What `kanban migrate` did.
@@ -373,12 +368,9 @@ impl Store {
         }
         conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
             .map_err(fail)?;
-        // Commits append to the log unsynced; a write that must be durable
-        // waits for a sync of the log after its commit (`crate::sync`).
-        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(fail)?;
         let identity = file_identity(&path);
-        let log = identity.map(|_| LogSync::new(&path));
         let store = Self {
             path,
             conn: Mutex::new(conn),
@@ -386,8 +378,6 @@ impl Store {
             identity,
             read_only_copy: false,
             prover: std::sync::OnceLock::new(),
-            syncs: SyncQueue::default(),
-            log,
         };
         // An up-to-date board is not written at all on open: no write lock
         // is taken by every process that only opens it.
@@ -635,31 +625,25 @@ impl Store {
         durability: Durability,
         mut body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
     ) -> Result<T, BoardError> {
-        let (written, ticket) = {
-            let mut conn = self
-                .conn
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let written = Self::write_on(&self.path, &self.clock, &mut conn, &mut body);
-            // Taken before the connection is let go, so that no later
-            // commit of it can take an earlier ticket.
-            (written, self.syncs.committed())
-        };
-        let (Durability::Synced, Some(log)) = (durability, &self.log) else {
-            return written;
-        };
-        // Also after a write that failed: it may have committed part of its
-        // work (`TxError::CommitThen`). A sync that fails then is not this
-        // call's first news.
-        let durable = self.syncs.wait_durable(ticket, || log.sync());
-        match (written, durable) {
-            (Ok(value), Ok(())) => Ok(value),
-            (Ok(_), Err(error)) => Err(BoardError::Storage(format!(
-                "{}: the change was written but could not be synced to the disk ({error}); it may be lost if the machine stops",
-                log.log().display()
-            ))),
-            (Err(error), _) => Err(error),
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let deferred = durability == Durability::Deferred;
+        if deferred {
+            // For this one commit only, under the same lock: no other write
+            // of this connection can slip in unsynced. (Not a cached
+            // statement: SQLite expires a `synchronous` pragma once it ran,
+            // so it is prepared anew each time either way.)
+            conn.execute_batch("PRAGMA synchronous = NORMAL")
+                .map_err(|error| storage_error(&self.path, &error))?;
         }
+        let written = Self::write_on(&self.path, &self.clock, &mut conn, &mut body);
+        if deferred {
+            conn.execute_batch("PRAGMA synchronous = FULL")
+                .map_err(|error| storage_error(&self.path, &error))?;
+        }
+        written
     }
 
     fn write_on<T>(
@@ -860,57 +844,31 @@ impl ChangeWatch {
 mod tests {
     use super::*;
 
-    fn durable_after(store: &Store, durability: Durability) -> (u64, u64) {
-        store.write_with(durability, |_, _| Ok(())).unwrap();
-        store.syncs.counts()
+    fn synchronous_during(store: &Store, durability: Durability) -> i64 {
+        store
+            .write_with(durability, |tx, _| {
+                Ok(tx.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+            })
+            .unwrap()
     }
 
     #[test]
-    fn a_synced_write_waits_for_its_log_and_a_deferred_one_does_not() {
+    fn a_deferred_write_is_unsynced_for_its_own_commit_only() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(
             &dir.path().join("board.db"),
             Arc::new(kanban_testkit::VirtualClock::at(1_700_000_000)),
         )
         .unwrap();
-        // Commits never sync by themselves (1 is NORMAL): the wait does.
-        let synchronous: i64 = store
-            .read(|conn| conn.query_row("PRAGMA synchronous", [], |row| row.get(0)))
-            .unwrap();
-        assert_eq!(synchronous, 1);
-        let (committed, durable) = durable_after(&store, Durability::Synced);
-        assert_eq!(durable, committed);
-        let (committed, durable) = durable_after(&store, Durability::Deferred);
-        assert_eq!(durable, committed - 1, "a deferred write waited for a sync");
-        // The next synced write covers the deferred one before it too.
-        let (committed, durable) = durable_after(&store, Durability::Synced);
-        assert_eq!(durable, committed);
-    }
-
-    #[test]
-    fn a_write_whose_log_cannot_be_synced_says_so() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("board.db");
-        let store = Store::create(&path, Arc::new(kanban_testkit::VirtualClock::at(0))).unwrap();
-        // A log that cannot be opened for the sync: its name now a link to
-        // nothing, while the connection keeps the real (nameless) log.
-        let log = dir.path().join("board.db-wal");
-        std::fs::remove_file(&log).unwrap();
-        std::os::unix::fs::symlink(dir.path().join("gone"), &log).unwrap();
-        let error = store
-            .write_with(Durability::Synced, |_, _| Ok(()))
-            .unwrap_err();
-        let BoardError::Storage(message) = error else {
-            panic!("not a storage error: {error:?}");
-        };
-        assert!(
-            message.contains("board.db-wal") && message.contains("could not be synced"),
-            "{message}"
-        );
-        // A deferred write does not wait for the log.
-        store
-            .write_with(Durability::Deferred, |_, _| Ok(()))
-            .unwrap();
+        // SQLite's values: 1 is NORMAL, 2 is FULL.
+        assert_eq!(synchronous_during(&store, Durability::Synced), 2);
+        assert_eq!(synchronous_during(&store, Durability::Deferred), 1);
+        assert_eq!(synchronous_during(&store, Durability::Synced), 2);
+        // A deferred write that fails leaves the connection synced too.
+        let failed: Result<(), BoardError> =
+            store.write_deferred(|_, _| Err(BoardError::InvalidInput("refused".to_owned()).into()));
+        assert!(failed.is_err());
+        assert_eq!(synchronous_during(&store, Durability::Synced), 2);
     }
 
     #[test]
