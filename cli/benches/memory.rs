@@ -123,7 +123,7 @@ fn dispatcher_peak(dir: &Path, cards: u64) -> u64 {
         "\"$KANBAN_BIN\" complete --summary done || exit $?\necho '{\"completed\": true}'",
     );
     // Ten ticks: claims, spawns, books, and every scan of the lanes.
-    peak_kib(
+    let peak = peak_kib(
         &[
             "timeout",
             "20",
@@ -138,7 +138,37 @@ fn dispatcher_peak(dir: &Path, cards: u64) -> u64 {
             agent.to_str().unwrap(),
         ],
         &[],
-    )
+    );
+    end_workers_left(&db);
+    peak
+}
+
+/// Stops the workers a `--once` dispatcher left running, before their board
+/// is deleted with the benchmark's folder: left alone, they were still
+/// running 90 s after the benchmark ended, inside the next benchmark's
+/// measurements.
+fn end_workers_left(db: &Path) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let pids: Vec<i32> = conn
+        .prepare("SELECT worker_pid FROM tasks WHERE status = 'running' AND worker_pid IS NOT NULL")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for &pid in &pids {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pids
+        .iter()
+        .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 fn main() {
