@@ -158,6 +158,17 @@ fn end_workers_left(db: &Path) {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
+    // Only a process that is still one of this binary's workers: a worker
+    // that died unbooked leaves its pid on the board, free for reuse.
+    let pids: Vec<i32> = pids
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let mut args = cmdline.split(|byte| *byte == 0);
+                args.next() == Some(KANBAN.as_bytes()) && args.next() == Some(b"worker".as_slice())
+            })
+        })
+        .collect();
     for &pid in &pids {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
