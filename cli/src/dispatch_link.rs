@@ -124,11 +124,12 @@ impl LinkCall {
     }
 }
 
-/// A call with the claim it is made under.
+/// A call with the claim it is made under (sent as `LinkRequest<&LinkCall>`,
+/// so that the sender keeps its call).
 #[derive(Debug, Serialize, Deserialize)]
-struct LinkRequest {
+struct LinkRequest<C = LinkCall> {
     claim: Claim,
-    call: LinkCall,
+    call: C,
 }
 
 /// The dispatcher's answer.
@@ -320,8 +321,8 @@ struct Link {
 enum Asked {
     Answered(LinkAnswer),
     /// Never reached the dispatcher, or it answered `not_mine`: nothing was
-    /// done, and the call is the board's to make.
-    NotSent,
+    /// done, and the call, handed back, is the board's to make.
+    NotSent(LinkCall),
     /// Sent, but the answer was lost: it may have been made.
     Lost(String),
 }
@@ -388,11 +389,11 @@ impl LinkedBoard {
     async fn ask(&self, claim: &Claim, call: LinkCall) -> Asked {
         let mut held = self.link.lock().await;
         let Some(mut link) = held.take() else {
-            return Asked::NotSent;
+            return Asked::NotSent(call);
         };
         let request = LinkRequest {
             claim: claim.clone(),
-            call,
+            call: &call,
         };
         let mut line = serde_json::to_string(&request).unwrap_or_default();
         line.push('\n');
@@ -400,20 +401,20 @@ impl LinkedBoard {
             // A dispatcher that is gone takes no call: the board's to make.
             // (It makes only a whole line, and the newline is written last.)
             if link.write.write_all(line.as_bytes()).await.is_err() {
-                return Asked::NotSent;
+                return None;
             }
             let mut answer = String::new();
             let read = (&mut link.read)
                 .take(LINE_LIMIT)
                 .read_line(&mut answer)
                 .await;
-            match read {
+            Some(match read {
                 Ok(0) => Asked::Lost("the dispatcher hung up before it answered".to_owned()),
                 Ok(_) if !answer.ends_with('\n') => {
                     Asked::Lost("the dispatcher's answer was cut short".to_owned())
                 }
                 Ok(_) => match serde_json::from_str::<LinkAnswer>(&answer) {
-                    Ok(LinkAnswer::NotMine | LinkAnswer::Closing) => Asked::NotSent,
+                    Ok(LinkAnswer::NotMine | LinkAnswer::Closing) => return None,
                     Ok(answer) if request.call.answered_by(&answer) => Asked::Answered(answer),
                     Ok(other) => Asked::Lost(format!(
                         "the dispatcher answered another question ({other:?})"
@@ -423,17 +424,18 @@ impl LinkedBoard {
                     }
                 },
                 Err(error) => Asked::Lost(format!("the dispatcher did not answer ({error})")),
-            }
+            })
         };
         let patience = self.patience;
         let asked = tokio::time::timeout(patience, exchange)
             .await
             .unwrap_or_else(|_| {
-                Asked::Lost(format!(
+                Some(Asked::Lost(format!(
                     "the dispatcher did not answer within {} ms",
                     patience.as_millis()
-                ))
-            });
+                )))
+            })
+            .unwrap_or(Asked::NotSent(call));
         if matches!(asked, Asked::Answered(_)) {
             *held = Some(link);
         }
@@ -466,9 +468,21 @@ impl LinkedBoard {
             Asked::Answered(LinkAnswer::View { view }) => Ok(*view),
             Asked::Answered(answer) => Err(refusal(answer)),
             // A read changes nothing: one whose answer was lost is asked again.
-            Asked::Lost(_) | Asked::NotSent => {
+            Asked::Lost(_) | Asked::NotSent(_) => {
                 self.own().await?.show_task(&self.claim.task_id).await
             }
+        }
+    }
+
+    /// A write: over the link, else the same call on the board when the
+    /// dispatcher never took it (one dispatch for both, [`perform`]). One
+    /// whose answer was lost is never made a second time here (it may have
+    /// been made): it fails as a passing board fault.
+    async fn write(&self, claim: &Claim, call: LinkCall) -> Result<(), BoardError> {
+        match self.ask(claim, call).await {
+            Asked::Answered(answer) => done(answer),
+            Asked::Lost(why) => Err(BoardError::Storage(why)),
+            Asked::NotSent(call) => done(perform(&**self.own().await?, claim, call).await),
         }
     }
 }
@@ -501,7 +515,7 @@ impl Board for LinkedBoard {
             Asked::Answered(other) => Err(NotLive::Unreadable(refusal(other).to_string())),
             // A proof is a read: one whose answer was lost is made again on
             // the board, and proves nothing if the board cannot be read.
-            Asked::Lost(_) | Asked::NotSent => match self.own().await {
+            Asked::Lost(_) | Asked::NotSent(_) => match self.own().await {
                 Ok(board) => board.prove_claim(claim, identity).await,
                 Err(error) => Err(NotLive::Unreadable(error.to_string())),
             },
@@ -509,29 +523,19 @@ impl Board for LinkedBoard {
     }
 
     async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
-        match self.ask(claim, LinkCall::Bind { pid }).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.bind_worker(claim, pid).await,
-        }
+        self.write(claim, LinkCall::Bind { pid }).await
     }
 
     async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError> {
-        let call = LinkCall::BookResult {
-            result: result.clone(),
-        };
-        match self.ask(claim, call).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.book_result(claim, result).await,
-        }
+        let result = result.clone();
+        self.write(claim, LinkCall::BookResult { result }).await
     }
 
     async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
         match self.ask(claim, LinkCall::RunStatus).await {
             Asked::Answered(LinkAnswer::Status { status }) => Ok(status),
             Asked::Answered(answer) => Err(refusal(answer)),
-            Asked::Lost(_) | Asked::NotSent => self.own().await?.run_status(claim).await,
+            Asked::Lost(_) | Asked::NotSent(_) => self.own().await?.run_status(claim).await,
         }
     }
 
@@ -541,7 +545,7 @@ impl Board for LinkedBoard {
             Asked::Answered(LinkAnswer::Expires { at }) => Ok(at),
             Asked::Answered(answer) => Err(refusal(answer)),
             Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.heartbeat(claim, note).await,
+            Asked::NotSent(_) => self.own().await?.heartbeat(claim, note).await,
         }
     }
 
@@ -551,26 +555,14 @@ impl Board for LinkedBoard {
         summary: &str,
         result: Option<String>,
     ) -> Result<(), BoardError> {
-        let call = LinkCall::Complete {
-            summary: summary.to_owned(),
-            result: result.clone(),
-        };
-        match self.ask(claim, call).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.complete(claim, summary, result).await,
-        }
+        let summary = summary.to_owned();
+        self.write(claim, LinkCall::Complete { summary, result })
+            .await
     }
 
     async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
-        let call = LinkCall::Block {
-            reason: reason.to_owned(),
-        };
-        match self.ask(claim, call).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.block(claim, reason).await,
-        }
+        let reason = reason.to_owned();
+        self.write(claim, LinkCall::Block { reason }).await
     }
 
     async fn settle_overrun(
@@ -583,16 +575,7 @@ impl Board for LinkedBoard {
             overrun: overrun.clone(),
             policy: *policy,
         };
-        match self.ask(claim, call).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => {
-                self.own()
-                    .await?
-                    .settle_overrun(claim, overrun, policy)
-                    .await
-            }
-        }
+        self.write(claim, call).await
     }
 
     async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError> {
@@ -600,11 +583,7 @@ impl Board for LinkedBoard {
             author: author.to_owned(),
             text: text.to_owned(),
         };
-        match self.ask(claim, call).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.comment(claim, author, text).await,
-        }
+        self.write(claim, call).await
     }
 
     async fn append_event(
@@ -613,15 +592,9 @@ impl Board for LinkedBoard {
         kind: &str,
         payload: serde_json::Value,
     ) -> Result<(), BoardError> {
-        let call = LinkCall::AppendEvent {
-            kind: kind.to_owned(),
-            payload: payload.clone(),
-        };
-        match self.ask(claim, call).await {
-            Asked::Answered(answer) => done(answer),
-            Asked::Lost(why) => Err(BoardError::Storage(why)),
-            Asked::NotSent => self.own().await?.append_event(claim, kind, payload).await,
-        }
+        let kind = kind.to_owned();
+        self.write(claim, LinkCall::AppendEvent { kind, payload })
+            .await
     }
 }
 
