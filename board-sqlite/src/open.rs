@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kanban_core::{BoardError, Clock};
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
@@ -349,6 +350,16 @@ impl Store {
         let fail = |error: rusqlite::Error| storage_error(&path, &error);
         conn.busy_handler(Some(wait_for_lock)).map_err(fail)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // A plan made once per statement. Without this, SQLite marks a
+        // cached statement stale each time a value is bound where it might
+        // change the plan (a bound `LIMIT` always does) and parses and plans
+        // it again on its next step: ten of the statements a dispatched card
+        // runs were prepared anew at every call, half of all preparing in a
+        // dispatcher. This board keeps no planner statistics, so a value
+        // could never have bought a better plan
+        // (`a_dispatched_card_s_calls_prepare_nothing_once_warm`).
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .map_err(fail)?;
         // Refuse a newer board before touching it: no pragma that writes runs first.
         let version = schema_version(&conn).map_err(fail)?;
         if migrate == Migrate::OwnOnly && version == 0 && has_tables(&conn).map_err(fail)? {
@@ -902,6 +913,101 @@ mod tests {
         let first = round();
         assert!(first >= STATEMENT_CACHE, "{first} preparations");
         assert_eq!(round(), first, "the second round prepared again");
+    }
+
+    /// Every board call a dispatched card costs, once the statements are
+    /// warm, runs on statements already prepared. SQLite re-prepares a
+    /// cached statement on its next step when a value bound to it may change
+    /// its plan (a bound `LIMIT`, say): the cache then saves nothing.
+    #[test]
+    fn a_dispatched_card_s_calls_prepare_nothing_once_warm() {
+        use kanban_core::rules::FailurePolicy;
+        use kanban_core::{
+            Board, BoardAdmin, ClaimFilter, DispatchBoard, ExitReport, ExitWitness, NewTask,
+            WorkerProcess, WorkerResult,
+        };
+        use kanban_testkit::block_on;
+
+        let clock = kanban_testkit::VirtualClock::at(1_700_000_000);
+        let board = SqliteBoard::open_in_memory(Arc::new(clock)).unwrap();
+        for n in 0..4 {
+            block_on(board.create_task(&NewTask {
+                title: format!("card {n}"),
+                ..NewTask::default()
+            }))
+            .unwrap();
+        }
+        // Statements, not transactions or pragmas: `BEGIN` and a deferred
+        // write's `synchronous` are parsed each time by design.
+        let prepared = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = prepared.clone();
+        board
+            .store
+            .conn
+            .lock()
+            .unwrap()
+            .authorizer(Some(move |context: rusqlite::hooks::AuthContext<'_>| {
+                use rusqlite::hooks::AuthAction;
+                if !matches!(
+                    context.action,
+                    AuthAction::Transaction { .. } | AuthAction::Pragma { .. }
+                ) {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                rusqlite::hooks::Authorization::Allow
+            }))
+            .unwrap();
+        let card = |n: u32| {
+            block_on(board.running_workers()).unwrap();
+            block_on(board.promote_ready()).unwrap();
+            let grants = block_on(board.claim_ready_batch(
+                600,
+                &[format!("host:1:{n}")],
+                &ClaimFilter::any(),
+            ))
+            .unwrap();
+            let claim = &grants[0].claim;
+            let pid = 1000 + n;
+            let process = WorkerProcess {
+                pid,
+                started_at: Some(i64::from(n)),
+                seal_digest: None,
+            };
+            block_on(board.record_spawn(claim, &process)).unwrap();
+            block_on(board.show_task(&claim.task_id)).unwrap();
+            block_on(board.bind_worker(claim, pid)).unwrap();
+            block_on(board.complete(claim, "done", None)).unwrap();
+            let result = WorkerResult {
+                pid,
+                claim_lock: claim.claim_lock.clone(),
+                exit_code: 0,
+                last_output: String::new(),
+                turns: 1,
+                recovery_attempts: 0,
+                retry_after_seconds: None,
+                failure_reason: None,
+                provider: None,
+                model: None,
+            };
+            block_on(board.book_result(claim, &result)).unwrap();
+            let report = ExitReport {
+                witness: ExitWitness::Code(0),
+                source: "wait",
+                signalled: None,
+                output_tail: String::new(),
+                policy: FailurePolicy::default(),
+                retry_after_seconds: None,
+                wall: None,
+            };
+            block_on(board.book_exit(claim, &report)).unwrap();
+            prepared.swap(0, std::sync::atomic::Ordering::Relaxed)
+        };
+        // The first card prepares; run ids 1 and 2 cross SQLite's small
+        // integers, which may re-plan a statement once.
+        assert!(card(1) > 0, "the authorizer saw no preparation");
+        card(2);
+        assert_eq!(card(3), 0, "the third card prepared statements");
+        assert_eq!(card(4), 0, "the fourth card prepared statements");
     }
 
     #[test]

@@ -86,11 +86,14 @@ impl Board for SqliteBoard {
         let claim = claim.clone();
         self.call(move |store| {
             store.write_deferred(|tx, now| {
-                let owned: bool = tx.query_row(
-                    "SELECT EXISTS (SELECT 1 FROM task_runs WHERE id = ?1 AND task_id = ?2 AND claim_lock = ?3)",
-                    params![claim.run_id, claim.task_id, claim.claim_lock],
-                    |row| row.get(0),
-                )?;
+                let owned: bool = tx
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM task_runs WHERE id = ?1 AND task_id = ?2 AND claim_lock = ?3)",
+                    )?
+                    .query_row(
+                        params![claim.run_id, claim.task_id, claim.claim_lock],
+                        |row| row.get(0),
+                    )?;
                 if !owned {
                     return Err(BoardError::LeaseLost {
                         task_id: claim.task_id.clone(),
