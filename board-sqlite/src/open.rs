@@ -921,10 +921,9 @@ mod tests {
     /// its plan (a bound `LIMIT`, say): the cache then saves nothing.
     #[test]
     fn a_dispatched_card_s_calls_prepare_nothing_once_warm() {
-        use kanban_core::rules::FailurePolicy;
         use kanban_core::{
-            Board, BoardAdmin, ClaimFilter, DispatchBoard, ExitReport, ExitWitness, NewTask,
-            WorkerProcess, WorkerResult,
+            Board, BoardAdmin, ClaimFilter, DispatchBoard, ExitWitness, NewTask, WorkerProcess,
+            WorkerResult,
         };
         use kanban_testkit::block_on;
 
@@ -979,26 +978,10 @@ mod tests {
             block_on(board.complete(claim, "done", None)).unwrap();
             let result = WorkerResult {
                 pid,
-                claim_lock: claim.claim_lock.clone(),
-                exit_code: 0,
-                last_output: String::new(),
-                turns: 1,
-                recovery_attempts: 0,
-                retry_after_seconds: None,
-                failure_reason: None,
-                provider: None,
-                model: None,
+                ..kanban_testkit::board_contract::worker_result(claim, 0)
             };
             block_on(board.book_result(claim, &result)).unwrap();
-            let report = ExitReport {
-                witness: ExitWitness::Code(0),
-                source: "wait",
-                signalled: None,
-                output_tail: String::new(),
-                policy: FailurePolicy::default(),
-                retry_after_seconds: None,
-                wall: None,
-            };
+            let report = kanban_testkit::board_contract::exit_report(ExitWitness::Code(0));
             block_on(board.book_exit(claim, &report)).unwrap();
             prepared.swap(0, std::sync::atomic::Ordering::Relaxed)
         };

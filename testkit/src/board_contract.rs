@@ -116,7 +116,9 @@ fn assert_lease_lost(result: Result<impl std::fmt::Debug, BoardError>, what: &st
     }
 }
 
-fn report(witness: ExitWitness) -> ExitReport {
+/// A dispatcher's report of a worker's exit: seen by `wait`, not signalled, the
+/// default policy.
+pub fn exit_report(witness: ExitWitness) -> ExitReport {
     ExitReport {
         witness,
         source: "wait",
@@ -128,7 +130,8 @@ fn report(witness: ExitWitness) -> ExitReport {
     }
 }
 
-fn result(claim: &Claim, exit_code: i32) -> WorkerResult {
+/// A worker's result for `claim`: one turn, no recovery, exiting `exit_code`.
+pub fn worker_result(claim: &Claim, exit_code: i32) -> WorkerResult {
     WorkerResult {
         pid: 1,
         claim_lock: claim.claim_lock.clone(),
@@ -578,7 +581,7 @@ pub fn owner_seam<B: Board + BoardAdmin>(board: &B, time: &VirtualClock) {
         pid: 43,
         exit_code: 75,
         last_output: "wall".into(),
-        ..result(&held, 75)
+        ..worker_result(&held, 75)
     };
     block_on(board.book_result(&held, &booked)).unwrap();
     assert_eq!(
@@ -644,7 +647,7 @@ pub fn exit_75_holds_for_the_cooldown<B: BoardAdmin + DispatchBoard>(
 ) {
     let id = create(board, &task("walled"));
     let held = next(board).unwrap();
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(75)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(75)))).unwrap();
     assert_eq!(booking.kind, BookingKind::RateLimited);
     let view = block_on(board.show_task(&id)).unwrap();
     assert_eq!(view.task.status, TaskStatus::Ready);
@@ -673,7 +676,7 @@ pub fn crashes_back_off_then_block_at_the_limit<B: BoardAdmin + DispatchBoard>(
 ) {
     let id = create(board, &task("crashy"));
     let held = next(board).unwrap();
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Signal(9)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Signal(9)))).unwrap();
     assert_eq!(
         (booking.kind, booking.blocks),
         (BookingKind::Crashed, false)
@@ -688,7 +691,7 @@ pub fn crashes_back_off_then_block_at_the_limit<B: BoardAdmin + DispatchBoard>(
     assert_eq!(next(board), None, "held during the backoff");
     time.set(retry_at);
     let held = next(board).expect("claimable once the backoff ends");
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Unknown))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Unknown))).unwrap();
     assert_eq!((booking.kind, booking.blocks), (BookingKind::Crashed, true));
     let view = block_on(board.show_task(&id)).unwrap();
     assert_eq!(view.task.status, TaskStatus::Blocked);
@@ -706,9 +709,9 @@ pub fn a_second_booking_changes_nothing<B: BoardAdmin + DispatchBoard>(
 ) {
     let id = create(board, &task("twice"));
     let held = next(board).unwrap();
-    block_on(board.book_exit(&held, &report(ExitWitness::Code(1)))).unwrap();
+    block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(1)))).unwrap();
     let before = block_on(board.show_task(&id)).unwrap().task;
-    let again = block_on(board.book_exit(&held, &report(ExitWitness::Code(1)))).unwrap();
+    let again = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(1)))).unwrap();
     assert_eq!(again.kind, BookingKind::Settled);
     assert_eq!(block_on(board.show_task(&id)).unwrap().task, before);
 }
@@ -718,7 +721,7 @@ pub fn violations_block_at_the_third<B: BoardAdmin + DispatchBoard>(board: &B, _
     let id = create(board, &task("chatty"));
     for round in 1..=3 {
         let held = claim(board, &id, "host:d");
-        let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(0)))).unwrap();
+        let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(0)))).unwrap();
         assert_eq!(
             booking.kind,
             BookingKind::ProtocolViolation,
@@ -741,10 +744,10 @@ pub fn exit_78_blocks_and_results_are_read_back<B: Board + BoardAdmin + Dispatch
     let id = create(board, &task("terminal"));
     let held = claim(board, &id, "host:d");
     assert_eq!(block_on(board.booked_result(&held)).unwrap(), None);
-    let booked = result(&held, 78);
+    let booked = worker_result(&held, 78);
     block_on(board.book_result(&held, &booked)).unwrap();
     assert_eq!(block_on(board.booked_result(&held)).unwrap(), Some(booked));
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(78)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(78)))).unwrap();
     assert_eq!(
         (booking.kind, booking.blocks),
         (BookingKind::TerminalProvider, true)
@@ -762,7 +765,7 @@ pub fn retry_after_holds_past_the_cooldown<B: BoardAdmin + DispatchBoard>(
     let held = claim(board, &id, "host:d");
     let wall = ExitReport {
         retry_after_seconds: Some(1_000),
-        ..report(ExitWitness::Code(75))
+        ..exit_report(ExitWitness::Code(75))
     };
     block_on(board.book_exit(&held, &wall)).unwrap();
     assert_eq!(
@@ -789,7 +792,7 @@ pub fn max_retries_bounds_violations<B: BoardAdmin + DispatchBoard>(board: &B, _
         },
     );
     let held = claim(board, &id, "host:d");
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(0)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(0)))).unwrap();
     assert_eq!(
         (booking.kind, booking.blocks),
         (BookingKind::ProtocolViolation, true)
@@ -806,7 +809,7 @@ pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
     let id = create(board, &task("shut down"));
     let held = claim(board, &id, "host:d");
     block_on(board.record_signal(&held, 15, SignalReason::Shutdown)).unwrap();
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(130)))).unwrap();
     assert_eq!(
         (booking.kind, booking.counts_failure),
         (BookingKind::Interrupted, false)
@@ -815,12 +818,12 @@ pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
     let id = create(board, &task("killed at shutdown"));
     let held = claim(board, &id, "host:d");
     block_on(board.record_signal(&held, 15, SignalReason::Shutdown)).unwrap();
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Signal(9)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Signal(9)))).unwrap();
     assert_eq!(booking.kind, BookingKind::Interrupted, "a SIGKILL we sent");
     let id = create(board, &task("wedged"));
     let held = claim(board, &id, "host:d");
     block_on(board.record_signal(&held, 15, SignalReason::Overrun)).unwrap();
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(130)))).unwrap();
     assert_eq!(
         (booking.kind, booking.counts_failure),
         (BookingKind::TimedOut, true)
@@ -830,7 +833,7 @@ pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
     assert_eq!(view.task.consecutive_failures, 1);
     let id = create(board, &task("unasked"));
     let held = claim(board, &id, "host:d");
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Code(130)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(130)))).unwrap();
     assert_eq!(
         (booking.kind, booking.counts_failure, booking.cooldown),
         (BookingKind::Interrupted, false, true),
@@ -844,7 +847,7 @@ pub fn stops_are_booked_by_their_reason<B: BoardAdmin + DispatchBoard>(
     );
     let id = create(board, &task("killed by somebody"));
     let held = claim(board, &id, "host:d");
-    let booking = block_on(board.book_exit(&held, &report(ExitWitness::Signal(9)))).unwrap();
+    let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Signal(9)))).unwrap();
     assert_eq!(
         (booking.kind, booking.counts_failure),
         (BookingKind::Crashed, true),
@@ -859,8 +862,8 @@ pub fn results_are_run_scoped<B: Board + BoardAdmin + DispatchBoard>(
 ) {
     let id = create(board, &task("same lock"));
     let first = claim(board, &id, "host:d");
-    block_on(board.book_result(&first, &result(&first, 75))).unwrap();
-    block_on(board.book_exit(&first, &report(ExitWitness::Code(75)))).unwrap();
+    block_on(board.book_result(&first, &worker_result(&first, 75))).unwrap();
+    block_on(board.book_exit(&first, &exit_report(ExitWitness::Code(75)))).unwrap();
     time.advance(301);
     let second = claim(board, &id, "host:d");
     assert_eq!(
@@ -1082,7 +1085,7 @@ pub fn one_probe_per_wall<B: BoardAdmin + DispatchBoard>(board: &B, time: &Virtu
             reported_wait: Some(60),
             reason: "rate_limit".into(),
         }),
-        ..report(ExitWitness::Code(75))
+        ..exit_report(ExitWitness::Code(75))
     };
     block_on(board.book_exit(&hitter, &walled)).unwrap();
     let until = block_on(board.walls()).unwrap()[0].until;
