@@ -191,6 +191,12 @@ pub(crate) fn run(
 ) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // The blocking threads run the board's calls, and a SQLite board
+        // makes them on one connection behind one lock: a second thread
+        // only waited on that lock, woken and put to sleep again at each
+        // call (a sixth of the dispatcher's CPU a card). One thread takes
+        // the calls in the order they came.
+        .max_blocking_threads(1)
         .build()
         .context("cannot start the dispatcher's runtime")?;
     // Nothing is claimed until the board, its lock and the log folder are
