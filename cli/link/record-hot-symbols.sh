@@ -3,11 +3,14 @@
 # run, alone and under a dispatcher, for the linker to place first (see
 # cli/build.rs).
 #
-#   cli/link/record-hot-symbols.sh target/release/kanban >> cli/link/hot-symbols.txt
+#   cargo build --release -p kanban-cli
+#   cli/link/record-hot-symbols.sh target/release/kanban > /tmp/release.txt
+#   cargo bench -p kanban-cli --no-run
+#   cli/link/record-hot-symbols.sh target/release/kanban > /tmp/bench.txt
+#   cat /tmp/release.txt /tmp/bench.txt | awk '!seen[$0]++' > cli/link/hot-symbols.txt
 #
-# Run it on a release build and on the build the benchmarks make (their
-# dev-dependencies' features change the symbols' hashes), then keep each
-# symbol once, in the order first seen: `awk '!seen[$0]++'`.
+# Both builds, because the benchmarks' dev-dependencies' features change
+# the symbols' hashes; each symbol kept once, in the order first seen.
 # Needs valgrind. Prints the symbols, one a line, in the order recorded.
 set -eu
 kanban=$(realpath "$1")

@@ -194,7 +194,7 @@ pub(crate) fn run(
         // The blocking threads run the board's calls, and a SQLite board
         // makes them on one connection behind one lock: a second thread
         // only waited on that lock, woken and put to sleep again at each
-        // call (a sixth of the dispatcher's CPU a card). One thread takes
+        // call (about a tenth of the dispatcher's CPU). One thread takes
         // the calls in the order they came.
         .max_blocking_threads(1)
         .build()
