@@ -11,7 +11,7 @@ use kanban_core::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::open::{SqliteBoard, TxError};
+use crate::open::{Durability, SqliteBoard, TxError};
 use crate::rows::{OPEN_PARENT, WALL_COLUMNS, append_event, apply, existing_card, wall_from_row};
 
 /// Claims one card inside the caller's transaction: the compare-and-set
@@ -422,11 +422,17 @@ impl DispatchBoard for SqliteBoard {
         let claim = claim.clone();
         let report = report.clone();
         self.call(move |store| {
-            store.write(|tx, now| {
+            // Most exits are of runs their workers settled, and book only a
+            // record, left to the next synced commit (the claim that fills
+            // the slot): one sync a card fewer.
+            store.write_synced_unless_record(|tx, now, durability| {
                 let card = existing_card(tx, &claim.task_id)?;
                 let scope = report.wall.as_ref().map(|wall| wall.scope.as_str());
                 let history = exit_history(tx, &claim, scope)?;
                 let (booking, transition) = rules::book_exit(&card, &claim, &history, &report, now);
+                if durability == Durability::Deferred && !transition.only_records() {
+                    return Err(TxError::NeedsSync);
+                }
                 apply(tx, &claim.task_id, &transition, now)?;
                 Ok(booking)
             })

@@ -82,6 +82,30 @@ pub(crate) enum TxError {
     Board(BoardError),
     /// Commit what was written (a `stale_write_rejected` event) and fail.
     CommitThen(BoardError),
+    /// Roll back and run the body again, synced: a write begun unsynced
+    /// (see [`Store::write_synced_unless_record`]) found it changes more than
+    /// a record.
+    NeedsSync,
+}
+
+/// Why a write did not commit: the board's error, or a body begun unsynced
+/// that asked to run again synced.
+enum Unwritten {
+    Board(BoardError),
+    NeedsSync,
+}
+
+impl Unwritten {
+    fn into_board_error(self) -> BoardError {
+        match self {
+            Self::Board(error) => error,
+            // Only a body offered an unsynced commit may ask: one that asks
+            // from a synced write is a bug of this crate.
+            Self::NeedsSync => {
+                BoardError::Storage("a write asked for a synced commit while in one".to_owned())
+            }
+        }
+    }
 }
 
 impl From<rusqlite::Error> for TxError {
@@ -203,8 +227,11 @@ pub(crate) enum Durability {
     /// commit): only records whose loss in a machine crash is the same as
     /// that crash coming just before them: a worker binding its pid, a
     /// spawn record, a lease extension, a worker's result (booked by the
-    /// dispatcher's synced commit right after). Every process writing them
-    /// dies in that same crash, and the claim they belong to lapses.
+    /// dispatcher's synced commit right after), the exit record of a run
+    /// its worker already settled (see
+    /// [`kanban_core::rules::Transition::only_records`]). Every
+    /// process writing them dies in that same crash, and the claim they
+    /// belong to lapses.
     Deferred,
 }
 
@@ -565,6 +592,7 @@ impl Store {
             }
             Ok(())
         })
+        .map_err(Unwritten::into_board_error)
     }
 
     /// Checks that the file on disk is still the board this store opened,
@@ -618,25 +646,54 @@ impl Store {
         self.write_with(Durability::Deferred, body)
     }
 
+    /// A write that is synced unless it turns out to be only a record (see
+    /// [`Durability::Deferred`]), which only its own reading of the board can
+    /// tell: the body runs unsynced first (`SQLite` will not change how a
+    /// commit is synced inside a transaction) and returns
+    /// [`TxError::NeedsSync`] when it must change more; that attempt is
+    /// rolled back and the body runs again, synced.
+    pub(crate) fn write_synced_unless_record<T>(
+        &self,
+        mut body: impl FnMut(&Transaction<'_>, i64, Durability) -> Result<T, TxError>,
+    ) -> Result<T, BoardError> {
+        self.refuse_read_only_copy()?;
+        match self.write_unchecked(Durability::Deferred, |tx, now| {
+            body(tx, now, Durability::Deferred)
+        }) {
+            Err(Unwritten::NeedsSync) => self
+                .write_unchecked(Durability::Synced, |tx, now| {
+                    body(tx, now, Durability::Synced)
+                })
+                .map_err(Unwritten::into_board_error),
+            written => written.map_err(Unwritten::into_board_error),
+        }
+    }
+
     pub(crate) fn write_with<T>(
         &self,
         durability: Durability,
         body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
     ) -> Result<T, BoardError> {
+        self.refuse_read_only_copy()?;
+        self.write_unchecked(durability, body)
+            .map_err(Unwritten::into_board_error)
+    }
+
+    fn refuse_read_only_copy(&self) -> Result<(), BoardError> {
         if self.read_only_copy {
             return Err(BoardError::Unusable {
                 path: self.db(),
                 message: "is a board of the seed system, read here through a copy; upgrade it with `kanban migrate` before writing".to_owned(),
             });
         }
-        self.write_unchecked(durability, body)
+        Ok(())
     }
 
     fn write_unchecked<T>(
         &self,
         durability: Durability,
         mut body: impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
-    ) -> Result<T, BoardError> {
+    ) -> Result<T, Unwritten> {
         let mut conn = self
             .conn
             .lock()
@@ -648,12 +705,12 @@ impl Store {
             // statement: SQLite expires a `synchronous` pragma once it ran,
             // so it is prepared anew each time either way.)
             conn.execute_batch("PRAGMA synchronous = NORMAL")
-                .map_err(|error| storage_error(&self.path, &error))?;
+                .map_err(|error| Unwritten::Board(storage_error(&self.path, &error)))?;
         }
         let written = Self::write_on(&self.path, &self.clock, &mut conn, &mut body);
         if deferred {
             conn.execute_batch("PRAGMA synchronous = FULL")
-                .map_err(|error| storage_error(&self.path, &error))?;
+                .map_err(|error| Unwritten::Board(storage_error(&self.path, &error)))?;
         }
         written
     }
@@ -663,7 +720,7 @@ impl Store {
         clock: &Arc<dyn Clock>,
         conn: &mut Connection,
         body: &mut impl FnMut(&Transaction<'_>, i64) -> Result<T, TxError>,
-    ) -> Result<T, BoardError> {
+    ) -> Result<T, Unwritten> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -677,9 +734,10 @@ impl Store {
                     }
                     Err(TxError::CommitThen(error)) => {
                         tx.commit()?;
-                        Ok(Err(error))
+                        Ok(Err(Unwritten::Board(error)))
                     }
-                    Err(TxError::Board(error)) => Ok(Err(error)),
+                    Err(TxError::Board(error)) => Ok(Err(Unwritten::Board(error))),
+                    Err(TxError::NeedsSync) => Ok(Err(Unwritten::NeedsSync)),
                     Err(TxError::Sql(error)) => Err(error),
                 }
             })();
@@ -692,9 +750,9 @@ impl Store {
                     std::thread::sleep(Duration::from_millis(jitter));
                 }
                 Err(error) if is_busy(&error) => {
-                    return Err(BoardError::Busy { attempts: attempt });
+                    return Err(Unwritten::Board(BoardError::Busy { attempts: attempt }));
                 }
-                Err(error) => return Err(storage_error(path, &error)),
+                Err(error) => return Err(Unwritten::Board(storage_error(path, &error))),
             }
         }
     }
@@ -992,6 +1050,84 @@ mod tests {
         card(2);
         assert_eq!(card(3), 0, "the third card prepared statements");
         assert_eq!(card(4), 0, "the fourth card prepared statements");
+    }
+
+    #[test]
+    fn a_settled_run_s_exit_is_booked_unsynced_and_a_crash_synced() {
+        use kanban_core::{Board, BoardAdmin, ClaimFilter, DispatchBoard, ExitWitness, NewTask};
+        use kanban_testkit::block_on;
+        use std::sync::Mutex as StdMutex;
+
+        let board =
+            SqliteBoard::open_in_memory(Arc::new(kanban_testkit::VirtualClock::at(1_700_000_000)))
+                .unwrap();
+        for n in 0..2 {
+            block_on(board.create_task(&NewTask {
+                title: format!("card {n}"),
+                ..NewTask::default()
+            }))
+            .unwrap();
+        }
+        // How each commit was synced: the last `synchronous` set before it
+        // (the authorizer sees a pragma as it is prepared, and a pragma is
+        // run as soon as it is prepared).
+        let setting = Arc::new(StdMutex::new("FULL".to_owned()));
+        let commits = Arc::new(StdMutex::new(Vec::<String>::new()));
+        {
+            let mut conn = board.store.conn.lock().unwrap();
+            let seen = setting.clone();
+            conn.authorizer(Some(move |context: rusqlite::hooks::AuthContext<'_>| {
+                if let rusqlite::hooks::AuthAction::Pragma {
+                    pragma_name: "synchronous",
+                    pragma_value: Some(value),
+                } = context.action
+                {
+                    *seen.lock().unwrap() = value.to_owned();
+                }
+                rusqlite::hooks::Authorization::Allow
+            }))
+            .unwrap();
+            let (seen, booked) = (setting.clone(), commits.clone());
+            conn.commit_hook(Some(move || {
+                booked.lock().unwrap().push(seen.lock().unwrap().clone());
+                false
+            }))
+            .unwrap();
+        }
+        let claim = |lock: &str| {
+            block_on(board.claim_ready_batch(600, &[lock.to_owned()], &ClaimFilter::any()))
+                .unwrap()
+                .remove(0)
+                .claim
+        };
+        let booked = |claim: &kanban_core::Claim, code: i32| {
+            commits.lock().unwrap().clear();
+            let report = kanban_testkit::board_contract::exit_report(ExitWitness::Code(code));
+            let booking = block_on(board.book_exit(claim, &report)).unwrap();
+            (booking.kind, commits.lock().unwrap().clone())
+        };
+
+        let settled = claim("host:1:a");
+        block_on(board.complete(&settled, "done", None)).unwrap();
+        assert_eq!(
+            booked(&settled, 0),
+            (kanban_core::BookingKind::Settled, vec!["NORMAL".to_owned()]),
+            "a settled run's exit is a record, left to the next synced commit"
+        );
+        let crashed = claim("host:1:b");
+        assert_eq!(
+            booked(&crashed, 3),
+            (kanban_core::BookingKind::Crashed, vec!["FULL".to_owned()]),
+            "a crash changes the card: its booking is synced, and only it commits"
+        );
+        assert_eq!(
+            block_on(board.show_task(&crashed.task_id))
+                .unwrap()
+                .task
+                .status,
+            kanban_core::TaskStatus::Ready,
+            "the crash was booked once, synced"
+        );
     }
 
     #[test]

@@ -184,15 +184,15 @@ fn main() {
         .and_then(|raw| raw.trim().parse().ok())
         .filter(|rounds| *rounds > 0)
         .unwrap_or(3);
+    // Every round's folder stays until the last size is done: ext4 without
+    // a journal passes over inodes freed within the last minutes when it
+    // gives out new ones, so deleting a round's log files just before the
+    // next round (or size) made each new log file's creation scan past
+    // them (a quarter of the dispatcher's CPU in a profile), a cost of this
+    // benchmark's cleanup, not of dispatching.
+    let mut folders = Vec::new();
     for cards in sizes {
         let (mut base, mut measured, mut busy) = (Duration::MAX, Duration::MAX, 0.0);
-        // Every round's folder stays until the last round is done: ext4
-        // passes over inodes freed within the last minute when it gives out
-        // new ones, so deleting a round's thousands of log files just before
-        // the next round made each new log file's creation scan past them
-        // (a quarter of the dispatcher's CPU in a profile), a cost of this
-        // benchmark's cleanup, not of dispatching.
-        let mut folders = Vec::with_capacity(rounds);
         for _ in 0..rounds {
             let dir = tempfile::tempdir().unwrap();
             base = base.min(floor(dir.path(), cards));
@@ -202,7 +202,6 @@ fn main() {
             }
             folders.push(dir);
         }
-        drop(folders);
         let rate = |time: Duration| cards as f64 / time.as_secs_f64();
         println!(
             "{cards:>5} cards, {IN_FLIGHT} in flight: dispatch {:>7.1} cards/s ({:.2} s)   floor (same processes, no board) {:>7.1} cards/s ({:.2} s)   ratio {:.2}x (target >= 0.70x)",

@@ -104,6 +104,40 @@ pub struct Transition {
     pub edit: Option<CardEdit>,
 }
 
+impl Transition {
+    /// Whether it only adds to the card's history: no run closed, no claim
+    /// released, no column, wall, hold or field changed. A board may leave
+    /// such a change to its next synced commit: losing it in a machine crash
+    /// is the same as that crash coming just before it (the exit record of
+    /// a run its worker already settled is one).
+    pub fn only_records(&self) -> bool {
+        // Named field by field, so that a field added later is weighed here.
+        let Self {
+            close_run,
+            release_claim,
+            status,
+            consecutive_failures,
+            last_failure_error,
+            not_before,
+            completion,
+            events: _,
+            walls,
+            held,
+            edit,
+        } = self;
+        close_run.is_none()
+            && !release_claim
+            && status.is_none()
+            && consecutive_failures.is_none()
+            && last_failure_error.is_none()
+            && not_before.is_none()
+            && completion.is_none()
+            && walls.is_empty()
+            && held.is_none()
+            && edit.is_none()
+    }
+}
+
 /// An operator's edit: each field given replaces the card's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CardEdit {

@@ -1153,3 +1153,94 @@ fn a_recurring_card_is_due_at_the_first_period_boundary_after_now() {
         );
     }
 }
+
+#[test]
+fn only_a_change_that_adds_history_alone_is_a_record() {
+    let record = Transition {
+        events: vec![rules::NewEvent::new(
+            "worker_exited",
+            Some(7),
+            serde_json::Value::Null,
+        )],
+        ..Transition::default()
+    };
+    assert!(record.only_records());
+    assert!(Transition::default().only_records());
+    // Each change of the card, run, claim or walls alone makes it more.
+    let changes = [
+        Transition {
+            close_run: Some(rules::RunClose {
+                status: "done".into(),
+                outcome: "completed".into(),
+                summary: None,
+                error: None,
+            }),
+            ..record.clone()
+        },
+        Transition {
+            release_claim: true,
+            ..record.clone()
+        },
+        Transition {
+            status: Some(TaskStatus::Ready),
+            ..record.clone()
+        },
+        Transition {
+            consecutive_failures: Some(0),
+            ..record.clone()
+        },
+        Transition {
+            last_failure_error: Some(None),
+            ..record.clone()
+        },
+        Transition {
+            not_before: Some(None),
+            ..record.clone()
+        },
+        Transition {
+            completion: Some(rules::Completion {
+                result: "ok".into(),
+                completed_at: NOW,
+            }),
+            ..record.clone()
+        },
+        Transition {
+            walls: vec![kanban_core::walls::WallChange::Lift {
+                scope: "provider:x".into(),
+            }],
+            ..record.clone()
+        },
+        Transition {
+            held: Some(None),
+            ..record.clone()
+        },
+        Transition {
+            edit: Some(rules::CardEdit::default()),
+            ..record.clone()
+        },
+    ];
+    for change in changes {
+        assert!(!change.only_records(), "{change:?}");
+    }
+
+    // The exit of a run whose worker settled the card is a record; a crash
+    // of a running card is not.
+    let settled = rules::book_exit(
+        &card(TaskStatus::Done),
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Code(0)),
+        NOW,
+    );
+    assert_eq!(settled.0.kind, BookingKind::Settled);
+    assert_eq!(kinds(&settled.1), ["worker_exited"]);
+    assert!(settled.1.only_records());
+    let crashed = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &report(ExitWitness::Code(3)),
+        NOW,
+    );
+    assert!(!crashed.1.only_records());
+}
