@@ -64,7 +64,12 @@ const LINE_LIMIT: u64 = 16 * 1024 * 1024;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
 enum LinkCall {
-    ShowTask,
+    /// The card, and with it the worker's pid bound to the claim when
+    /// `bind` names one: a worker's first two calls in one exchange.
+    ShowTask {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bind: Option<u32>,
+    },
     Prove {
         identity: ProofIdentity,
     },
@@ -106,7 +111,7 @@ impl LinkCall {
             (Self::Prove { .. }, LinkAnswer::Done | LinkAnswer::NotLive { .. }) => true,
             (Self::Prove { .. }, _) => false,
             (_, LinkAnswer::Failed { .. }) => true,
-            (Self::ShowTask, LinkAnswer::View { .. }) => true,
+            (Self::ShowTask { .. }, LinkAnswer::View { .. }) => true,
             (Self::RunStatus, LinkAnswer::Status { .. }) => true,
             (Self::Heartbeat { .. }, LinkAnswer::Expires { .. }) => true,
             (
@@ -145,6 +150,10 @@ enum LinkAnswer {
     },
     View {
         view: Box<TaskView>,
+        /// The pid the call named is bound (a dispatcher that binds nothing
+        /// with a view leaves it out: the worker binds on its own).
+        #[serde(default)]
+        bound: bool,
     },
     Failed {
         error: BoardError,
@@ -269,15 +278,22 @@ async fn perform(board: &dyn AnyBoard, claim: &Claim, call: LinkCall) -> LinkAns
         Err(error) => LinkAnswer::Failed { error },
     };
     match call {
-        LinkCall::ShowTask => match board.show_task(&claim.task_id).await {
+        LinkCall::ShowTask { bind } => match board.show_task(&claim.task_id).await {
             // A card is shown over the link only to the run holding it;
             // anybody else reads the board the way it always could.
             Ok(view)
                 if view.task.current_run_id == Some(claim.run_id)
                     && view.task.claim_lock.as_deref() == Some(claim.claim_lock.as_str()) =>
             {
+                // A bind refused here is the worker's to make again: its
+                // own call waits out a lease that only lapsed.
+                let bound = match bind {
+                    Some(pid) => board.bind_worker(claim, pid).await.is_ok(),
+                    None => false,
+                };
                 LinkAnswer::View {
                     view: Box::new(view),
+                    bound,
                 }
             }
             Ok(_) => LinkAnswer::NotMine,
@@ -337,6 +353,9 @@ pub(crate) struct LinkedBoard {
     claim: Claim,
     clock: Arc<dyn Clock>,
     env: Environment,
+    /// The pid the dispatcher bound with the card's view, until the
+    /// worker's own bind of that pid finds it done.
+    bound_with_view: std::sync::Mutex<Option<u32>>,
 }
 
 impl std::fmt::Debug for LinkedBoard {
@@ -372,6 +391,7 @@ impl LinkedBoard {
             claim: claim.clone(),
             clock,
             env: env.clone(),
+            bound_with_view: std::sync::Mutex::new(None),
         })
     }
 
@@ -462,10 +482,22 @@ impl LinkedBoard {
             .await
     }
 
-    /// The card this worker's claim names, with its runs and events.
-    pub(crate) async fn show_task(&self) -> Result<TaskView, BoardError> {
-        match self.ask(&self.claim, LinkCall::ShowTask).await {
-            Asked::Answered(LinkAnswer::View { view }) => Ok(*view),
+    /// The card this worker's claim names, with its runs and events; over
+    /// the link, `pid` is bound to the claim in the same exchange, and the
+    /// worker's bind of it later is already done (one exchange fewer before
+    /// the agent starts).
+    pub(crate) async fn show_task(&self, pid: u32) -> Result<TaskView, BoardError> {
+        let call = LinkCall::ShowTask { bind: Some(pid) };
+        match self.ask(&self.claim, call).await {
+            Asked::Answered(LinkAnswer::View { view, bound }) => {
+                if bound {
+                    *self
+                        .bound_with_view
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pid);
+                }
+                Ok(*view)
+            }
             Asked::Answered(answer) => Err(refusal(answer)),
             // A read changes nothing: one whose answer was lost is asked again.
             Asked::Lost(_) | Asked::NotSent(_) => {
@@ -523,6 +555,14 @@ impl Board for LinkedBoard {
     }
 
     async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
+        let bound = self
+            .bound_with_view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if bound == Some(pid) && *claim == self.claim {
+            return Ok(());
+        }
         self.write(claim, LinkCall::Bind { pid }).await
     }
 
@@ -701,6 +741,17 @@ mod tests {
             .status
     }
 
+    /// The pids bound to `claim`'s run, in the order they were bound.
+    fn bound_pids(board: &SqliteBoard, claim: &Claim) -> Vec<u64> {
+        crate::runtime::block_on(board.show_task(&claim.task_id))
+            .unwrap()
+            .events
+            .iter()
+            .filter(|event| event.kind == "worker_bound" && event.run_id == Some(claim.run_id))
+            .filter_map(|event| event.payload["pid"].as_u64())
+            .collect()
+    }
+
     fn file_board(dir: &Path, name: &str) -> SqliteBoard {
         SqliteBoard::create(dir.join(name), Arc::new(SystemClock)).unwrap()
     }
@@ -723,8 +774,15 @@ mod tests {
             let linked = LinkedBoard::connect(&socket, &claim, clock.clone(), &env)
                 .await
                 .unwrap();
-            assert_eq!(linked.show_task().await.unwrap().task.id, claim.task_id);
+            // The view comes with the pid bound: the worker's own bind of
+            // that pid is done already, another pid's is a call of its own.
+            assert_eq!(linked.show_task(4242).await.unwrap().task.id, claim.task_id);
+            assert_eq!(bound_pids(&served, &claim), [4242]);
             linked.bind_worker(&claim, 4242).await.unwrap();
+            assert_eq!(bound_pids(&served, &claim), [4242]);
+            linked.bind_worker(&claim, 4343).await.unwrap();
+            linked.bind_worker(&claim, 4242).await.unwrap();
+            assert_eq!(bound_pids(&served, &claim), [4242, 4343, 4242]);
             assert!(linked.heartbeat(&claim, None).await.unwrap() > 0);
             linked
                 .prove_claim(&claim, ProofIdentity::BoundOwner(4242))
@@ -826,7 +884,7 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(
-                reread.show_task().await.unwrap().task.id,
+                reread.show_task(7).await.unwrap().task.id,
                 reread_claim.task_id
             );
             reread
@@ -918,6 +976,31 @@ mod tests {
     }
 
     #[test]
+    fn a_show_or_view_of_an_older_kanban_binds_nothing() {
+        // A worker of an older kanban asks for the view alone; a dispatcher
+        // of an older kanban answers with the view alone, and the worker
+        // then binds with a call of its own.
+        let call: LinkCall = serde_json::from_str(r#"{"call":"show_task"}"#).unwrap();
+        assert!(
+            matches!(call, LinkCall::ShowTask { bind: None }),
+            "{call:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let board = file_board(dir.path(), "served.db");
+        let claim = crate::runtime::block_on(claimed_card(&board, "old"));
+        let view = crate::runtime::block_on(board.show_task(&claim.task_id)).unwrap();
+        let mut answer = serde_json::to_value(LinkAnswer::View {
+            view: Box::new(view),
+            bound: true,
+        })
+        .unwrap();
+        assert_eq!(answer["bound"], true);
+        answer.as_object_mut().unwrap().remove("bound");
+        let read: LinkAnswer = serde_json::from_value(answer).unwrap();
+        assert!(matches!(read, LinkAnswer::View { bound: false, .. }));
+    }
+
+    #[test]
     fn a_dispatcher_makes_only_whole_lines_and_shows_a_card_only_to_its_run() {
         let dir = tempfile::tempdir().unwrap();
         let served = file_board(dir.path(), "served.db");
@@ -963,7 +1046,8 @@ mod tests {
             )
             .await
             .unwrap();
-            assert_eq!(board.show_task().await.unwrap().task.id, stale.task_id);
+            assert_eq!(board.show_task(7).await.unwrap().task.id, stale.task_id);
+            assert!(bound_pids(&served, &stale).is_empty(), "nor bound");
             assert!(!board.linked().await);
             assert!(board.own.initialized(), "read from the board itself");
         });

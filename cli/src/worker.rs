@@ -127,9 +127,11 @@ impl WorkerBoard {
         }
     }
 
-    async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError> {
+    /// The card; over the link, `pid` is bound with it (see
+    /// [`LinkedBoard::show_task`]).
+    async fn show_task(&self, task_id: &str, pid: u32) -> Result<TaskView, BoardError> {
         match self {
-            Self::Linked(board) => board.show_task().await,
+            Self::Linked(board) => board.show_task(pid).await,
             Self::Own(board) => board.show_task(task_id).await,
         }
     }
@@ -220,7 +222,8 @@ async fn run_worker_process(
         },
     };
     let board = held.board();
-    let view = match held.show_task(&claim.task_id).await {
+    let pid = std::process::id();
+    let view = match held.show_task(&claim.task_id, pid).await {
         Ok(view) => view,
         Err(BoardError::TaskNotFound(id)) => {
             anyhow::bail!("task {id} is not on the board {}", claim.db)
@@ -240,7 +243,6 @@ async fn run_worker_process(
     let goal_mode = task.goal_mode || env.get_trimmed(vars::GOAL_MODE) == Some("1");
     let mut settings = WorkerSettings::from_env(env);
     settings.recovery_delays_seconds = args.recovery_delays.clone();
-    let pid = std::process::id();
     let setup = WorkerSetup {
         claim: claim.clone(),
         pid,
