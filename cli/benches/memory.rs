@@ -225,7 +225,10 @@ fn main() {
 /// The quiet worker's bound holds because the functions workers run are
 /// laid out first (`cli/build.rs`). The list's names carry hashes of the
 /// toolchain and the dependencies: after an update few of them match, the
-/// code is laid out as before, and the peak rises. Says how many match.
+/// code is laid out as before, and the peak rises. A change of the
+/// functions workers run does it too, in part: 94 names fewer (3,006 of
+/// about 3,100) raised the quiet worker's peak from 4.8 to 5.4 MiB. Says how
+/// many match.
 fn laid_out() {
     let list = concat!(env!("CARGO_MANIFEST_DIR"), "/link/hot-symbols.txt");
     let listed: std::collections::HashSet<String> = std::fs::read_to_string(list)
@@ -242,8 +245,8 @@ fn laid_out() {
                 .count();
             println!(
                 "code laid out for workers: {found} of the {} functions cli/link/hot-symbols.txt \
-                 names are in this binary (it holds two builds' names, about 3,100 each; a few \
-                 hundred means it is stale: record it again with cli/link/record-hot-symbols.sh)",
+                 names are in this binary (it holds two builds' names, about 3,100 each; fewer \
+                 means it is stale: record it again with cli/link/record-hot-symbols.sh)",
                 listed.len()
             );
         }
