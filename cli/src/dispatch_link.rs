@@ -499,7 +499,9 @@ impl LinkedBoard {
                 Ok(*view)
             }
             Asked::Answered(answer) => Err(refusal(answer)),
-            // A read changes nothing: one whose answer was lost is asked again.
+            // The view is asked of the board again. The bind may have been
+            // made with the lost answer; the worker's own bind follows and
+            // binds the same pid again, which only repeats the record.
             Asked::Lost(_) | Asked::NotSent(_) => {
                 self.own().await?.show_task(&self.claim.task_id).await
             }
