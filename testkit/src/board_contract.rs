@@ -38,6 +38,7 @@ macro_rules! board_contract_tests {
             expired_leases_refuse_writes,
             expired_releases_count_and_block_at_the_limit,
             releases_of_claims_never_started_are_not_counted,
+            a_grant_tells_a_card_that_ran_before,
             operator_reclaim_fences_the_worker,
             block_unblock_promote,
             owner_seam,
@@ -479,6 +480,32 @@ pub fn releases_of_claims_never_started_are_not_counted<B: Board + BoardAdmin + 
         Some(id),
         "claimable again at once"
     );
+}
+
+/// A grant says whether the card ran before: only then does the dispatcher
+/// look for an earlier run's leftover processes. Another card's runs do not
+/// count.
+pub fn a_grant_tells_a_card_that_ran_before<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let bystander = create(board, &task("ran first"));
+    let id = create(board, &task("runs twice"));
+    claim(board, &bystander, "host:0");
+    let grant = |lock: &str| {
+        block_on(board.claim_task(&id, TTL, lock))
+            .expect("claim")
+            .expect("the card is ready")
+    };
+    let first = grant("host:1");
+    assert!(!first.rerun, "the card's first run");
+    let release = Release::NotStarted {
+        reason: "the agent is missing".into(),
+    };
+    assert!(
+        block_on(board.release_claim(&first.claim, &release, &FailurePolicy::default())).unwrap()
+    );
+    assert!(grant("host:2").rerun, "the card ran before");
 }
 
 /// Operator reclaim: the run closes, the card is ready, the worker is fenced out.
