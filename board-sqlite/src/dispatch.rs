@@ -66,12 +66,16 @@ pub(crate) fn claim_in(
         ))
         .into());
     }
-    let (goal_mode, assignee): (bool, Option<String>) = tx
-        .prepare_cached("SELECT goal_mode != 0, assignee FROM tasks WHERE id = ?1")?
-        .query_row(params![task_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    let rerun: bool = tx
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM task_runs WHERE task_id = ?1 AND id < ?2)")?
-        .query_row(params![task_id, run_id], |row| row.get(0))?;
+    // What the grant carries, in one statement.
+    let (goal_mode, assignee, rerun): (bool, Option<String>, bool) = tx
+        .prepare_cached(
+            "SELECT t.goal_mode != 0, t.assignee,
+                    EXISTS (SELECT 1 FROM task_runs r WHERE r.task_id = t.id AND r.id < ?2)
+               FROM tasks t WHERE t.id = ?1",
+        )?
+        .query_row(params![task_id, run_id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?;
     let claim = Claim {
         task_id: task_id.to_owned(),
         db: db.to_owned(),
