@@ -141,7 +141,6 @@ fn three_dispatchers_share_one_postgres_board_and_no_card_runs_twice() {
 
 #[test]
 fn kanban_serve_shows_a_postgres_board_and_goes_live_on_its_notifications() {
-    use std::io::BufRead;
     let bench = Bench::postgres();
     let id = bench.add("served from postgres", &[]);
     let server = crate::serve::Server::start(&bench, &[]);
@@ -158,8 +157,15 @@ fn kanban_serve_shows_a_postgres_board_and_goes_live_on_its_notifications() {
     let (status, metrics) = crate::serve::get(&format!("{}/metrics", server.url));
     assert_eq!(status, 200, "{metrics}");
     assert!(metrics.contains("status=\"ready\"} 1"), "{metrics}");
-    // A card added through the CLI reaches an open page through NOTIFY.
-    let live = ureq::get(&format!("{}/live", server.url)).call().unwrap();
+    a_new_card_reaches_the_open_page(&bench, &server.url);
+}
+
+/// A card added through the CLI reaches a page open on the server at `url`
+/// through the board's notifications: the server has no other way to hear
+/// of it (a PostgreSQL board's watch does not poll).
+fn a_new_card_reaches_the_open_page(bench: &Bench, url: &str) {
+    use std::io::BufRead;
+    let live = ureq::get(&format!("{url}/live")).call().unwrap();
     let (sender, seen) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let reader = std::io::BufReader::new(live.into_body().into_reader());
@@ -456,4 +462,21 @@ fn with_sslmode_require_every_process_speaks_verified_tls_to_the_server() {
         "{}",
         text(&missing.stderr)
     );
+}
+
+#[test]
+fn with_sslmode_require_the_board_s_watch_listens_over_tls_too() {
+    // The watch holds a connection of its own: on a server that refuses
+    // every connection without TLS, a page hears of a new card only when
+    // that connection speaks TLS as well.
+    let (cluster, ca) = tls_cluster();
+    let url = format!(
+        "{}?sslmode=require&sslrootcert={}",
+        cluster.fresh_database(),
+        ca.display()
+    );
+    let bench = Bench::postgres_at(&url);
+    bench.add("on the board before the page", &[]);
+    let server = crate::serve::Server::start(&bench, &[]);
+    a_new_card_reaches_the_open_page(&bench, &server.url);
 }
