@@ -36,17 +36,33 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     pollster::block_on(future)
 }
 
+/// The time `each` takes per card of `cards`.
+fn per_card(cards: &[String], mut each: impl FnMut(&str)) -> Duration {
+    let began = Instant::now();
+    for id in cards {
+        each(id);
+    }
+    began.elapsed() / u32::try_from(cards.len()).unwrap()
+}
+
+/// Adds `count` ready cards titled `title N`; returns their ids.
+fn add_cards(board: &SqliteBoard, title: &str, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|n| {
+            block_on(board.create_task(&NewTask {
+                title: format!("{title} {n}"),
+                ..NewTask::default()
+            }))
+            .unwrap()
+        })
+        .collect()
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kanban.db");
     let board = SqliteBoard::create(&path, Arc::new(SystemClock)).unwrap();
-    for n in 0..200 {
-        block_on(board.create_task(&NewTask {
-            title: format!("filler {n}"),
-            ..NewTask::default()
-        }))
-        .unwrap();
-    }
+    add_cards(&board, "filler", 200);
     let id = block_on(board.create_task(&NewTask {
         title: "proved".into(),
         ..NewTask::default()
@@ -129,28 +145,12 @@ fn main() {
     // Claims: each claims a fresh ready card. The floor is one bare
     // BEGIN IMMEDIATE transaction with one UPDATE under the same pragmas.
     let claims = 300 * scale();
-    let ids: Vec<String> = (0..claims * 3)
-        .map(|n| {
-            block_on(board.create_task(&NewTask {
-                title: format!("claimable {n}"),
-                ..NewTask::default()
-            }))
-            .unwrap()
-        })
-        .collect();
+    let ids = add_cards(&board, "claimable", claims * 3);
     // A second floor: bare rusqlite making the writes the contract makes a
     // claim make, in one transaction (its run, the card, its `claimed`
     // event: three tables and their indexes), with its statements prepared
     // once as ours are, on cards of their own.
-    let written: Vec<String> = (0..claims * 3)
-        .map(|n| {
-            block_on(board.create_task(&NewTask {
-                title: format!("written {n}"),
-                ..NewTask::default()
-            }))
-            .unwrap()
-        })
-        .collect();
+    let written = add_cards(&board, "written", claims * 3);
     let mut conn = Connection::open(&path).unwrap();
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 30000;").unwrap();
     // Interleave small batches of the three, so that disk noise hits all alike.
@@ -159,17 +159,14 @@ fn main() {
         (Duration::MAX, Duration::MAX, Duration::MAX);
     for start in (0..claims * 3).step_by(batch) {
         let end = (start + batch).min(ids.len());
-        let began = Instant::now();
-        for id in &ids[start..end] {
+        claim_time = claim_time.min(per_card(&ids[start..end], |id| {
             assert!(
                 block_on(board.claim_task(id, 900, "bench:2"))
                     .unwrap()
                     .is_some()
             );
-        }
-        claim_time = claim_time.min(began.elapsed() / (end - start) as u32);
-        let began = Instant::now();
-        for id in &ids[start..end] {
+        }));
+        bare_claim = bare_claim.min(per_card(&ids[start..end], |id| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .unwrap();
@@ -179,10 +176,8 @@ fn main() {
             )
             .unwrap();
             tx.commit().unwrap();
-        }
-        bare_claim = bare_claim.min(began.elapsed() / (end - start) as u32);
-        let began = Instant::now();
-        for id in &written[start..end] {
+        }));
+        bare_writes = bare_writes.min(per_card(&written[start..end], |id| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .unwrap();
@@ -214,21 +209,14 @@ fn main() {
             ])
             .unwrap();
             tx.commit().unwrap();
-        }
-        bare_writes = bare_writes.min(began.elapsed() / (end - start) as u32);
+        }));
     }
 
     // Batched claims: eight cards per transaction (a dispatcher with room
     // for eight), per card, against the same bare per-claim floor.
     const BATCH: usize = 8;
     let batched_cards = 40 * BATCH * scale();
-    for n in 0..batched_cards {
-        block_on(board.create_task(&NewTask {
-            title: format!("batched {n}"),
-            ..NewTask::default()
-        }))
-        .unwrap();
-    }
+    add_cards(&board, "batched", batched_cards);
     let mut batched = Duration::MAX;
     for _ in 0..batched_cards / (BATCH * 5) {
         let began = Instant::now();
