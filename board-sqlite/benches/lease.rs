@@ -36,15 +36,6 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     pollster::block_on(future)
 }
 
-/// The time `each` takes per card of `cards`.
-fn per_card(cards: &[String], mut each: impl FnMut(&str)) -> Duration {
-    let began = Instant::now();
-    for id in cards {
-        each(id);
-    }
-    began.elapsed() / u32::try_from(cards.len()).unwrap()
-}
-
 /// Adds `count` ready cards titled `title N`; returns their ids.
 fn add_cards(board: &SqliteBoard, title: &str, count: usize) -> Vec<String> {
     (0..count)
@@ -159,14 +150,16 @@ fn main() {
         (Duration::MAX, Duration::MAX, Duration::MAX);
     for start in (0..claims * 3).step_by(batch) {
         let end = (start + batch).min(ids.len());
-        claim_time = claim_time.min(per_card(&ids[start..end], |id| {
+        let (cards, written) = (&ids[start..end], &written[start..end]);
+        claim_time = claim_time.min(measure(1, cards.len(), |i| {
             assert!(
-                block_on(board.claim_task(id, 900, "bench:2"))
+                block_on(board.claim_task(&cards[i], 900, "bench:2"))
                     .unwrap()
                     .is_some()
             );
         }));
-        bare_claim = bare_claim.min(per_card(&ids[start..end], |id| {
+        bare_claim = bare_claim.min(measure(1, cards.len(), |i| {
+            let id = &cards[i];
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .unwrap();
@@ -177,7 +170,8 @@ fn main() {
             .unwrap();
             tx.commit().unwrap();
         }));
-        bare_writes = bare_writes.min(per_card(&written[start..end], |id| {
+        bare_writes = bare_writes.min(measure(1, written.len(), |i| {
+            let id = &written[i];
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .unwrap();
