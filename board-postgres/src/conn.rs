@@ -169,6 +169,9 @@ pub(crate) struct Conn {
     /// A transaction was begun and not yet ended: a connection returned in
     /// this state (its caller's future was dropped) is closed, not reused.
     in_transaction: bool,
+    /// The open transaction's commit may return before the server has
+    /// flushed it (`commit_unsynced`).
+    unsynced_commit: bool,
 }
 
 impl Conn {
@@ -251,11 +254,27 @@ impl Conn {
 
     pub(crate) async fn begin(&mut self, mode: &str) -> Result<(), tokio_postgres::Error> {
         self.in_transaction = true;
+        self.unsynced_commit = false;
         self.client.batch_execute(mode).await
     }
 
+    /// Lets this transaction's commit return before the server has flushed
+    /// its log, as SQLite's `Durability::Deferred` does; only for records
+    /// whose loss no live process can act on (docs/ARCHITECTURE.md,
+    /// "Durability"). The log is sequential: a synced commit after it
+    /// flushes it too.
+    pub(crate) fn commit_unsynced(&mut self) {
+        self.unsynced_commit = true;
+    }
+
     pub(crate) async fn end(&mut self, commit: bool) -> Result<(), tokio_postgres::Error> {
-        let sql = if commit { "COMMIT" } else { "ROLLBACK" };
+        // `SET LOCAL` is read at the commit, and sent with it: no round trip
+        // more for an unsynced commit.
+        let sql = match (commit, self.unsynced_commit) {
+            (true, false) => "COMMIT",
+            (true, true) => "SET LOCAL synchronous_commit TO OFF; COMMIT",
+            (false, _) => "ROLLBACK",
+        };
         self.client.batch_execute(sql).await?;
         self.in_transaction = false;
         Ok(())
@@ -362,6 +381,7 @@ impl Pool {
             client,
             statements: HashMap::new(),
             in_transaction: false,
+            unsynced_commit: false,
         })
     }
 }

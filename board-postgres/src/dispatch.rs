@@ -293,6 +293,8 @@ impl DispatchBoard for PgBoard {
 
     async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
         transaction!(self, |tx, _now| {
+            // Counts for `kanban metrics`: one lost in a crash misleads nobody.
+            tx.commit_unsynced();
             let add = "INSERT INTO dispatcher_ticks (host, bucket, count) VALUES ($1, $2, $3)
                        ON CONFLICT (host, bucket) DO UPDATE SET count = dispatcher_ticks.count + excluded.count";
             for (bucket, count) in ticks.buckets.iter().enumerate() {
@@ -465,6 +467,12 @@ impl DispatchBoard for PgBoard {
             let scope = report.wall.as_ref().map(|wall| wall.scope.as_str());
             let history = exit_history(tx, claim, scope).await?;
             let (booking, transition) = rules::book_exit(&card, claim, &history, report, now);
+            if transition.only_records() {
+                // The exit of a run its worker settled (synced): the card is
+                // already where it ends, and a crash losing this record
+                // leaves the board as a crash just before it would.
+                tx.commit_unsynced();
+            }
             apply(tx, &claim.task_id, &transition, now).await?;
             Ok(booking)
         })

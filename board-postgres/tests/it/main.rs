@@ -3,4 +3,5 @@
 
 mod concurrency;
 mod contract;
+mod durability;
 mod state_machine;
