@@ -260,9 +260,9 @@ impl Conn {
 
     /// Lets this transaction's commit return before the server has flushed
     /// its log, as SQLite's `Durability::Deferred` does; only for records
-    /// whose loss no live process can act on (docs/ARCHITECTURE.md,
-    /// "Durability"). The log is sequential: a synced commit after it
-    /// flushes it too.
+    /// whose loss no live process can act on (docs/ARCHITECTURE.md, the
+    /// board's invariant on log flushes). The log is sequential: a synced
+    /// commit after it flushes it too.
     pub(crate) fn commit_unsynced(&mut self) {
         self.unsynced_commit = true;
     }

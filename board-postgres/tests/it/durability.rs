@@ -4,9 +4,9 @@
 //! standby that never connects (`synchronous_standby_names`), so a write
 //! that waits for its sync never answers, and one that does not answers at
 //! once. On PostgreSQL only the records nobody alive can act on commit
-//! unsynced (docs/ARCHITECTURE.md, "Durability"): a worker outlives a
-//! server that crashed, and would go on believing in a lease extension or
-//! a bind the crash took.
+//! unsynced (docs/ARCHITECTURE.md, the PostgreSQL board): a worker
+//! outlives a server that crashed, and would go on believing in a lease
+//! extension or a bind the crash took.
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};

@@ -233,9 +233,10 @@ fn functions_naming(folder: &str, definitions: &str, needles: &[&str]) -> (Vec<S
 
 #[test]
 fn only_writes_whose_loss_equals_an_earlier_crash_skip_the_sync() {
-    // docs/ARCHITECTURE.md, "Durability": a claim (its run id is a fencing
-    // token), a settlement, a booking or a person's change is synced before
-    // it returns; only these records may wait for the next synced commit.
+    // docs/ARCHITECTURE.md, both boards' invariants on syncing: a claim
+    // (its run id is a fencing token), a settlement, a booking or a
+    // person's change is synced before it returns; only these records may
+    // wait for the next synced commit.
     // (`book_exit` begins unsynced and is synced unless `rules` says its
     // change only records: the exit of a run its worker settled.)
     const DEFERRED: [&str; 8] = [
