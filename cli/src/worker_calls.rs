@@ -58,21 +58,27 @@ pub(crate) enum Call {
         author: String,
         text: String,
     },
-    /// The lease proof of `kanban fence`: answered only when the claim lock
-    /// and the board are the worker's own too.
-    Prove {
-        claim_lock: String,
-        db: String,
-    },
 }
 
-/// A call with the claim the caller believes it works under.
+/// What a caller asks its worker. On the wire one `call` field names
+/// either: the proof by its own name, a board call by its `Call` tag.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+enum Question {
+    /// The lease proof of `kanban fence`: answered only when the claim lock
+    /// and the board are the worker's own too.
+    Prove { claim_lock: String, db: String },
+    #[serde(untagged)]
+    Board(Call),
+}
+
+/// A question with the claim the caller believes it works under.
 #[derive(Debug, Serialize, Deserialize)]
 struct Request {
     task_id: String,
     run_id: i64,
     #[serde(flatten)]
-    call: Call,
+    call: Question,
 }
 
 /// What a call did.
@@ -156,13 +162,6 @@ pub(crate) async fn perform(
             .comment(claim, author, text)
             .await
             .map(|()| Done::default()),
-        Call::Prove { .. } => {
-            return board
-                .prove_claim(claim, ProofIdentity::AnyProcess)
-                .await
-                .map(|()| Done::default())
-                .map_err(|reason| CallError::Refused(format!("{}: {reason}", reason.code())));
-        }
     };
     done.map_err(|error| CallError::of(&error))
 }
@@ -242,7 +241,7 @@ async fn answer(
         match serde_json::from_str::<Request>(&line) {
             Ok(request) if request.task_id == claim.task_id && request.run_id == claim.run_id => {
                 match &request.call {
-                    Call::Prove { claim_lock, db }
+                    Question::Prove { claim_lock, db }
                         if *claim_lock == claim.claim_lock && *db == claim.db =>
                     {
                         Answer::Proof {
@@ -252,8 +251,8 @@ async fn answer(
                                 .err(),
                         }
                     }
-                    Call::Prove { .. } => Answer::NotMine,
-                    call => match perform(board, claim, call).await {
+                    Question::Prove { .. } => Answer::NotMine,
+                    Question::Board(call) => match perform(board, claim, call).await {
                         Ok(done) => Answer::Done(done),
                         Err(error) => Answer::NotDone { error },
                     },
@@ -313,7 +312,7 @@ pub(crate) fn ask_worker(
     let request = Request {
         task_id: claim.task_id.clone(),
         run_id: claim.run_id,
-        call: call.clone(),
+        call: Question::Board(call.clone()),
     };
     match exchange(socket, &request)? {
         Ok(Answer::Done(done)) => Some(Ok(done)),
@@ -336,7 +335,7 @@ pub(crate) fn ask_worker_proof(
     let asked = Request {
         task_id: request.task_id.clone()?,
         run_id: request.run_id.as_deref()?.trim().parse().ok()?,
-        call: Call::Prove {
+        call: Question::Prove {
             claim_lock: request.claim_lock.clone()?,
             db: request.db.clone()?,
         },
@@ -369,6 +368,47 @@ mod tests {
         let mut answer = String::new();
         stream.read_to_string(&mut answer).unwrap();
         answer
+    }
+
+    #[test]
+    fn a_request_s_lines_stay_as_every_kanban_version_reads_them() {
+        // Callers and workers of other builds share these lines: a board
+        // call and the proof are one `call` field beside the claim.
+        let lines = [
+            (
+                r#"{"task_id":"t_1","run_id":7,"call":"complete","summary":"done","result":null}"#,
+                "complete",
+            ),
+            (
+                r#"{"task_id":"t_1","run_id":7,"call":"heartbeat","note":"halfway"}"#,
+                "heartbeat",
+            ),
+            (
+                r#"{"task_id":"t_1","run_id":7,"call":"prove","claim_lock":"host:1:a","db":"/b.db"}"#,
+                "prove",
+            ),
+        ];
+        for (line, call) in lines {
+            let request: Request = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&request).unwrap(), line);
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(value["call"], call);
+        }
+        let proof: Request = serde_json::from_str(lines[2].0).unwrap();
+        assert!(
+            matches!(&proof.call, Question::Prove { claim_lock, .. } if claim_lock == "host:1:a"),
+            "{proof:?}"
+        );
+        for unknown in [
+            r#"{"task_id":"t_1","run_id":7,"call":"delete_board"}"#,
+            r#"{"task_id":"t_1","run_id":7,"summary":"done"}"#,
+            r#"{"task_id":"t_1","run_id":7,"call":"prove","db":"/b.db"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Request>(unknown).is_err(),
+                "{unknown}"
+            );
+        }
     }
 
     #[test]
