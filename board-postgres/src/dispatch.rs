@@ -470,7 +470,7 @@ impl DispatchBoard for PgBoard {
             if transition.only_records() {
                 // The exit of a run its worker settled (synced): the card is
                 // already where it ends, and a crash losing this record
-                // leaves the board as a crash just before it would.
+                // loses only its event, which no rule reads back.
                 tx.commit_unsynced();
             }
             apply(tx, &claim.task_id, &transition, now).await?;

@@ -1,16 +1,16 @@
 //! Which writes wait for the server's log flush, on a real server.
 //!
 //! The server here makes every synced commit wait for a synchronous
-//! standby that never connects (`synchronous_standby_names`), so a write
-//! that waits for its sync never answers, and one that does not answers at
-//! once. On PostgreSQL only the records nobody alive can act on commit
+//! standby that never connects (`synchronous_standby_names`): a write that
+//! waits for its sync shows in `pg_stat_activity` waiting for it (`SyncRep`)
+//! and never answers, and one that does not answers at once. On PostgreSQL only the records nobody alive can act on commit
 //! unsynced (docs/ARCHITECTURE.md, the PostgreSQL board): a worker
 //! outlives a server that crashed, and would go on believing in a lease
 //! extension or a bind the crash took.
 
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::Duration;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
 
 use kanban_core::{
     Board, BoardAdmin, BookingKind, ClaimFilter, DispatchBoard, ExitWitness, NewTask, TickDurations,
@@ -27,18 +27,65 @@ fn started<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Rece
     receiver
 }
 
-/// Whether a synced write from a session of its own now waits: the
-/// server applies a reloaded setting a moment after it is asked to.
+/// How many sessions of the cluster wait for their commit to reach a
+/// synchronous standby (`wait_event` `SyncRep`): exactly the synced commits
+/// made since the standby became required.
+fn waiting_for_the_standby(cluster: &PgCluster) -> i64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = cluster
+            .socket_config("postgres")
+            .connect(tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap();
+        drop(client);
+        let _ = driver.await;
+        row.get(0)
+    })
+}
+
+/// Waits up to 20 s for `count` sessions waiting on the standby; the count
+/// last seen.
+fn until_waiting(cluster: &PgCluster, count: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting = waiting_for_the_standby(cluster);
+        if waiting >= count || Instant::now() >= deadline {
+            return waiting;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Makes a synced write from a session of its own until one waits for
+/// the standby: the server applies a reloaded setting a moment after it is
+/// asked to, and a probe made before commits at once.
 fn synced_commits_wait(cluster: &Arc<PgCluster>, url: &str) -> bool {
     for _ in 0..50 {
-        let (cluster, url) = (cluster.clone(), url.to_owned());
-        let probe = started(move || cluster.admin_on(&url, "INSERT INTO sync_probe VALUES (1)"));
-        match probe.recv_timeout(Duration::from_secs(1)) {
-            Err(RecvTimeoutError::Timeout) => return true,
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                std::thread::sleep(Duration::from_millis(100));
+        let (probing, url) = (cluster.clone(), url.to_owned());
+        let probe = started(move || probing.admin_on(&url, "INSERT INTO sync_probe VALUES (1)"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if waiting_for_the_standby(cluster) == 1 {
+                return true;
             }
+            if !matches!(probe.try_recv(), Err(TryRecvError::Empty)) {
+                break; // committed without waiting: not applied yet
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
     false
 }
@@ -113,15 +160,15 @@ fn only_a_settled_run_s_exit_and_tick_counts_commit_without_waiting_for_the_log_
         .expect("a settled run's exit and tick counts do not wait for the log flush");
     assert_eq!(booking.unwrap().kind, BookingKind::Settled);
     counted.unwrap();
+    // The probe and the three synced writes, each waiting for the standby.
+    let waiting = until_waiting(&cluster, 4);
     for (what, answer) in &synced {
         assert!(
-            matches!(
-                answer.recv_timeout(Duration::from_secs(1)),
-                Err(RecvTimeoutError::Timeout)
-            ),
+            matches!(answer.try_recv(), Err(TryRecvError::Empty)),
             "{what} waits for the log flush"
         );
     }
+    assert_eq!(waiting, 4, "sessions waiting for the standby");
 
     // With the standby no longer required, the waiting writes end, done.
     cluster.admin("ALTER SYSTEM RESET synchronous_standby_names");
