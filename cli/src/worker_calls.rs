@@ -375,29 +375,26 @@ mod tests {
         // Callers and workers of other builds share these lines: a board
         // call and the proof are one `call` field beside the claim.
         let lines = [
-            (
-                r#"{"task_id":"t_1","run_id":7,"call":"complete","summary":"done","result":null}"#,
-                "complete",
-            ),
-            (
-                r#"{"task_id":"t_1","run_id":7,"call":"heartbeat","note":"halfway"}"#,
-                "heartbeat",
-            ),
-            (
-                r#"{"task_id":"t_1","run_id":7,"call":"prove","claim_lock":"host:1:a","db":"/b.db"}"#,
-                "prove",
-            ),
+            r#"{"task_id":"t_1","run_id":7,"call":"complete","summary":"done","result":null}"#,
+            r#"{"task_id":"t_1","run_id":7,"call":"heartbeat","note":"halfway"}"#,
+            r#"{"task_id":"t_1","run_id":7,"call":"prove","claim_lock":"host:1:a","db":"/b.db"}"#,
         ];
-        for (line, call) in lines {
-            let request: Request = serde_json::from_str(line).unwrap();
-            assert_eq!(serde_json::to_string(&request).unwrap(), line);
-            let value: serde_json::Value = serde_json::from_str(line).unwrap();
-            assert_eq!(value["call"], call);
+        let read: Vec<Request> = lines
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        for (line, request) in lines.iter().zip(&read) {
+            assert_eq!(serde_json::to_string(request).unwrap(), *line);
         }
-        let proof: Request = serde_json::from_str(lines[2].0).unwrap();
         assert!(
-            matches!(&proof.call, Question::Prove { claim_lock, .. } if claim_lock == "host:1:a"),
-            "{proof:?}"
+            matches!(&read[0].call, Question::Board(Call::Complete { summary, .. }) if summary == "done"),
+            "{:?}",
+            read[0]
+        );
+        assert!(
+            matches!(&read[2].call, Question::Prove { claim_lock, .. } if claim_lock == "host:1:a"),
+            "{:?}",
+            read[2]
         );
         for unknown in [
             r#"{"task_id":"t_1","run_id":7,"call":"delete_board"}"#,
