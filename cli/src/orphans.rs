@@ -9,13 +9,20 @@
 //! through every process of the machine for what the run left running; it
 //! still does when the trailer does not say so (a worker that was killed,
 //! or one that could not end them all in time).
+//!
+//! Meanwhile, once a second, it reaps the orphans that ended
+//! (`reap_ended`): a long run whose agent starts many short-lived
+//! background processes would otherwise collect their zombies.
 
 use std::time::{Duration, Instant};
 
 use kanban_agent_port::own_children;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, getpgrp, getsid};
+
+/// How often a worker looks for orphans that ended.
+const ORPHAN_SCAN: Duration = Duration::from_secs(1);
 
 /// A worker's hold on its process tree: it is the reaper of its
 /// descendants' orphans, and knows which children it had before it was.
@@ -43,6 +50,59 @@ impl Reaper {
     /// is killed alone, never by its process group, which may hold
     /// processes that are not this worker's. True when none is left within
     /// `patience`.
+    /// Reaps, once a second until dropped, the orphans that ended while
+    /// the run goes on: without it each stays a zombie, holding a pid and
+    /// counting against the user's process limit, until the worker ends.
+    pub(crate) async fn reap_ended_meanwhile(&self) -> std::convert::Infallible {
+        let mut every = tokio::time::interval(ORPHAN_SCAN);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            self.reap_ended();
+        }
+    }
+
+    /// Reaps the zombies among this process's children that no one else
+    /// waits for. This process starts its agent as the leader of a group
+    /// of its own and everything else (a judge) in its own group, never in
+    /// another session, and whoever started one waits for it; so a zombie
+    /// in another session, or in another group that it does not lead, is
+    /// an orphan that came to this reaper, and reaping it takes no exit
+    /// status a waiter expects.
+    pub(crate) fn reap_ended(&self) {
+        let (Ok(session), group) = (getsid(None), getpgrp()) else {
+            return;
+        };
+        for pid in own_children()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|pid| !self.before.contains(pid))
+        {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // After the command's closing parenthesis: state, parent, group, session.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest)
+                .unwrap_or_default()
+                .split_ascii_whitespace()
+                .take(4)
+                .collect();
+            let [state, _, of_group, of_session] = fields[..] else {
+                continue;
+            };
+            let (Ok(of_group), Ok(of_session)) = (of_group.parse(), of_session.parse()) else {
+                continue;
+            };
+            let (of_group, of_session) = (Pid::from_raw(of_group), Pid::from_raw(of_session));
+            let stray = of_session != session || (of_group != group && of_group != pid);
+            if state == "Z" && stray {
+                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    }
+
     pub(crate) fn end_all(&self, patience: Duration) -> bool {
         let deadline = Instant::now() + patience;
         loop {

@@ -62,7 +62,18 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|runtime| runtime.block_on(run_worker_process(env, args, interrupt)));
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let work = run_worker_process(env, args, interrupt);
+                match &reaper {
+                    Some(reaper) => tokio::select! {
+                        ended = work => ended,
+                        never = reaper.reap_ended_meanwhile() => match never {},
+                    },
+                    None => work.await,
+                }
+            })
+        });
     let end = ended.unwrap_or_else(|error| {
         errln!("error: {error:#}");
         WorkerEnd {

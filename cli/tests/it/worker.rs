@@ -658,6 +658,64 @@ fn a_call_the_workers_claim_no_longer_covers_is_refused_by_the_worker() {
     assert_ne!(card["task"]["status"], "done", "{card}");
 }
 
+/// The zombies among `pid`'s children, each with its `/proc` stat line.
+fn zombie_children(pid: u32) -> Vec<String> {
+    let mut zombies = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let children = std::fs::read_to_string(task.unwrap().path().join("children")).unwrap();
+        for child in children.split_ascii_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+            if state.is_some_and(|rest| rest.starts_with('Z')) {
+                zombies.push(stat);
+            }
+        }
+    }
+    zombies
+}
+
+#[test]
+fn orphans_that_end_while_the_agent_works_are_reaped_then() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let bench = Bench::new();
+    let id = bench.add("long run", &[]);
+    let carrier = bench.claim(&id, None);
+    let ready = bench.path().join("ready");
+    // Two orphans that end 0.2 s after their parents: one that left for a
+    // session of its own, one still in the agent's group. The agent works on.
+    let agent = bench.path().join("spawner.sh");
+    write_executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\nsh -c 'setsid sleep 0.2 &'\nsh -c 'sleep 0.2 &'\nsleep 1.5\necho ready > '{}'\nexec sleep 300\n",
+            ready.display()
+        ),
+    );
+    let mut command = bench.command();
+    command
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .arg("worker")
+        .arg("--agent")
+        .arg(&agent)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the agent never got going"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let zombies = zombie_children(child.id());
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
+    assert!(zombies.is_empty(), "zombies of the worker: {zombies:#?}");
+}
+
 #[test]
 fn a_stopped_agents_wrapper_leaves_no_zombie_to_hold_the_turn_for_its_grace() {
     use nix::sys::signal::{Signal, kill};
