@@ -1,6 +1,8 @@
 //! `kanban worker` and `kanban turn` against real agent scripts, one test per
 //! call-site case of the seed.
 
+use std::path::Path;
+
 use kanban_testkit::{AgentScript, AgentTurn, write_executable, write_judge};
 
 use crate::{Bench, last_line, text};
@@ -405,17 +407,7 @@ fn a_real_sigint_during_a_turn_stops_the_agent_group_and_exits_130() {
             pids.display()
         ),
     );
-    let mut command = bench.command();
-    command
-        .envs(carrier.iter().map(|(k, v)| (k, v)))
-        .arg("worker")
-        .arg("--agent")
-        .arg(&agent)
-        .args(["--grace", "5"]);
-    command
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = command.spawn().unwrap();
+    let child = spawn_worker(&bench, &carrier, &agent, &["--grace", "5"]);
     let started = std::time::Instant::now();
     while !pids.exists() || std::fs::read_to_string(&pids).unwrap().trim().is_empty() {
         assert!(started.elapsed().as_secs() < 20, "the agent never started");
@@ -658,6 +650,36 @@ fn a_call_the_workers_claim_no_longer_covers_is_refused_by_the_worker() {
     assert_ne!(card["task"]["status"], "done", "{card}");
 }
 
+/// `kanban worker` on `carrier`'s claim with `agent`, its output piped,
+/// started once `args` are added.
+fn spawn_worker(
+    bench: &Bench,
+    carrier: &[(String, String)],
+    agent: &Path,
+    args: &[&str],
+) -> std::process::Child {
+    bench
+        .command()
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .arg("worker")
+        .arg("--agent")
+        .arg(agent)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to 20 s for the file the agent writes once it got to `what`.
+fn wait_for(ready: &Path, what: &str) {
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(started.elapsed().as_secs() < 20, "the agent never {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The zombies among `pid`'s children, each with its `/proc` stat line.
 fn zombie_children(pid: u32) -> Vec<String> {
     let mut zombies = Vec::new();
@@ -692,23 +714,8 @@ fn orphans_that_end_while_the_agent_works_are_reaped_then() {
             ready.display()
         ),
     );
-    let mut command = bench.command();
-    command
-        .envs(carrier.iter().map(|(k, v)| (k, v)))
-        .arg("worker")
-        .arg("--agent")
-        .arg(&agent)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = command.spawn().unwrap();
-    let started = std::time::Instant::now();
-    while !ready.exists() {
-        assert!(
-            started.elapsed().as_secs() < 20,
-            "the agent never got going"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let child = spawn_worker(&bench, &carrier, &agent, &[]);
+    wait_for(&ready, "got going");
     let zombies = zombie_children(child.id());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let output = child.wait_with_output().unwrap();
@@ -735,21 +742,8 @@ fn a_stopped_agents_wrapper_leaves_no_zombie_to_hold_the_turn_for_its_grace() {
             ready.display()
         ),
     );
-    let mut command = bench.command();
-    command
-        .envs(carrier.iter().map(|(k, v)| (k, v)))
-        .arg("worker")
-        .arg("--agent")
-        .arg(&agent)
-        .args(["--grace", "8"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = command.spawn().unwrap();
-    let started = std::time::Instant::now();
-    while !ready.exists() {
-        assert!(started.elapsed().as_secs() < 20, "the agent never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let child = spawn_worker(&bench, &carrier, &agent, &["--grace", "8"]);
+    wait_for(&ready, "started");
     let stopped = std::time::Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let output = child.wait_with_output().unwrap();
