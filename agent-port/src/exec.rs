@@ -208,6 +208,33 @@ pub fn own_children() -> Option<Vec<Pid>> {
     read_mine.then_some(found)
 }
 
+/// What `/proc/PID/stat` says of a process: whether it is a zombie, and
+/// its process group and session (a zombie keeps both until reaped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessStat {
+    pub zombie: bool,
+    pub group: Pid,
+    pub session: Pid,
+}
+
+/// Reads `pid`'s stat; `None` when it is gone or the line is not
+/// understood.
+pub fn process_stat(pid: Pid) -> Option<ProcessStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis (a command may hold any
+    // byte, parentheses too): state, parent, group, session.
+    let mut fields = stat.rsplit_once(')')?.1.split_ascii_whitespace();
+    let state = fields.next()?;
+    let _parent = fields.next()?;
+    let group = fields.next()?.parse().ok()?;
+    let session = fields.next()?.parse().ok()?;
+    Some(ProcessStat {
+        zombie: state == "Z",
+        group: Pid::from_raw(group),
+        session: Pid::from_raw(session),
+    })
+}
+
 /// Reaps this process's children that are zombies of `group`, but never
 /// the group's leader: that is the agent, whose exit tokio reaps.
 fn reap_zombies_in(group: Pid) {
@@ -216,17 +243,7 @@ fn reap_zombies_in(group: Pid) {
         .into_iter()
         .filter(|pid| *pid != group)
     {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // After the command's closing parenthesis: state, parent, group.
-        let mut fields = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .unwrap_or_default()
-            .split_ascii_whitespace();
-        let (state, _, member_of) = (fields.next(), fields.next(), fields.next());
-        if state == Some("Z") && member_of == Some(group.as_raw().to_string().as_str()) {
+        if process_stat(pid).is_some_and(|stat| stat.zombie && stat.group == group) {
             let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
         }
     }

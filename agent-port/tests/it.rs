@@ -554,3 +554,32 @@ fn the_ambient_key_goes_only_to_https_or_loopback_and_debug_never_shows_a_key() 
     );
     assert!(shown.contains("OPENAI_API_KEY"), "names are shown: {shown}");
 }
+
+#[test]
+fn a_process_stat_tells_a_zombie_its_group_and_its_session() {
+    use kanban_agent_port::{ProcessStat, process_stat};
+    use nix::unistd::{Pid, getpgrp, getsid};
+    let me = process_stat(Pid::this()).unwrap();
+    assert_eq!(
+        me,
+        ProcessStat {
+            zombie: false,
+            group: getpgrp(),
+            session: getsid(None).unwrap(),
+        }
+    );
+    // A child in a group of its own, ended and not yet waited for.
+    let mut child = std::process::Command::new("true");
+    std::os::unix::process::CommandExt::process_group(&mut child, 0);
+    let mut child = child.spawn().unwrap();
+    let pid = Pid::from_raw(child.id() as i32);
+    let started = std::time::Instant::now();
+    while !process_stat(pid).unwrap().zombie {
+        assert!(started.elapsed() < Duration::from_secs(20), "never ended");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(process_stat(pid).unwrap().group, pid);
+    assert_eq!(process_stat(pid).unwrap().session, me.session);
+    child.wait().unwrap();
+    assert_eq!(process_stat(pid), None, "reaped: gone");
+}

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use kanban_agent_port::own_children;
+use kanban_agent_port::{own_children, process_stat};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{Pid, getpgrp, getsid};
@@ -78,26 +78,11 @@ impl Reaper {
             .into_iter()
             .filter(|pid| !self.before.contains(pid))
         {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            let Some(stat) = process_stat(pid) else {
                 continue;
             };
-            // After the command's closing parenthesis: state, parent, group, session.
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest)
-                .unwrap_or_default()
-                .split_ascii_whitespace()
-                .take(4)
-                .collect();
-            let [state, _, of_group, of_session] = fields[..] else {
-                continue;
-            };
-            let (Ok(of_group), Ok(of_session)) = (of_group.parse(), of_session.parse()) else {
-                continue;
-            };
-            let (of_group, of_session) = (Pid::from_raw(of_group), Pid::from_raw(of_session));
-            let stray = of_session != session || (of_group != group && of_group != pid);
-            if state == "Z" && stray {
+            let stray = stat.session != session || (stat.group != group && stat.group != pid);
+            if stat.zombie && stray {
                 let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
             }
         }
