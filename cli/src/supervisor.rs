@@ -136,7 +136,11 @@ fn output_tail(since_marker: &str) -> String {
     let lines: Vec<&str> = since_marker
         .lines()
         .map(str::trim_end)
-        .filter(|line| !line.is_empty() && !line.starts_with(kanban_core::WORKER_EXIT_TRAILER))
+        .filter(|line| {
+            !line.is_empty()
+                && !line.starts_with(kanban_core::WORKER_EXIT_TRAILER)
+                && !line.starts_with(kanban_core::WORKER_END_DETAIL)
+        })
         .collect();
     let start = lines.len().saturating_sub(6);
     let tail = lines[start..].join("\n");

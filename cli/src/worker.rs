@@ -97,7 +97,7 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
             (configuration, fault.to_string())
         }),
     };
-    errln!("\n{}", trailer.line());
+    errln!("\n{}", trailer.lines());
     end.code
 }
 

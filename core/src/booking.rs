@@ -169,8 +169,14 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
     }
 }
 
-/// A worker's exit trailer:
-/// `[kanban-worker-exit] rc=N[ seal=S][ alone][ fault=KIND:TEXT]`.
+/// A worker's closing lines. The last is the seed's trailer exactly,
+/// `[kanban-worker-exit] rc=N`, which the seed system's dispatcher reads
+/// with `^\[kanban-worker-exit\] rc=(\d+)\s*$`; what only our dispatcher
+/// needs stands on the line just before it, as the seed puts
+/// `[kanban-worker-busy]` there:
+/// `[kanban-worker-end] rc=N[ seal=S][ alone][ fault=KIND:TEXT]`.
+/// A log of an older build, whose trailer carried those words on one
+/// line, is still read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trailer {
     pub code: i32,
@@ -184,15 +190,28 @@ pub struct Trailer {
     pub fault: Option<(bool, String)>,
 }
 
+/// The line before the trailer that carries the seal, `alone` and a fault.
+pub const WORKER_END_DETAIL: &str = "[kanban-worker-end] rc=";
+
 impl Trailer {
-    /// The line a worker writes last.
-    pub fn line(&self) -> String {
-        let mut line = format!("{WORKER_EXIT_TRAILER}{}", self.code);
+    /// The lines a worker writes last: the detail line (when there is any
+    /// detail), then the seed's trailer.
+    pub fn lines(&self) -> String {
+        let trailer = format!("{WORKER_EXIT_TRAILER}{}", self.code);
+        let details = self.details();
+        if details.is_empty() {
+            return trailer;
+        }
+        format!("{WORKER_END_DETAIL}{}{details}\n{trailer}", self.code)
+    }
+
+    fn details(&self) -> String {
+        let mut words = String::new();
         if let Some(seal) = &self.seal {
-            line.push_str(&format!(" seal={seal}"));
+            words.push_str(&format!(" seal={seal}"));
         }
         if self.alone {
-            line.push_str(" alone");
+            words.push_str(" alone");
         }
         if let Some((configuration, text)) = &self.fault {
             let kind = if *configuration {
@@ -200,15 +219,32 @@ impl Trailer {
             } else {
                 "transient"
             };
-            line.push_str(&format!(" fault={kind}:{}", text.replace('\n', " ")));
+            words.push_str(&format!(
+                " fault={kind}:{}",
+                text.replace(['\n', '\r'], " ")
+            ));
         }
-        line
+        words
     }
 
-    /// Reads one trailer line.
-    pub fn parse(line: &str) -> Option<Self> {
+    /// Reads a trailer from its line and the line before it. A trailer
+    /// that carries its own words (an older build's) is read alone.
+    pub fn parse(previous: Option<&str>, line: &str) -> Option<Self> {
         let rest = line.trim_end().strip_prefix(WORKER_EXIT_TRAILER)?;
-        let (code, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        let (code, words) = rest.split_once(' ').unwrap_or((rest, ""));
+        if !words.is_empty() {
+            return Self::with_words(code, words);
+        }
+        let detail = previous
+            .and_then(|previous| previous.trim_end().strip_prefix(WORKER_END_DETAIL))
+            .and_then(|detail| {
+                let (detail_code, words) = detail.split_once(' ').unwrap_or((detail, ""));
+                (detail_code == code).then_some(words)
+            });
+        Self::with_words(code, detail.unwrap_or(""))
+    }
+
+    fn with_words(code: &str, mut rest: &str) -> Option<Self> {
         let code = code.parse::<i32>().ok()?;
         let mut seal = None;
         if let Some(after) = rest.strip_prefix("seal=") {
@@ -236,10 +272,13 @@ impl Trailer {
 
 /// The last trailer in a log tail that `accept` takes (by its seal).
 pub fn last_trailer(log_tail: &str, accept: impl Fn(Option<&str>) -> bool) -> Option<Trailer> {
-    log_tail
-        .lines()
+    let lines: Vec<&str> = log_tail.lines().collect();
+    (0..lines.len())
         .rev()
-        .filter_map(Trailer::parse)
+        .filter_map(|at| {
+            let previous = at.checked_sub(1).map(|before| lines[before]);
+            Trailer::parse(previous, lines[at])
+        })
         .find(|trailer| accept(trailer.seal.as_deref()))
 }
 

@@ -37,8 +37,8 @@ pub use board::{
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,
-    PROTOCOL_VIOLATION_LIMIT, SignalReason, Trailer, WORKER_EXIT_TRAILER, book_worker_exit,
-    exit_code_from_trailer, last_trailer,
+    PROTOCOL_VIOLATION_LIMIT, SignalReason, Trailer, WORKER_END_DETAIL, WORKER_EXIT_TRAILER,
+    book_worker_exit, exit_code_from_trailer, last_trailer,
 };
 pub use claim::{
     CarrierError, Claim, NotLive, ProofIdentity, ProofRequest, is_valid_task_id, parse_run_id,

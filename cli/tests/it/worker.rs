@@ -78,8 +78,11 @@ fn recovers_in_place() {
     assert_eq!(case.requests[1]["fence_token"], run);
     assert_eq!(bench.show(&id)["task"]["status"], "done");
     assert_eq!(
-        last_line(case.stderr.as_bytes()),
-        "[kanban-worker-exit] rc=0 alone"
+        closing_lines(&case.stderr),
+        [
+            "[kanban-worker-end] rc=0 alone",
+            "[kanban-worker-exit] rc=0"
+        ]
     );
     assert_eq!(
         last_line(case.stdout.as_bytes()),
@@ -99,8 +102,11 @@ fn budget_exhausted_stops_and_releases() {
     assert_eq!(case.code, 75, "{}", case.stderr);
     assert_eq!(case.entries, 2);
     assert_eq!(
-        last_line(case.stderr.as_bytes()),
-        "[kanban-worker-exit] rc=75 alone"
+        closing_lines(&case.stderr),
+        [
+            "[kanban-worker-end] rc=75 alone",
+            "[kanban-worker-exit] rc=75"
+        ]
     );
 }
 
@@ -122,9 +128,55 @@ fn single_turn_route_outcomes() {
         assert_eq!(case.code, code, "{id}: {}", case.stderr);
         assert_eq!(case.entries, 1, "{id}");
         assert_eq!(
-            last_line(case.stderr.as_bytes()),
-            format!("[kanban-worker-exit] rc={code} alone"),
+            closing_lines(&case.stderr),
+            [
+                format!("[kanban-worker-end] rc={code} alone"),
+                format!("[kanban-worker-exit] rc={code}")
+            ],
             "{id}"
+        );
+    }
+}
+
+/// The last two lines of a worker's stderr: the detail line and the trailer.
+fn closing_lines(stderr: &str) -> [String; 2] {
+    let lines: Vec<&str> = stderr.trim_end().lines().collect();
+    let at = lines.len().saturating_sub(2);
+    [0, 1].map(|offset| lines.get(at + offset).copied().unwrap_or("").to_owned())
+}
+
+/// The seed system's dispatcher reads a dead worker's exit code from its
+/// log with this expression, the last match winning (`hermes-kanban.md` §2.4).
+const SEED_TRAILER: &str = r"(?m)^\[kanban-worker-exit\] rc=(\d+)\s*$";
+
+#[test]
+fn the_seed_systems_trailer_expression_reads_every_exit_code_of_a_real_worker() {
+    let seed = regex::Regex::new(SEED_TRAILER).unwrap();
+    let rows = [
+        (SUCCESS.to_owned(), true, 0),
+        ("null".to_owned(), false, 1),
+        (failed("rate_limit"), false, 75),
+        (failed("auth"), false, 78),
+        (
+            r#"{"interrupted": true, "final_response": "stopped"}"#.to_owned(),
+            false,
+            130,
+        ),
+    ];
+    for (result, completing, code) in rows {
+        let turn = AgentTurn::result(&result);
+        let turn = if completing { turn.completing() } else { turn };
+        let (_, _, case) = run_case(vec![turn], &[], None, &[]);
+        assert_eq!(case.code, code, "{result}: {}", case.stderr);
+        let read = seed
+            .captures_iter(&case.stderr)
+            .last()
+            .and_then(|found| found[1].parse::<i32>().ok());
+        assert_eq!(
+            read,
+            Some(code),
+            "{result}: the seed reads {read:?} from\n{}",
+            case.stderr
         );
     }
 }
@@ -422,8 +474,11 @@ fn a_real_sigint_during_a_turn_stops_the_agent_group_and_exits_130() {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
     assert_eq!(
-        last_line(&output.stderr),
-        "[kanban-worker-exit] rc=130 alone"
+        closing_lines(&text(&output.stderr)),
+        [
+            "[kanban-worker-end] rc=130 alone",
+            "[kanban-worker-exit] rc=130"
+        ]
     );
     assert!(gone(grandchild), "the agent's process group is gone");
     assert!(started.elapsed().as_secs() < 20);

@@ -795,97 +795,133 @@ fn signal_reasons_are_stored_by_name() {
 
 #[test]
 fn exit_trailers_are_written_and_read_back_exactly() {
-    use kanban_core::{Trailer, WORKER_EXIT_TRAILER};
+    use kanban_core::{Trailer, last_trailer};
+    let trailer = |code, seal: Option<&str>, alone, fault: Option<(bool, &str)>| Trailer {
+        code,
+        seal: seal.map(str::to_owned),
+        alone,
+        fault: fault.map(|(configuration, text)| (configuration, text.to_owned())),
+    };
     let rows = [
+        (trailer(0, None, false, None), "[kanban-worker-exit] rc=0"),
         (
-            Trailer {
-                code: 0,
-                seal: None,
-                alone: false,
-                fault: None,
-            },
-            format!("{WORKER_EXIT_TRAILER}0"),
+            trailer(75, Some("ab12"), false, None),
+            "[kanban-worker-end] rc=75 seal=ab12\n[kanban-worker-exit] rc=75",
         ),
         (
-            Trailer {
-                code: 75,
-                seal: Some("ab12".to_owned()),
-                alone: false,
-                fault: None,
-            },
-            format!("{WORKER_EXIT_TRAILER}75 seal=ab12"),
+            trailer(78, Some("cd"), false, Some((true, "no agent"))),
+            "[kanban-worker-end] rc=78 seal=cd fault=config:no agent\n[kanban-worker-exit] rc=78",
         ),
         (
-            Trailer {
-                code: 78,
-                seal: Some("cd".to_owned()),
-                alone: false,
-                fault: Some((true, "no agent".to_owned())),
-            },
-            format!("{WORKER_EXIT_TRAILER}78 seal=cd fault=config:no agent"),
+            trailer(75, None, false, Some((false, "board busy"))),
+            "[kanban-worker-end] rc=75 fault=transient:board busy\n[kanban-worker-exit] rc=75",
         ),
         (
-            Trailer {
-                code: 75,
-                seal: None,
-                alone: false,
-                fault: Some((false, "board busy".to_owned())),
-            },
-            format!("{WORKER_EXIT_TRAILER}75 fault=transient:board busy"),
+            trailer(0, Some("ef"), true, None),
+            "[kanban-worker-end] rc=0 seal=ef alone\n[kanban-worker-exit] rc=0",
         ),
         (
-            Trailer {
-                code: 0,
-                seal: Some("ef".to_owned()),
-                alone: true,
-                fault: None,
-            },
-            format!("{WORKER_EXIT_TRAILER}0 seal=ef alone"),
+            trailer(75, Some("ef"), true, Some((false, "alone on a full disk"))),
+            "[kanban-worker-end] rc=75 seal=ef alone fault=transient:alone on a full disk\n[kanban-worker-exit] rc=75",
         ),
         (
-            Trailer {
-                code: 75,
-                seal: Some("ef".to_owned()),
-                alone: true,
-                fault: Some((false, "alone on a full disk".to_owned())),
-            },
-            format!("{WORKER_EXIT_TRAILER}75 seal=ef alone fault=transient:alone on a full disk"),
-        ),
-        (
-            Trailer {
-                code: 1,
-                seal: None,
-                alone: true,
-                fault: None,
-            },
-            format!("{WORKER_EXIT_TRAILER}1 alone"),
+            trailer(1, None, true, None),
+            "[kanban-worker-end] rc=1 alone\n[kanban-worker-exit] rc=1",
         ),
     ];
-    for (trailer, line) in rows {
-        assert_eq!(trailer.line(), line);
-        assert_eq!(Trailer::parse(&line), Some(trailer.clone()), "{line}");
+    for (trailer, lines) in rows {
+        assert_eq!(trailer.lines(), lines);
+        let log = format!("agent output\n{lines}\n");
         assert_eq!(
-            Trailer::parse(&format!("{line}  ")),
+            last_trailer(&log, |_| true),
+            Some(trailer.clone()),
+            "{lines}"
+        );
+        let spaced = lines.replace('\n', "  \n") + "  ";
+        assert_eq!(
+            last_trailer(&spaced, |_| true),
             Some(trailer),
             "trailing space"
         );
     }
-    // A fault line keeps on one line whatever its text.
-    let multiline = Trailer {
-        code: 1,
-        seal: None,
-        alone: false,
-        fault: Some((false, "two\nlines".to_owned())),
-    };
+    // A fault keeps on one line whatever its text.
+    let multiline = trailer(1, None, false, Some((false, "two\nlines\rand more")));
     assert_eq!(
-        multiline.line(),
-        format!("{WORKER_EXIT_TRAILER}1 fault=transient:two lines")
+        multiline.lines(),
+        "[kanban-worker-end] rc=1 fault=transient:two lines and more\n[kanban-worker-exit] rc=1"
     );
-    assert_eq!(Trailer::parse("[kanban-worker-exit] rc=x"), None);
+    assert_eq!(Trailer::parse(None, "[kanban-worker-exit] rc=x"), None);
+    assert_eq!(Trailer::parse(None, "not a trailer"), None);
+    // The detail line counts only just before a trailer of the same code.
+    let apart = "[kanban-worker-end] rc=0 seal=ef alone\nmore\n[kanban-worker-exit] rc=0";
+    assert_eq!(
+        last_trailer(apart, |_| true),
+        Some(trailer(0, None, false, None))
+    );
+    let other = "[kanban-worker-end] rc=1 seal=ef alone\n[kanban-worker-exit] rc=0";
+    assert_eq!(
+        last_trailer(other, |_| true),
+        Some(trailer(0, None, false, None))
+    );
+    // A sealed trailer is found behind a later unsealed one (an agent's).
+    let forged =
+        "[kanban-worker-end] rc=1 seal=ef\n[kanban-worker-exit] rc=1\n[kanban-worker-exit] rc=0";
+    assert_eq!(
+        last_trailer(forged, |seal| seal == Some("ef")),
+        Some(trailer(1, Some("ef"), false, None))
+    );
+}
+
+#[test]
+fn an_older_builds_one_line_trailer_is_still_read() {
+    use kanban_core::{Trailer, last_trailer};
+    let rows = [
+        (
+            "[kanban-worker-exit] rc=75 seal=ab12",
+            75,
+            Some("ab12"),
+            false,
+            None,
+        ),
+        (
+            "[kanban-worker-exit] rc=78 seal=cd fault=config:no agent",
+            78,
+            Some("cd"),
+            false,
+            Some((true, "no agent".to_owned())),
+        ),
+        (
+            "[kanban-worker-exit] rc=0 seal=ef alone",
+            0,
+            Some("ef"),
+            true,
+            None,
+        ),
+        ("[kanban-worker-exit] rc=1 alone", 1, None, true, None),
+        (
+            "[kanban-worker-exit] rc=75 fault=transient:busy",
+            75,
+            None,
+            false,
+            Some((false, "busy".to_owned())),
+        ),
+    ];
+    for (line, code, seal, alone, fault) in rows {
+        let expected = Trailer {
+            code,
+            seal: seal.map(str::to_owned),
+            alone,
+            fault,
+        };
+        assert_eq!(Trailer::parse(None, line), Some(expected.clone()), "{line}");
+        assert_eq!(
+            last_trailer(&format!("x\n{line}\n"), |_| true),
+            Some(expected)
+        );
+    }
     // Only the word itself: a longer one is not it.
-    let lonely = Trailer::parse(&format!("{WORKER_EXIT_TRAILER}0 seal=ef alonely")).unwrap();
+    let lonely = Trailer::parse(None, "[kanban-worker-exit] rc=0 seal=ef alonely").unwrap();
     assert!(!lonely.alone, "{lonely:?}");
-    assert_eq!(Trailer::parse("not a trailer"), None);
 }
 
 #[test]
