@@ -6,14 +6,14 @@ use kanban_core::events;
 use kanban_core::rules::{self};
 use kanban_core::{
     BoardAdmin, BoardError, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord, DispatchBoard,
-    EventRecord, NewTask, TaskRecord, TaskStatus, TaskView,
+    EventRecord, NewTask, TaskPage, TaskRecord, TaskStatus, TaskView,
 };
 
 use crate::conn::{Conn, TxError, col};
 use crate::dispatch::claim_in;
 use crate::rows::{
     EVENT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, append_event, apply, event_from_row, existing_card,
-    read_task, run_from_row, task_from_row,
+    read_task, run_from_row, task_from_row, task_from_row_at,
 };
 use crate::{PgBoard, snapshot, transaction};
 
@@ -262,6 +262,30 @@ impl BoardAdmin for PgBoard {
                 .map(task_from_row)
                 .collect::<Result<Vec<_>, TxError>>()
         })
+    }
+
+    async fn list_page(
+        &self,
+        status: Option<TaskStatus>,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<TaskPage, BoardError> {
+        let status = status.map(TaskStatus::as_str);
+        let after = after.unwrap_or(0);
+        let rows = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+        let rows: Vec<(i64, TaskRecord)> = snapshot!(self, |conn, _now| {
+            let sql = format!(
+                "SELECT seq, {TASK_COLUMNS} FROM tasks
+                  WHERE seq > $2 AND ($1::text IS NULL OR status = $1::text)
+                  ORDER BY seq LIMIT $3"
+            );
+            conn.query(&sql, &[&status, &after, &rows])
+                .await?
+                .iter()
+                .map(|row| Ok((col::<i64>(row, 0)?, task_from_row_at(row, 1)?)))
+                .collect::<Result<Vec<_>, TxError>>()
+        })?;
+        Ok(TaskPage::from_rows(rows, limit))
     }
 
     async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {

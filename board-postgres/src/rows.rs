@@ -37,30 +37,35 @@ fn status_of(task_id: &str, raw: &str) -> Result<TaskStatus, TxError> {
 }
 
 pub(crate) fn task_from_row(row: &Row) -> Result<TaskRecord, TxError> {
-    let id: String = col(row, 0)?;
-    let status: String = col(row, 4)?;
+    task_from_row_at(row, 0)
+}
+
+/// A card read from the columns [`TASK_COLUMNS`] names, from column `at` on.
+pub(crate) fn task_from_row_at(row: &Row, at: usize) -> Result<TaskRecord, TxError> {
+    let id: String = col(row, at)?;
+    let status: String = col(row, at + 4)?;
     Ok(TaskRecord {
         status: status_of(&id, &status)?,
-        title: col(row, 1)?,
-        body: col(row, 2)?,
-        assignee: col(row, 3)?,
-        priority: col(row, 5)?,
-        created_at: col(row, 6)?,
-        claim_lock: col(row, 7)?,
-        claim_expires: col(row, 8)?,
-        current_run_id: col(row, 9)?,
-        worker_pid: col(row, 10)?,
-        goal_mode: col(row, 11)?,
+        title: col(row, at + 1)?,
+        body: col(row, at + 2)?,
+        assignee: col(row, at + 3)?,
+        priority: col(row, at + 5)?,
+        created_at: col(row, at + 6)?,
+        claim_lock: col(row, at + 7)?,
+        claim_expires: col(row, at + 8)?,
+        current_run_id: col(row, at + 9)?,
+        worker_pid: col(row, at + 10)?,
+        goal_mode: col(row, at + 11)?,
         goal_max_turns: col::<Option<i64>>(row, 12)?.map(count),
         max_retries: col::<Option<i64>>(row, 13)?.map(count),
-        consecutive_failures: count(col(row, 14)?),
-        result: col(row, 15)?,
-        not_before: col(row, 16)?,
-        last_failure_error: col(row, 17)?,
-        last_heartbeat_at: col(row, 18)?,
-        max_runtime_seconds: col(row, 19)?,
-        held_reason: col(row, 20)?,
-        every_seconds: col(row, 21)?,
+        consecutive_failures: count(col(row, at + 14)?),
+        result: col(row, at + 15)?,
+        not_before: col(row, at + 16)?,
+        last_failure_error: col(row, at + 17)?,
+        last_heartbeat_at: col(row, at + 18)?,
+        max_runtime_seconds: col(row, at + 19)?,
+        held_reason: col(row, at + 20)?,
+        every_seconds: col(row, at + 21)?,
         id,
     })
 }

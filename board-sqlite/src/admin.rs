@@ -6,7 +6,7 @@ use kanban_core::events;
 use kanban_core::rules::{self};
 use kanban_core::{
     BoardAdmin, BoardError, BoardStats, COMMENTS_SHOWN, Claim, ClaimGrant, CommentRecord,
-    DispatchBoard, EventRecord, NewTask, TaskRecord, TaskStatus, TaskView,
+    DispatchBoard, EventRecord, NewTask, TaskPage, TaskRecord, TaskStatus, TaskView,
 };
 use rusqlite::{OptionalExtension, params};
 
@@ -14,7 +14,7 @@ use crate::dispatch::claim_in;
 use crate::open::SqliteBoard;
 use crate::rows::{
     EVENT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, append_event, apply, event_from_row, existing_card,
-    read_task, run_from_row, task_from_row,
+    read_task, run_from_row, task_from_row, task_from_row_at,
 };
 
 impl SqliteBoard {
@@ -255,6 +255,35 @@ impl BoardAdmin for SqliteBoard {
             })
         })
         .await
+    }
+
+    async fn list_page(
+        &self,
+        status: Option<TaskStatus>,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<TaskPage, BoardError> {
+        // The rowid is the card's place: a page is a range of the table's
+        // own b-tree, read as far as the page goes, however big the board.
+        let rows = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+        let rows: Vec<(i64, TaskRecord)> = self
+            .call(move |store| {
+                store.read(|conn| {
+                    let mut statement = conn.prepare_cached(&format!(
+                        "SELECT rowid, {TASK_COLUMNS} FROM tasks
+                          WHERE rowid > ?2 AND (?1 IS NULL OR status = ?1)
+                          ORDER BY rowid LIMIT ?3"
+                    ))?;
+                    statement
+                        .query_map(
+                            params![status.map(TaskStatus::as_str), after.unwrap_or(0), rows],
+                            |row| Ok((row.get(0)?, task_from_row_at(row, 1)?)),
+                        )?
+                        .collect()
+                })
+            })
+            .await?;
+        Ok(TaskPage::from_rows(rows, limit))
     }
 
     async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {

@@ -36,29 +36,34 @@ fn status_of(raw: &str) -> rusqlite::Result<TaskStatus> {
 }
 
 pub(crate) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
+    task_from_row_at(row, 0)
+}
+
+/// A card read from the columns [`TASK_COLUMNS`] names, from column `at` on.
+pub(crate) fn task_from_row_at(row: &Row<'_>, at: usize) -> rusqlite::Result<TaskRecord> {
     Ok(TaskRecord {
-        id: row.get(0)?,
-        title: row.get(1)?,
-        body: row.get(2)?,
-        assignee: row.get(3)?,
-        status: status_of(&row.get::<_, String>(4)?)?,
-        priority: row.get::<_, Option<i64>>(5)?.unwrap_or(0),
-        created_at: row.get(6)?,
-        claim_lock: row.get(7)?,
-        claim_expires: row.get(8)?,
-        current_run_id: row.get(9)?,
-        worker_pid: row.get(10)?,
-        goal_mode: row.get::<_, i64>(11)? != 0,
-        goal_max_turns: row.get(12)?,
-        max_retries: row.get(13)?,
-        consecutive_failures: row.get(14)?,
-        result: row.get(15)?,
-        not_before: row.get(16)?,
-        last_failure_error: row.get(17)?,
-        last_heartbeat_at: row.get(18)?,
-        max_runtime_seconds: row.get(19)?,
-        held_reason: row.get(20)?,
-        every_seconds: row.get(21)?,
+        id: row.get(at)?,
+        title: row.get(at + 1)?,
+        body: row.get(at + 2)?,
+        assignee: row.get(at + 3)?,
+        status: status_of(&row.get::<_, String>(at + 4)?)?,
+        priority: row.get::<_, Option<i64>>(at + 5)?.unwrap_or(0),
+        created_at: row.get(at + 6)?,
+        claim_lock: row.get(at + 7)?,
+        claim_expires: row.get(at + 8)?,
+        current_run_id: row.get(at + 9)?,
+        worker_pid: row.get(at + 10)?,
+        goal_mode: row.get::<_, i64>(at + 11)? != 0,
+        goal_max_turns: row.get(at + 12)?,
+        max_retries: row.get(at + 13)?,
+        consecutive_failures: row.get(at + 14)?,
+        result: row.get(at + 15)?,
+        not_before: row.get(at + 16)?,
+        last_failure_error: row.get(at + 17)?,
+        last_heartbeat_at: row.get(at + 18)?,
+        max_runtime_seconds: row.get(at + 19)?,
+        held_reason: row.get(at + 20)?,
+        every_seconds: row.get(at + 21)?,
     })
 }
 

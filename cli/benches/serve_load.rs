@@ -5,8 +5,9 @@
 //! and the metrics; requests per second and p99 latency of each, against a
 //! floor measured in the same run: the server's static `/openapi.json`
 //! (the same server, no board work). Memory: the server's VmHWM after
-//! serving the board page and the metrics of a 1M-card board, against its
-//! 64 MiB bound.
+//! serving the board page, the metrics, 50 pages of the card listing and
+//! 30 clients that ask for its biggest page and never read it, on a
+//! 1M-card board, against its 64 MiB bound.
 //!
 //! `cargo bench -p kanban-cli --bench serve_load` (`KANBAN_BENCH_CARDS=N`
 //! sizes the load board, `KANBAN_BENCH_MEMORY_CARDS=N` the memory board).
@@ -140,13 +141,46 @@ fn main() {
     let db = board(dir.path(), "memory.db", big);
     let (mut server, url) = serve(&db);
     let agent = ureq::Agent::new_with_config(ureq::config::Config::builder().build());
-    for path in ["/", "/metrics", "/api/walls", "/"] {
+    let fetch = |path: &str| -> String {
         let mut response = agent.get(&format!("{url}{path}")).call().unwrap();
-        let _ = response.body_mut().read_to_vec().unwrap();
+        response.body_mut().read_to_string().unwrap()
+    };
+    for path in [
+        "/",
+        "/metrics",
+        "/api/walls",
+        "/api/cards?status=done&limit=1000",
+        "/",
+    ] {
+        fetch(path);
     }
+    // The listing, page after page, as a client that wants it all reads it.
+    let mut next = Some("/api/cards?limit=1000".to_owned());
+    let mut pages = 0;
+    while let Some(path) = next.take().filter(|_| pages < 50) {
+        let page: serde_json::Value = serde_json::from_str(&fetch(&path)).unwrap();
+        next = page["next_cursor"]
+            .as_str()
+            .map(|cursor| format!("/api/cards?limit=1000&cursor={cursor}"));
+        pages += 1;
+    }
+    // Thirty clients that ask for the biggest page and do not read it.
+    let address = url.trim_start_matches("http://").to_owned();
+    let slow: Vec<std::net::TcpStream> = (0..30)
+        .map(|_| {
+            use std::io::Write as _;
+            let mut stream = std::net::TcpStream::connect(&address).unwrap();
+            stream
+                .write_all(b"GET /api/cards?limit=1000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                .unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    drop(slow);
     let peak = vm_hwm_kib(server.id());
     println!(
-        "serve memory, {big} cards (board page and metrics served): peak {:.1} MiB (bound 64 MiB, {:.2}x)",
+        "serve memory, {big} cards (board page, metrics, {pages} pages of /api/cards, 30 slow readers): peak {:.1} MiB (bound 64 MiB, {:.2}x)",
         peak as f64 / 1024.0,
         peak as f64 / 1024.0 / 64.0
     );

@@ -152,14 +152,20 @@ pub(crate) enum Command {
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
         listen: std::net::SocketAddr,
         /// The token every request must carry (`Authorization: Bearer TOKEN`, or
-        /// the cookie /login?token=TOKEN sets); required off loopback.
+        /// the cookie /login?token=TOKEN sets); required off loopback. It shows
+        /// in `ps`: prefer --token-file.
         #[arg(
             long,
             env = "KANBAN_SERVE_TOKEN",
             value_name = "TOKEN",
-            hide_env_values = true
+            hide_env_values = true,
+            conflicts_with = "token_file"
         )]
         token: Option<String>,
+        /// Read the token from this file (its first line; owner-only, as
+        /// `chmod 600` makes it).
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<std::path::PathBuf>,
     },
     /// Print a card's worker log: every run, or one (`--run N`); `--follow`
     /// keeps printing while the card runs. Logs live in `logs/` beside the

@@ -22,6 +22,7 @@ mod output;
 mod prove;
 mod runtime;
 mod serve;
+mod serve_net;
 mod serve_page;
 mod sim_agent;
 mod supervisor;
@@ -211,7 +212,12 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             }
             logs::logs(global, env, &id, run, follow, interrupt)
         }
-        Command::Serve { listen, token } => {
+        Command::Serve {
+            listen,
+            token,
+            token_file,
+        } => {
+            let token = serve::serve_token(token, token_file.as_deref(), env)?;
             runtime::install_signal_handlers(interrupt)?;
             let board = board_path::open_board(global, env)?;
             serve::serve(board, listen, token, interrupt)

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -49,7 +50,13 @@ pub(crate) struct App {
     /// Required of every request when set (`--token`).
     token: Option<String>,
     changes: tokio::sync::broadcast::Sender<()>,
+    /// Live pages held at once: each holds a connection for as long as it
+    /// is open, so they may take only part of the server's.
+    live_pages: Arc<tokio::sync::Semaphore>,
 }
+
+/// Live pages (`/live` streams) a server holds at once.
+const LIVE_PAGES: usize = crate::serve_net::MAX_CONNECTIONS / 4;
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,6 +106,72 @@ impl IntoResponse for Failure {
     }
 }
 
+/// The server's token: from `--token` (or `KANBAN_SERVE_TOKEN`) or from
+/// `--token-file`. A blank one is refused, never taken as "no token"; so
+/// is a file other users may read.
+pub(crate) fn serve_token(
+    given: Option<String>,
+    file: Option<&Path>,
+    env: &kanban_core::Environment,
+) -> anyhow::Result<Option<String>> {
+    let from_env = given.is_some() && env.get(TOKEN_VAR) == given.as_deref();
+    if from_env && given.as_deref().is_some_and(str::is_empty) {
+        anyhow::bail!(
+            "{TOKEN_VAR} is set but empty: give it a token (`openssl rand -hex 16`), or unset it"
+        );
+    }
+    let (token, source) = match (given, file) {
+        (Some(token), _) if from_env => (token, TOKEN_VAR.to_owned()),
+        (Some(token), _) => (token, "--token".to_owned()),
+        (None, Some(path)) => (read_token_file(path)?, path.display().to_string()),
+        (None, None) => return Ok(None),
+    };
+    let token = token.trim().to_owned();
+    if token.is_empty() {
+        anyhow::bail!(
+            "{source}: the token is empty; give one nobody can guess (`openssl rand -hex 16`)"
+        );
+    }
+    if token
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == ';')
+    {
+        anyhow::bail!(
+            "{source}: the token holds a space, a control character or `;`, which a header or a cookie cannot carry; use letters and digits (`openssl rand -hex 16`)"
+        );
+    }
+    Ok(Some(token))
+}
+
+/// The variable a token may come from.
+const TOKEN_VAR: &str = "KANBAN_SERVE_TOKEN";
+
+/// The first line of an owner-only token file.
+fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
+    if meta.mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "--token-file {}: other users may read it (mode {:o}); run `chmod 600 {}`",
+            path.display(),
+            meta.mode() & 0o777,
+            path.display()
+        );
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        anyhow::bail!(
+            "--token-file {}: it belongs to another user; keep the token in a file of your own",
+            path.display()
+        );
+    }
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("--token-file {}: the token is not text", path.display()))?;
+    Ok(text.lines().next().unwrap_or("").to_owned())
+}
+
 /// True for an address only this machine reaches.
 fn loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
@@ -137,6 +210,7 @@ pub(crate) fn serve(
         csrf: crate::supervisor::random_hex(),
         token,
         changes,
+        live_pages: Arc::new(tokio::sync::Semaphore::new(LIVE_PAGES)),
     });
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
@@ -149,14 +223,12 @@ pub(crate) fn serve(
             tokio::spawn(watch_board(watch, app.changes.clone()));
         }
         let stop = interrupt.clone();
-        axum::serve(listener, router(app))
-            .with_graceful_shutdown(async move {
-                while stop.load(Ordering::SeqCst) == 0 {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-            .await
-            .context("the server failed")?;
+        crate::serve_net::serve(listener, router(app), async move {
+            while stop.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
         anyhow::Ok(())
     })?;
     Ok(if interrupt.load(Ordering::SeqCst) != 0 {
@@ -196,28 +268,57 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/api/walls", get(api_walls))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/assets/{name}", get(asset))
+        .fallback(no_such_page)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
+        .layer(axum::middleware::from_fn(secure_headers))
         .with_state(app)
 }
 
-/// The token check, when the server has one: `Authorization: Bearer T` or
-/// the cookie `/login?token=T` sets.
+/// Every request's gate: without a token, only pages this machine named
+/// (a `Host` of loopback: a page of another site that made its own name
+/// point here, DNS rebinding, names itself); writes only from this board's
+/// own pages (`Origin`); with a token, only those who send it
+/// (`Authorization: Bearer T`, or the cookie `/login?token=T` sets).
 async fn guard(
     State(app): State<Shared>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let headers = request.headers();
+    if app.token.is_none()
+        && let Some(host) = headers.get(header::HOST)
+        && !host.to_str().is_ok_and(loopback_host)
+    {
+        return Failure::new(
+            StatusCode::FORBIDDEN,
+            "this board answers only to a loopback name (localhost, 127.0.0.1, [::1]); to reach it by another name, serve it with --token",
+        )
+        .into_response();
+    }
+    if request.method() != axum::http::Method::GET
+        && request.method() != axum::http::Method::HEAD
+        && !same_origin(headers)
+    {
+        return Failure::new(
+            StatusCode::FORBIDDEN,
+            "a write must come from this board's own pages (its Origin is another site's)",
+        )
+        .into_response();
+    }
     let Some(token) = &app.token else {
         return next.run(request).await;
     };
     if request.uri().path() == "/login" {
         return next.run(request).await;
     }
-    let headers = request.headers();
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
+        .and_then(|value| value.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let cookie = headers
         .get_all(header::COOKIE)
         .iter()
@@ -236,6 +337,108 @@ async fn guard(
         "this board needs its token: send `Authorization: Bearer TOKEN`, or open /login?token=TOKEN once in a browser",
     )
     .into_response()
+}
+
+/// True for a `Host` naming this machine: `localhost` (or a name under
+/// it), an IPv4 loopback address or `[::1]`, with or without a port.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((address, "")) => address,
+            Some((address, port)) if port.strip_prefix(':').is_some_and(valid_port) => address,
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if valid_port(port) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
+}
+
+fn valid_port(digits: &str) -> bool {
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.parse::<u16>().is_ok()
+}
+
+/// True unless the request names an origin other than the server's own
+/// (`Origin` against `Host`). A client that is not a browser sends none.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok());
+    match (origin.to_str().ok(), host) {
+        (Some(origin), Some(host)) => origin
+            .strip_prefix("http://")
+            .is_some_and(|authority| authority.eq_ignore_ascii_case(host)),
+        _ => false,
+    }
+}
+
+/// What every answer carries: no framing by other sites, no guessing of
+/// content types, and only this server's own scripts and styles.
+async fn secure_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        header::HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+async fn no_such_page(uri: axum::http::Uri) -> Failure {
+    Failure::new(
+        StatusCode::NOT_FOUND,
+        format!("no page {}: see /openapi.json for the API", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Failure {
+    Failure::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} takes no {method}: see /openapi.json", uri.path()),
+    )
+}
+
+/// The page's style and script, served as files so that the content
+/// security policy allows no inline code.
+async fn asset(UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
+    let (body, media) = match name.as_str() {
+        "board.css" => (page::STYLE, "text/css; charset=utf-8"),
+        "board.js" => (page::SCRIPT, "text/javascript; charset=utf-8"),
+        _ => {
+            return Err(Failure::new(
+                StatusCode::NOT_FOUND,
+                format!("no asset {name:?}"),
+            ));
+        }
+    };
+    Ok(([(header::CONTENT_TYPE, media)], body).into_response())
 }
 
 /// Compares without leaking where the first difference is.
@@ -432,26 +635,38 @@ async fn card_fragment(
 }
 
 /// Server-sent events: `changed` whenever anybody commits to the board.
-async fn live(
-    State(app): State<Shared>,
-) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
+async fn live(State(app): State<Shared>) -> Result<Response, Failure> {
+    let permit = app.live_pages.clone().try_acquire_owned().map_err(|_| {
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{LIVE_PAGES} live pages are open already: close one, or reload later"),
+        )
+    })?;
     let receiver = app.changes.subscribe();
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        // A page that lagged behind only needs to know the board changed.
-        match receiver.recv().await {
-            Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Some((
-                Ok(Event::default().event("changed").data("board")),
-                receiver,
-            )),
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
-        }
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    // The permit lives as long as the stream.
+    let stream =
+        futures_util::stream::unfold((receiver, permit), |(mut receiver, permit)| async move {
+            // A page that lagged behind only needs to know the board changed.
+            match receiver.recv().await {
+                Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Some((
+                    Ok::<_, std::convert::Infallible>(
+                        Event::default().event("changed").data("board"),
+                    ),
+                    (receiver, permit),
+                )),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+            }
+        });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 /// An action's form: the CSRF token and what the action needs.
 #[derive(Deserialize)]
 struct ActionForm {
+    /// Missing is refused as a wrong token is (403), not as a bad form.
+    #[serde(default)]
     csrf: String,
     #[serde(default)]
     text: String,
@@ -461,7 +676,9 @@ struct ActionForm {
 
 #[derive(Deserialize)]
 struct AddForm {
+    #[serde(default)]
     csrf: String,
+    #[serde(default)]
     title: String,
     #[serde(default)]
     body: String,
@@ -486,10 +703,17 @@ fn non_blank(text: &str) -> Option<String> {
     Some(text.trim().to_owned()).filter(|text| !text.is_empty())
 }
 
+/// A form's fields, or the documented error for a form that is not one.
+fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
+    form.map(|Form(form)| form)
+        .map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))
+}
+
 async fn add_form(
     State(app): State<Shared>,
-    Form(form): Form<AddForm>,
+    given: Result<Form<AddForm>, FormRejection>,
 ) -> Result<Redirect, Failure> {
+    let form = form(given)?;
     check_csrf(&app, &form.csrf)?;
     let priority = match form.priority.trim() {
         "" => 0,
@@ -536,8 +760,9 @@ async fn act(app: &App, id: &str, action: &str, text: &str, reason: &str) -> Res
 async fn act_form(
     State(app): State<Shared>,
     UrlPath((id, action)): UrlPath<(String, String)>,
-    Form(form): Form<ActionForm>,
+    given: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<Redirect, Failure> {
+    let form = form(given)?;
     check_csrf(&app, &form.csrf)?;
     act(&app, &id, &action, &form.text, &form.reason).await?;
     Ok(Redirect::to(&format!("/cards/{id}")))
@@ -549,7 +774,7 @@ fn check_json(headers: &HeaderMap) -> Result<(), Failure> {
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("application/json"));
+        .is_some_and(is_json_media_type);
     if json {
         Ok(())
     } else {
@@ -560,23 +785,62 @@ fn check_json(headers: &HeaderMap) -> Result<(), Failure> {
     }
 }
 
+/// True for the media type `application/json`, compared as a media type:
+/// case aside, with or without parameters (`; charset=utf-8`).
+fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+/// Cards a page of `/api/cards` holds when the request names no limit.
+const PAGE_DEFAULT: usize = 100;
+/// The most cards a page of `/api/cards` holds.
+const PAGE_MOST: usize = 1000;
+
 #[derive(Deserialize)]
-struct StatusQuery {
+#[serde(deny_unknown_fields)]
+struct CardsQuery {
     status: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 async fn api_cards(
     State(app): State<Shared>,
-    Query(query): Query<StatusQuery>,
+    query: Result<Query<CardsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, Failure> {
+    let Query(query) =
+        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
     let status = match query.status.as_deref() {
         None => None,
         Some(raw) => Some(TaskStatus::parse(raw).ok_or_else(|| {
             Failure::new(StatusCode::BAD_REQUEST, format!("unknown status {raw:?}"))
         })?),
     };
-    let tasks = app.board.list_tasks(status).await?;
-    Ok(Json(Value::Array(tasks.iter().map(task_json).collect())))
+    let limit = match query.limit {
+        None => PAGE_DEFAULT,
+        Some(limit @ 1..=PAGE_MOST) => limit,
+        Some(limit) => {
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                format!("limit {limit}: a page holds 1 to {PAGE_MOST} cards"),
+            ));
+        }
+    };
+    let after = match query.cursor.as_deref() {
+        None => None,
+        Some(raw) => Some(raw.parse::<i64>().ok().filter(|place| *place > 0).ok_or_else(|| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                format!("cursor {raw:?} is not one this server gave: pass next_cursor from the page before"),
+            )
+        })?),
+    };
+    let page = app.board.list_page(status, after, limit).await?;
+    Ok(Json(json!({
+        "cards": page.tasks.iter().map(task_json).collect::<Vec<_>>(),
+        "next_cursor": page.next.map(|place| place.to_string()),
+    })))
 }
 
 async fn api_card(

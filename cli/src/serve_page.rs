@@ -1,8 +1,9 @@
 //! The web board's HTML (maud: checked at compile time, escaped by default).
-//! The style and the script are embedded: `kanban serve` needs nothing else.
+//! The style and the script are embedded (served under `/assets/`):
+//! `kanban serve` needs nothing else.
 
 use kanban_core::{TaskRecord, TaskStatus, TaskView};
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 
 use crate::output::{human_time, short};
 use crate::serve::{App, LANE_LIMIT, Lanes};
@@ -16,13 +17,14 @@ pub(crate) struct CardTile {
     pub(crate) last_event: Option<(String, i64)>,
 }
 
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 :root { --bg:#f5f6f8; --card:#fff; --ink:#1d2430; --muted:#6b7380; --line:#e2e5ea;
         --ready:#2f6fde; --running:#d98a00; --blocked:#c8372d; --done:#2e8b57; --todo:#7a7f8a; }
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; background:var(--bg); color:var(--ink); }
 header { display:flex; align-items:center; gap:16px; padding:12px 20px; background:#1d2430; color:#fff; }
 header h1 { font-size:16px; margin:0; font-weight:600; }
+header h1 a.home { color:inherit; text-decoration:none; }
 header .path { color:#aab3c2; font-family:ui-monospace, monospace; font-size:12px; }
 header .live { margin-left:auto; font-size:12px; color:#8fd19e; }
 main { padding:16px 20px; }
@@ -54,7 +56,7 @@ section { margin-bottom:18px; } section h3 { font-size:13px; color:var(--muted);
 "#;
 
 /// Listens for `changed` and fetches the part of the page that changed.
-const SCRIPT: &str = r#"
+pub(crate) const SCRIPT: &str = r#"
 (function () {
   var target = document.querySelector('[data-fragment]');
   var state = document.getElementById('live');
@@ -83,16 +85,16 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · kanban" }
-                style { (PreEscaped(STYLE)) }
+                link rel="stylesheet" href="/assets/board.css";
             }
             body {
                 header {
-                    h1 { a href="/" style="color:inherit;text-decoration:none" { "kanban" } }
+                    h1 { a.home href="/" { "kanban" } }
                     span.path { (app.board.name()) }
                     span.live #live { "○ connecting" }
                 }
                 main { (content) }
-                script { (PreEscaped(SCRIPT)) }
+                script src="/assets/board.js" {}
             }
         }
     }

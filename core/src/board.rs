@@ -253,11 +253,42 @@ pub trait BoardAdmin: Send + Sync {
     async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError>;
     /// Every card, optionally of one status, oldest first.
     async fn list_tasks(&self, status: Option<TaskStatus>) -> Result<Vec<TaskRecord>, BoardError>;
+    /// One page of cards in the order they were added, optionally of one
+    /// status: at most `limit` of them, those after the card whose place
+    /// is `after` (the [`TaskPage::next`] of the page before).
+    async fn list_page(
+        &self,
+        status: Option<TaskStatus>,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<TaskPage, BoardError>;
     /// The newest `limit` events of the whole board, newest last.
     async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError>;
     /// The exit code booked by the worker holding `claim`: the newest
     /// `worker_result` whose claim lock matches, else 1.
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError>;
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskPage {
+    pub tasks: Vec<TaskRecord>,
+    /// Where the next page starts, when there are more cards.
+    pub next: Option<i64>,
+}
+
+impl TaskPage {
+    /// A page from `limit + 1` rows read with their places: the extra row
+    /// only says that there is a next page.
+    pub fn from_rows(mut rows: Vec<(i64, TaskRecord)>, limit: usize) -> Self {
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = more.then(|| rows.last().map(|(place, _)| *place)).flatten();
+        Self {
+            tasks: rows.into_iter().map(|(_, task)| task).collect(),
+            next,
+        }
+    }
 }
 
 /// Counts across a board, for metrics: each a label and a count.

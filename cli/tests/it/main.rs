@@ -11,6 +11,7 @@ mod inputs;
 mod postgres;
 mod prove;
 mod serve;
+mod serve_attacks;
 mod storm;
 mod walls;
 mod worker;

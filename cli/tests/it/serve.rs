@@ -28,6 +28,10 @@ impl Server {
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         Self { child, url }
     }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Server {
@@ -37,7 +41,7 @@ impl Drop for Server {
     }
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::new_with_config(
         ureq::config::Config::builder()
             .http_status_as_error(false)
@@ -65,7 +69,7 @@ fn post_json(url: &str, body: &Value) -> (u16, Value) {
 
 /// Checks `value` against the response schema the OpenAPI description gives
 /// for `path`, `method` and `status`.
-fn conforms(openapi: &Value, path: &str, method: &str, status: u16, value: &Value) {
+pub(crate) fn conforms(openapi: &Value, path: &str, method: &str, status: u16, value: &Value) {
     let schema = &openapi["paths"][path][method]["responses"][status.to_string()]["content"]["application/json"]
         ["schema"];
     assert!(
@@ -140,7 +144,7 @@ fn the_json_api_matches_its_openapi_description() {
     assert_eq!(card["comments"][0]["body"], "a human's note");
     let (_, listed) = get(&format!("{base}/api/cards?status=ready"));
     let listed: Value = serde_json::from_str(&listed).unwrap();
-    assert_eq!(listed[0]["id"], ready.as_str());
+    assert_eq!(listed["cards"][0]["id"], ready.as_str());
 
     // Errors are described too.
     let (status, body) = get(&format!("{base}/api/cards/t_00000000"));
@@ -300,7 +304,10 @@ fn off_loopback_needs_a_token_and_a_token_guards_every_request_and_forms_need_cs
         .call()
         .unwrap();
     assert_eq!(ok.status().as_u16(), 200);
-    assert_eq!(ok.body_mut().read_to_string().unwrap(), "[]");
+    assert_eq!(
+        ok.body_mut().read_to_string().unwrap(),
+        r#"{"cards":[],"next_cursor":null}"#
+    );
     let wrong = agent()
         .get(&format!("{}/api/cards", server.url))
         .header("Authorization", "Bearer s3cre7")
