@@ -12,8 +12,8 @@ use kanban_core::{
 use crate::conn::{Conn, TxError, col};
 use crate::dispatch::claim_in;
 use crate::rows::{
-    EVENT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, append_event, apply, event_from_row, existing_card,
-    read_task, run_from_row, task_from_row, task_from_row_at,
+    EVENT_COLUMNS, RUN_COLUMNS, Read, TASK_COLUMNS, append_event, apply, card_state,
+    event_from_row, existing_card, read_task, run_from_row, task_from_row, task_from_row_at,
 };
 use crate::{PgBoard, snapshot, transaction};
 
@@ -162,15 +162,9 @@ impl BoardAdmin for PgBoard {
             };
             // `TASK#RUN`: the card that met the wall keeps its history.
             let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
-            let event = events::wall_lifted_by_operator(scope, run.parse::<i64>().ok());
-            let exists: bool = tx
-                .value(
-                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
-                    &[&task_id],
-                )
-                .await?;
-            if exists {
-                append_event(tx, task_id, &event, now).await?;
+            if let Some(card) = card_state(tx, task_id, Read::ToChange).await? {
+                let transition = rules::lift_wall(&card, scope, run.parse::<i64>().ok());
+                apply(tx, task_id, &transition, now).await?;
             }
             Ok(true)
         })

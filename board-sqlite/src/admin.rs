@@ -166,9 +166,9 @@ impl BoardAdmin for SqliteBoard {
                 };
                 // `TASK#RUN`: the card that met the wall keeps its history.
                 let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
-                let event = events::wall_lifted_by_operator(&scope, run.parse::<i64>().ok());
-                if existing_card(tx, task_id).is_ok() {
-                    append_event(tx, task_id, &event, now)?;
+                if let Ok(card) = existing_card(tx, task_id) {
+                    let transition = rules::lift_wall(&card, &scope, run.parse::<i64>().ok());
+                    apply(tx, task_id, &transition, now)?;
                 }
                 Ok(true)
             })

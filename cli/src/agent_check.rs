@@ -58,8 +58,8 @@ pub(crate) fn is_agent_name(name: &str) -> bool {
 /// An agent as walls see it: its name with a digest of its command (two
 /// different commands are two agents; the command itself may hold secrets
 /// and never reaches the board), and the provider it is known to call
-/// before it ran: an HTTP agent's endpoint, key fingerprint and model;
-/// nothing for a command agent (it reports its own in its result line).
+/// before it ran: an HTTP agent's endpoint, key fingerprint and model; a
+/// command agent's as its agents file declares it (`provider`), else none.
 pub(crate) fn agent_route(route: &str, agent: &AgentCommand, env: &Environment) -> AgentRoute {
     use sha2::Digest;
     let spec = agent.spec.as_str();
@@ -74,7 +74,10 @@ pub(crate) fn agent_route(route: &str, agent: &AgentCommand, env: &Environment) 
             provider: Some(config.provider_id()),
             model: Some(config.model),
         },
-        _ => ProviderId::default(),
+        _ => ProviderId {
+            provider: agent.provider.clone(),
+            model: None,
+        },
     };
     AgentRoute {
         identity: format!("{}#{short}", route_label(route)),

@@ -10,6 +10,7 @@
 //! turn_timeout = "20m"
 //! recovery_delays = "15,45,90"
 //! max_in_progress = 2
+//! provider = "anthropic:team"       # the provider a command agent calls
 //! env = { CODER_PROFILE = "strict" }
 //! ```
 
@@ -41,6 +42,7 @@ struct EntryShape {
     turn_timeout: Option<String>,
     recovery_delays: Option<String>,
     max_in_progress: Option<u32>,
+    provider: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -67,6 +69,9 @@ pub(crate) struct AgentCommand {
     pub(crate) env: Vec<(String, String)>,
     /// Runs of this agent at once on the board, at most.
     pub(crate) max_in_progress: Option<usize>,
+    /// The provider a command agent calls, as the file declares it: the
+    /// only provider its runs may wall (`walls::entitled_provider`).
+    pub(crate) provider: Option<String>,
 }
 
 impl AgentCommand {
@@ -77,6 +82,7 @@ impl AgentCommand {
             args: Vec::new(),
             env: Vec::new(),
             max_in_progress: None,
+            provider: None,
         }
     }
 }
@@ -91,6 +97,7 @@ impl std::fmt::Debug for AgentCommand {
                 &self.env.iter().map(|(name, _)| name).collect::<Vec<_>>(),
             )
             .field("max_in_progress", &self.max_in_progress)
+            .field("provider", &self.provider)
             .finish()
     }
 }
@@ -119,6 +126,7 @@ pub(crate) fn agents_file_path(given: Option<&Path>, folder: &Path) -> Option<Pa
 /// is), and limits that parse.
 pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String> {
     let where_ = path.display();
+    check_owner_only_writes(path)?;
     let text = std::fs::read_to_string(path)
         .map_err(|error| format!("cannot read the agents file {where_}: {error}"))?;
     let shape: FileShape = toml::from_str(&text).map_err(|error| {
@@ -137,7 +145,12 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
         }
         let spec = match (entry.command, entry.http) {
             (Some(command), None) => command,
-            (None, Some(http)) if http.starts_with("http:") => http,
+            // `http:` before the URL, as `--agent` takes it, is allowed too.
+            (None, Some(http))
+                if http.starts_with("http:http://") || http.starts_with("http:https://") =>
+            {
+                http
+            }
             (None, Some(http)) => format!("http:{http}"),
             _ => {
                 return Err(problem(
@@ -165,6 +178,25 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
         if entry.max_in_progress == Some(0) {
             return Err(problem("max_in_progress is at least 1".to_owned()));
         }
+        if let Some((key, _)) = entry.env.iter().find(|(key, value)| {
+            key.is_empty() || key.contains(['=', '\0']) || value.contains('\0')
+        }) {
+            return Err(problem(format!(
+                "env key {key:?}: a variable's name is not empty and holds no `=` (and neither name nor value a NUL)"
+            )));
+        }
+        if let Some(provider) = &entry.provider {
+            if spec.starts_with("http:") {
+                return Err(problem(
+                    "provider is for command agents: an HTTP agent's provider is its endpoint and key".to_owned(),
+                ));
+            }
+            if !kanban_core::walls::is_declarable_provider(provider) {
+                return Err(problem(format!(
+                    "provider {provider:?}: name the provider the agent calls (like \"anthropic:team\"); `agent:` names are the agents' own"
+                )));
+            }
+        }
         agents.insert(
             name,
             AgentCommand {
@@ -174,6 +206,7 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
                 max_in_progress: entry
                     .max_in_progress
                     .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
+                provider: entry.provider.map(|provider| provider.trim().to_owned()),
             },
         );
     }
@@ -190,6 +223,29 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
         agents,
         default: shape.default,
     })
+}
+
+/// An agents file says what commands run: like ssh with its config, only
+/// its owner (or root) may be able to change it.
+fn check_owner_only_writes(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let where_ = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|error| format!("cannot read the agents file {where_}: {error}"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "the agents file {where_} belongs to another user (uid {}), who could change what it runs: keep your own copy",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "the agents file {where_} may be changed by other users (mode {:o}), who could change what it runs: run `chmod go-w {where_}`",
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
 }
 
 /// The agents' names, for messages.

@@ -21,8 +21,8 @@ use crate::dispatch::{
 use crate::ports::{BoardError, Clock, RunStatus};
 use crate::rules::{FailurePolicy, Release, lease_expired};
 use crate::walls::{
-    AgentRoute, Gate, ProviderId, WallHit, WallKind, gate, probed_walls, route_label, scopes_of,
-    wall_scope,
+    AgentRoute, Gate, ProviderId, WallHit, WallKind, entitled_provider, gate, probed_walls,
+    route_label, scopes_of, wall_scope,
 };
 use crate::worker::WorkerResult;
 
@@ -438,8 +438,8 @@ pub struct Dispatcher {
     board_unsafe: Option<WindDown>,
     /// The agent route of each running run, as far as known.
     run_routes: BTreeMap<i64, String>,
-    /// The wall scopes each route is known to reach: its own name, its
-    /// configured provider, and the providers its runs reported.
+    /// The wall scopes each route reaches: its own name and the provider it
+    /// is entitled to (a run's report adds none: see `entitled_provider`).
     scopes: BTreeMap<String, BTreeSet<String>>,
     /// The routes a wall held on the last tick, and until when (said once).
     held: BTreeMap<String, i64>,
@@ -1317,20 +1317,17 @@ impl Dispatcher {
         let route = self.run_routes.get(&claim.run_id).cloned();
         let wall = match (&result, &route) {
             (Some(result), Some(route)) => {
-                let provider = ProviderId {
+                let reported = ProviderId {
                     provider: result.provider.clone(),
                     model: result.model.clone(),
                 };
-                let identity = self.identity(route);
-                if provider.provider.is_some() {
-                    // Learnt: this agent reaches that provider, so its walls
-                    // hold this agent's cards too.
-                    self.scopes
-                        .entry(route.clone())
-                        .or_default()
-                        .extend(scopes_of(&identity, &provider));
-                }
-                wall_hit(result, route, &identity, &provider)
+                let entitled = self
+                    .settings
+                    .routes
+                    .get(route)
+                    .map(|agent| entitled_provider(&agent.provider, &reported))
+                    .unwrap_or_default();
+                wall_hit(result, route, &self.identity(route), &entitled)
             }
             _ => None,
         };

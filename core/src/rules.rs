@@ -935,6 +935,19 @@ pub fn hold(card: &CardState, reason: &str) -> Result<Transition, BoardError> {
     })
 }
 
+/// What taking a provider wall down by hand does to the card that met it
+/// last (`source` of the wall, run `run`): an event on its history, and,
+/// while it waits for its turn (ready or todo), the end of the hold that
+/// the wall's booking left on it (`not_before`), so it is claimable at once.
+pub fn lift_wall(card: &CardState, scope: &str, run: Option<i64>) -> Transition {
+    let waiting = matches!(card.status, TaskStatus::Ready | TaskStatus::Todo);
+    Transition {
+        not_before: waiting.then_some(None),
+        events: vec![crate::events::wall_lifted_by_operator(scope, run)],
+        ..Transition::default()
+    }
+}
+
 /// Releases an operator's hold: the card is claimable again.
 pub fn release_hold(card: &CardState) -> Result<Transition, BoardError> {
     if !card.held {

@@ -112,6 +112,33 @@ pub fn wall_scope(kind: WallKind, identity: &str, provider: &ProviderId) -> Stri
     }
 }
 
+/// The provider a run's wall may name: the one its agent is entitled to
+/// (declared for it in the agents file, or derived by the HTTP agent from
+/// its endpoint and key), when the run names that one or none; with the
+/// model the agent is set up with, else the one the run names. A run that
+/// names any other provider (another agent's, or another agent's private
+/// `agent:…` scope) is entitled to nothing but its agent's own scope: it
+/// cannot wall the cards of agents it does not share a provider with.
+pub fn entitled_provider(entitled: &ProviderId, reported: &ProviderId) -> ProviderId {
+    let Some(own) = entitled.provider.as_deref().and_then(clean) else {
+        return ProviderId::default();
+    };
+    let named = reported.provider.as_deref().and_then(clean);
+    if named.is_some_and(|named| named != own) {
+        return ProviderId::default();
+    }
+    ProviderId {
+        provider: Some(own),
+        model: entitled.model.clone().or_else(|| reported.model.clone()),
+    }
+}
+
+/// True for a provider name an agents file may declare: not one of the
+/// agents' own scopes.
+pub fn is_declarable_provider(provider: &str) -> bool {
+    clean(provider).is_some_and(|name| !name.starts_with("agent:"))
+}
+
 /// Every scope a wall on which holds the agent `identity` that calls
 /// `provider`: the agent itself, its credential, and its model.
 pub fn scopes_of(identity: &str, provider: &ProviderId) -> BTreeSet<String> {

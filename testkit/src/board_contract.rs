@@ -57,7 +57,8 @@ macro_rules! board_contract_tests {
             run_status_follows_the_run,
             batched_claims_and_routing_filters,
             held_and_delayed_cards_wait,
-            one_probe_per_wall
+            one_probe_per_wall,
+            lifting_a_wall_frees_the_card_that_met_it
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -1168,4 +1169,47 @@ pub fn one_probe_per_wall<B: BoardAdmin + DispatchBoard>(board: &B, time: &Virtu
         Some(second.run_id)
     );
     assert_eq!(probes(&second), 1);
+}
+
+/// An operator lifting a wall by hand frees the card that met it at once:
+/// the hold its booking left goes with the wall.
+pub fn lifting_a_wall_frees_the_card_that_met_it<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let id = create(board, &task("met the wall"));
+    let hitter = next(board).unwrap();
+    let walled = ExitReport {
+        wall: Some(WallHit {
+            scope: "provider-a".into(),
+            kind: WallKind::Credential,
+            route: "default".into(),
+            reported_wait: Some(3000),
+            reason: "billing".into(),
+        }),
+        retry_after_seconds: Some(3000),
+        ..exit_report(ExitWitness::Code(75))
+    };
+    block_on(board.book_exit(&hitter, &walled)).unwrap();
+    assert_eq!(next(board), None, "held by its booking");
+    assert!(block_on(board.lift_wall("provider-a")).unwrap());
+    assert!(block_on(board.walls()).unwrap().is_empty());
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.not_before, None, "the wall's hold is gone");
+    assert!(
+        view.events
+            .iter()
+            .any(|e| e.kind == "wall_lifted" && e.run_id == Some(hitter.run_id)),
+        "{:?}",
+        view.events
+    );
+    assert_eq!(
+        next(board).map(|claim| claim.task_id),
+        Some(id),
+        "claimable at once"
+    );
+    assert!(
+        !block_on(board.lift_wall("provider-a")).unwrap(),
+        "no wall to lift twice"
+    );
 }

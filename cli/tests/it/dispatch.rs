@@ -926,3 +926,74 @@ fn an_agents_file_routes_cards_by_assignee_with_each_agents_limits_and_environme
         text(&output.stderr)
     );
 }
+
+#[test]
+fn an_agents_file_others_could_change_or_with_bad_keys_is_refused_before_any_claim() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bench = Bench::new();
+    let id = bench.add("waits", &[]);
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(&agent, "#!/bin/sh\nexit 0\n");
+    let file = bench.path().join("kanban.toml");
+    let dispatch = || {
+        bench
+            .command()
+            .arg("--db")
+            .arg(&bench.db)
+            .args(["dispatch", "--once"])
+            .output()
+            .unwrap()
+    };
+    let refused = |contents: &str, mode: u32, says: &str| {
+        std::fs::write(&file, contents).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let output = dispatch();
+        assert_eq!(output.status.code(), Some(78), "{contents} {mode:o}");
+        assert!(
+            text(&output.stderr).contains(says),
+            "{contents} {mode:o}: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(
+            bench.show(&id)["task"]["status"],
+            "ready",
+            "nothing claimed"
+        );
+    };
+    let good = format!("[agents.coder]\ncommand = \"{}\"\n", agent.display());
+    refused(&good, 0o664, "chmod go-w");
+    refused(&good, 0o646, "chmod go-w");
+    for (key, says) in [
+        ("\"\" = \"x\"", "env key \"\""),
+        ("\"A=B\" = \"x\"", "env key \"A=B\""),
+    ] {
+        refused(&format!("{good}env = {{ {key} }}\n"), 0o644, says);
+    }
+    refused(
+        &format!("{good}provider = \"agent:other#12ab34cd\"\n"),
+        0o644,
+        "`agent:` names are the agents' own",
+    );
+    refused(
+        "[agents.coder]\nhttp = \"http://127.0.0.1:9/v1?model=m\"\nprovider = \"p\"\n",
+        0o644,
+        "provider is for command agents",
+    );
+    // Another user's file: ownership moved to nobody.
+    std::fs::write(&file, &good).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let output = dispatch();
+    assert_eq!(output.status.code(), Some(78));
+    assert!(
+        text(&output.stderr).contains("belongs to another user"),
+        "{}",
+        text(&output.stderr)
+    );
+    // Owner-only writes and a declared provider: it runs.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, format!("{good}provider = \"anthropic:team\"\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let output = dispatch();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+}

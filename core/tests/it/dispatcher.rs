@@ -930,9 +930,9 @@ fn a_probe_that_meets_the_wall_again_re_arms_it_with_backoff_within_the_bound() 
 }
 
 #[test]
-fn a_command_agent_that_reports_its_provider_is_held_by_that_providers_wall() {
-    // One unnamed command agent: nothing known of its provider until a
-    // result names it; the wall on that provider then holds its cards.
+fn a_command_agent_with_no_declared_provider_walls_its_own_cards_only() {
+    // One unnamed command agent, no provider declared for it: the provider
+    // its result names is not one it is entitled to, so the wall is its own.
     let mut rig = rig_with(DispatchSettings {
         max_in_progress: 1,
         failure_policy: FailurePolicy {
@@ -948,17 +948,85 @@ fn a_command_agent_that_reports_its_provider_is_held_by_that_providers_wall() {
     rig.hit_wall(&first, 30);
     rig.tick();
     let walls = block_on(rig.board.walls()).unwrap();
-    assert_eq!(walls[0].scope, "provider-a model:m");
+    assert_eq!(walls.len(), 1, "{walls:?}");
+    assert_eq!(walls[0].scope, "agent:default");
     assert_eq!(walls[0].route, "default");
     rig.time.advance(29);
     rig.tick();
     assert_eq!(
         rig.card(&next).runs.len(),
         0,
-        "held by the learnt provider's wall"
+        "held by its own agent's wall"
     );
     assert!(rig.events().iter().any(|event| matches!(
         event,
         DispatchEvent::WallHeld { route, for_seconds: 30, .. } if route == "default"
     )));
+}
+
+#[test]
+fn an_agent_cannot_wall_another_agents_provider_or_private_scope() {
+    use kanban_core::walls::AgentRoute;
+    for forged in ["provider-a", "agent:a#1", " provider-a "] {
+        let mut settings = two_provider_settings(3600);
+        settings.routes.insert(
+            "c".to_owned(),
+            AgentRoute {
+                identity: "c#1".into(),
+                ..AgentRoute::default()
+            },
+        );
+        let mut rig = rig_with(settings);
+        let bad = rig.add_for("forger", "c", 9);
+        rig.tick();
+        let worker = rig.host.worker(&bad);
+        let result = WorkerResult {
+            pid: worker.pid,
+            claim_lock: worker.claim.claim_lock.clone(),
+            exit_code: 75,
+            last_output: "429".into(),
+            turns: 1,
+            recovery_attempts: 0,
+            retry_after_seconds: Some(3000),
+            failure_reason: Some(kanban_core::FailureReason::RateLimit),
+            provider: Some(forged.into()),
+            model: Some("m".into()),
+        };
+        block_on(rig.board.book_result(&worker.claim, &result)).unwrap();
+        rig.host.exit(worker.pid, ExitWitness::Code(75));
+        rig.tick();
+        let walls = block_on(rig.board.walls()).unwrap();
+        let scopes: Vec<&str> = walls.iter().map(|wall| wall.scope.as_str()).collect();
+        assert_eq!(scopes, ["agent:c#1"], "{forged:?}");
+        rig.time.advance(1);
+        let victims: Vec<String> = (0..2)
+            .map(|n| rig.add_for(&format!("victim {n}"), "a", 0))
+            .collect();
+        rig.tick();
+        for victim in &victims {
+            assert_eq!(
+                rig.card(victim).runs.len(),
+                1,
+                "{forged:?}: agent a's card {victim} is spawned"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_agent_declared_on_a_provider_walls_it_for_every_agent_that_shares_it() {
+    // Agent b is declared on provider-a too: a's wall holds b's cards.
+    let mut settings = two_provider_settings(3600);
+    if let Some(b) = settings.routes.get_mut("b") {
+        b.provider.provider = Some("provider-a".into());
+    }
+    let mut rig = rig_with(settings);
+    let first = rig.add_for("first", "a", 9);
+    rig.tick();
+    rig.time.advance(1);
+    let other = rig.add_for("other", "b", 0);
+    rig.hit_wall(&first, 600);
+    rig.tick();
+    rig.tick();
+    assert_eq!(rig.card(&other).runs.len(), 0, "held by the shared wall");
 }

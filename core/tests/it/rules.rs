@@ -1280,3 +1280,17 @@ fn only_a_change_that_adds_history_alone_is_a_record() {
     );
     assert!(!crashed.1.only_records());
 }
+
+#[test]
+fn lifting_a_wall_frees_a_waiting_card_and_only_records_on_the_others() {
+    for status in TaskStatus::ALL {
+        let transition = rules::lift_wall(&card(status), "provider-a", Some(7));
+        let waiting = matches!(status, TaskStatus::Ready | TaskStatus::Todo);
+        assert_eq!(transition.not_before, waiting.then_some(None), "{status:?}");
+        assert_eq!(transition.events.len(), 1);
+        assert_eq!(transition.events[0].kind, "wall_lifted");
+        assert_eq!(transition.events[0].run_id, Some(7));
+        assert_eq!(transition.events[0].payload["scope"], "provider-a");
+        assert_eq!(transition.only_records(), !waiting, "{status:?}");
+    }
+}

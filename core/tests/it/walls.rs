@@ -327,3 +327,64 @@ fn the_gate_holds_until_the_reset_then_lets_one_probe_through() {
         .collect();
     assert_eq!(probed, ["S", "agent:a#1"]);
 }
+
+#[test]
+fn a_run_names_only_the_provider_its_agent_is_entitled_to() {
+    use kanban_core::walls::{entitled_provider, is_declarable_provider};
+    let id = |provider: Option<&str>, model: Option<&str>| ProviderId {
+        provider: provider.map(str::to_owned),
+        model: model.map(str::to_owned),
+    };
+    let rows = [
+        // entitled, reported, walled
+        (
+            id(Some("p"), Some("m")),
+            id(Some("p"), Some("m")),
+            id(Some("p"), Some("m")),
+        ),
+        (
+            id(Some("p"), Some("m")),
+            id(Some("p"), Some("x")),
+            id(Some("p"), Some("m")),
+        ),
+        (
+            id(Some("p"), None),
+            id(Some("p"), Some("x")),
+            id(Some("p"), Some("x")),
+        ),
+        (
+            id(Some("p"), None),
+            id(None, Some("x")),
+            id(Some("p"), Some("x")),
+        ),
+        (id(Some("p"), None), id(None, None), id(Some("p"), None)),
+        (
+            id(Some("p"), None),
+            id(Some(" p\n"), None),
+            id(Some("p"), None),
+        ),
+        (
+            id(Some("p"), Some("m")),
+            id(Some("q"), Some("m")),
+            id(None, None),
+        ),
+        (
+            id(Some("p"), None),
+            id(Some("agent:other#1"), None),
+            id(None, None),
+        ),
+        (id(None, None), id(Some("p"), Some("m")), id(None, None)),
+        (id(None, None), id(None, Some("m")), id(None, None)),
+        (id(Some("\n"), None), id(Some("p"), None), id(None, None)),
+    ];
+    for (entitled, reported, walled) in rows {
+        assert_eq!(
+            entitled_provider(&entitled, &reported),
+            walled,
+            "{entitled:?} reporting {reported:?}"
+        );
+    }
+    assert!(is_declarable_provider("openai:team"));
+    assert!(!is_declarable_provider("agent:coder#ab12"));
+    assert!(!is_declarable_provider("  "));
+}
