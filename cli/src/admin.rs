@@ -16,7 +16,7 @@ use crate::board_path::{
 use crate::duration::parse_moment;
 use crate::out::{errln, out, outln};
 use crate::output::{
-    event_json, human_time, retry_note, run_json, short, table, task_json, walls_table,
+    event_json, human_time, run_json, short, table, task_json, wait_note, walls_table,
 };
 use crate::runtime::block_on;
 
@@ -472,14 +472,6 @@ pub(crate) fn events(
 }
 
 /// A lock naming this host and process, so an operator can tell claims apart.
-pub(crate) fn claim_lock_for_this_process(role: &str) -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".into());
-    format!("{host}:{}:{role}", std::process::id())
-}
-
 fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
@@ -493,7 +485,7 @@ pub(crate) fn claim(
 ) -> anyhow::Result<i32> {
     let board = open_board(global, env)?;
     let ttl = claim_ttl_seconds(ttl, env).map_err(anyhow::Error::msg)?;
-    let Some(grant) = block_on(board.claim_task(id, ttl, &claim_lock_for_this_process("claim")))?
+    let Some(grant) = block_on(board.claim_task(id, ttl, &crate::supervisor::hand_claim_lock()))?
     else {
         let status = block_on(board.show_task(id))?.task.status;
         bail!(
@@ -548,7 +540,7 @@ fn status_line(task: &kanban_core::TaskRecord, now: i64) -> String {
     if let Some(reason) = &task.held_reason {
         line.push_str(&format!(", held: {}", short(reason, 40)));
     }
-    if let Some(note) = retry_note(task.not_before, now) {
+    if let Some(note) = wait_note(task.not_before, task.last_failure_error.is_some(), now) {
         line.push_str(&format!(", {note}"));
     }
     if let Some(every) = task.every_seconds {

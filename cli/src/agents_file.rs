@@ -21,7 +21,7 @@ use kanban_core::Environment;
 use serde::Deserialize;
 
 use crate::agent_check::{is_agent_name, validate_agent};
-use crate::duration::parse_duration;
+use crate::duration::parse_limit;
 
 /// The file name looked for beside the board.
 pub(crate) const AGENTS_FILE: &str = "kanban.toml";
@@ -161,7 +161,7 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
         validate_agent(Some(&spec), env).map_err(&problem)?;
         let mut args = Vec::new();
         if let Some(limit) = &entry.turn_timeout {
-            parse_duration(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;
+            parse_limit(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;
             args.extend(["--turn-timeout".to_owned(), limit.clone()]);
         }
         if let Some(delays) = &entry.recovery_delays {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::duration::{parse_duration, parse_positive_seconds};
+use crate::duration::{parse_duration, parse_limit, parse_positive_seconds};
 
 /// Run AI-agent workers off a kanban board, recovering failed turns in place.
 ///
@@ -428,8 +428,8 @@ pub(crate) struct DispatchArgs {
     /// row, up to an hour, plus up to a quarter of jitter. 0: none.
     #[arg(long, default_value = "30", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) retry_backoff: Duration,
-    /// A turn of a command agent is stopped after this long.
-    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration)]
+    /// A turn of a command agent is stopped after this long (at least 1s).
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_limit)]
     pub(crate) turn_timeout: Duration,
     /// The longest a run may take, for cards naming no limit of their own
     /// (`kanban add --max-runtime`); past it the run is stopped and counted.
@@ -528,8 +528,8 @@ pub(crate) struct WorkerArgs {
     /// How long a stopped agent's process group gets before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10", value_parser = parse_duration)]
     pub(crate) grace: Duration,
-    /// A turn of a command agent is stopped after this long.
-    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_duration, overrides_with = "turn_timeout")]
+    /// A turn of a command agent is stopped after this long (at least 1s).
+    #[arg(long, default_value = "30m", value_name = "DURATION", value_parser = parse_limit, overrides_with = "turn_timeout")]
     pub(crate) turn_timeout: Duration,
     /// The longest the run may take when the card names no limit.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]

@@ -5,12 +5,10 @@ use std::time::Duration;
 /// The longest duration any option takes: a year.
 const LONGEST: Duration = Duration::from_secs(366 * 24 * 3600);
 
-/// Parses a duration: seconds (`90`, `0.5`) or a number with a unit (`90s`,
-/// `30m`, `2h`, `1d`). Negative, non-finite and absurd values (over a
-/// year) are refused with a message that says what is accepted.
 /// A moment as people write it: an RFC 3339 time (`2026-12-03T09:00:00Z`,
 /// `2026-12-03T10:00:00+01:00`) or `+DURATION` from now (`+10m`, `+2h`);
-/// in epoch seconds, `now` given.
+/// in epoch seconds, `now` given. Both forms take the same range: from now
+/// to a year from now.
 pub(crate) fn parse_moment(raw: &str, now: i64) -> Result<i64, String> {
     let text = raw.trim();
     if let Some(after) = text.strip_prefix('+') {
@@ -18,15 +16,30 @@ pub(crate) fn parse_moment(raw: &str, now: i64) -> Result<i64, String> {
         let seconds = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
         return Ok(now.saturating_add(seconds));
     }
-    text.parse::<jiff::Timestamp>()
+    let at = text
+        .parse::<jiff::Timestamp>()
         .map(|time| time.as_second())
         .map_err(|_| {
             format!(
                 "{raw:?} is not a time: use RFC 3339 (2026-12-03T09:00:00Z) or +DURATION from now (+10m, +2h)"
             )
-        })
+        })?;
+    let latest = now.saturating_add(i64::try_from(LONGEST.as_secs()).unwrap_or(i64::MAX));
+    if at < now {
+        return Err(format!("{raw:?} is in the past: give a time from now on"));
+    }
+    if at > latest {
+        return Err(format!(
+            "{raw:?} is too far: at most {} days from now",
+            LONGEST.as_secs() / 86_400
+        ));
+    }
+    Ok(at)
 }
 
+/// Parses a duration: seconds (`90`, `0.5`) or a number with a unit (`90s`,
+/// `30m`, `2h`, `1d`). Negative, non-finite and absurd values (over a
+/// year) are refused with a message that says what is accepted.
 pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     let text = raw.trim();
     let (number, unit) = match text.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
@@ -63,11 +76,18 @@ pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-/// Parses a duration of at least one second, as whole seconds.
-pub(crate) fn parse_positive_seconds(raw: &str) -> Result<i64, String> {
+/// Parses a duration of at least one second: a limit of 0 would stop
+/// everything at once, and is refused as `--ttl 0` is.
+pub(crate) fn parse_limit(raw: &str) -> Result<Duration, String> {
     let duration = parse_duration(raw)?;
     if duration < Duration::from_secs(1) {
         return Err(format!("{raw:?} is too short: at least 1 second"));
     }
+    Ok(duration)
+}
+
+/// Parses a duration of at least one second, as whole seconds.
+pub(crate) fn parse_positive_seconds(raw: &str) -> Result<i64, String> {
+    let duration = parse_limit(raw)?;
     i64::try_from(duration.as_secs()).map_err(|_| format!("{raw:?} is too long"))
 }

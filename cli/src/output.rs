@@ -182,16 +182,18 @@ fn span(wait: i64) -> String {
     }
 }
 
-/// When a card held back after a failure may be claimed again, if later
-/// than `now`: `retry at 2026-12-02 20:49:03 UTC (in 9m 58s)`.
-pub(crate) fn retry_note(not_before: Option<i64>, now: i64) -> Option<String> {
+/// When a card that waits may be claimed, if later than `now`: after a
+/// failure, `retry at 2026-12-02 20:49:03 UTC (in 9m 58s)`; otherwise (a
+/// card due later, the next of a recurring one) `waits until …`.
+pub(crate) fn wait_note(not_before: Option<i64>, failed: bool, now: i64) -> Option<String> {
     let at = not_before.filter(|at| *at > now)?;
-    Some(format!("retry at {}", human_time(at, now)))
+    let words = if failed { "retry at" } else { "waits until" };
+    Some(format!("{words} {}", human_time(at, now)))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{human_time, retry_note, use_utc, utc_time};
+    use super::{human_time, use_utc, utc_time, wait_note};
 
     #[test]
     fn utc_times_match_the_calendar() {
@@ -220,19 +222,19 @@ mod tests {
             human_time(100 + 90_000, 100),
             "1970-01-02 01:01:40 UTC (in 1d 1h)"
         );
-        assert_eq!(retry_note(None, 100), None);
-        assert_eq!(retry_note(Some(100), 100), None);
+        assert_eq!(wait_note(None, true, 100), None);
+        assert_eq!(wait_note(Some(100), true, 100), None);
         assert_eq!(
-            retry_note(Some(101), 100).as_deref(),
+            wait_note(Some(101), true, 100).as_deref(),
             Some("retry at 1970-01-01 00:01:41 UTC (in 1s)")
         );
         assert_eq!(
-            retry_note(Some(100 + 598), 100).as_deref(),
+            wait_note(Some(100 + 598), true, 100).as_deref(),
             Some("retry at 1970-01-01 00:11:38 UTC (in 9m 58s)")
         );
         assert_eq!(
-            retry_note(Some(100 + 7260), 100).as_deref(),
-            Some("retry at 1970-01-01 02:02:40 UTC (in 2h 1m)")
+            wait_note(Some(100 + 7260), false, 100).as_deref(),
+            Some("waits until 1970-01-01 02:02:40 UTC (in 2h 1m)")
         );
     }
 }

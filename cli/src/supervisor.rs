@@ -98,6 +98,13 @@ pub(crate) fn seal_digest(seal: &str) -> String {
 }
 
 /// 128 random bits from the kernel, as 32 hex digits.
+/// The lock of a claim taken by hand (`kanban claim`): as unguessable as a
+/// dispatcher's, and marked so that no dispatcher takes its maker's exit
+/// for a dispatcher's death (its lease alone says when it is gone).
+pub(crate) fn hand_claim_lock() -> String {
+    format!("{}:claim:{}", hostname(), random_hex())
+}
+
 pub(crate) fn random_hex() -> String {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
@@ -403,14 +410,21 @@ impl Supervisor for ProcessSupervisor {
     }
 
     fn claimer_gone(&self, claim_lock: &str) -> bool {
-        let mut parts = claim_lock.splitn(3, ':');
-        let (Some(host), Some(pid)) = (parts.next(), parts.next()) else {
+        // Only a lock a dispatcher made (`HOST:PID:NONCE`, 32 hex digits)
+        // names its claimer: a hand claim, ours (`HOST:claim:NONCE`) or the
+        // seed system's (`HOST:PID` of a process that already exited), is
+        // left until its lease lapses.
+        let mut parts = claim_lock.split(':');
+        let (Some(host), Some(pid), Some(nonce), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return false;
         };
         let Ok(pid) = pid.parse::<i64>() else {
             return false;
         };
-        host == self.host && pid != i64::from(std::process::id()) && !alive(pid, None)
+        let ours = nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit());
+        ours && host == self.host && pid != i64::from(std::process::id()) && !alive(pid, None)
     }
 
     async fn spawn(

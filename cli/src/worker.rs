@@ -320,7 +320,7 @@ async fn run_worker_process(
                 session_id,
                 interrupt_grace: args.grace,
                 forward_output: true,
-                turn_timeout: Some(args.turn_timeout).filter(|limit| !limit.is_zero()),
+                turn_timeout: Some(args.turn_timeout),
             },
             activity.clone(),
         ))

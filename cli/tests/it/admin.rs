@@ -261,3 +261,17 @@ fn errors_are_json_with_json_and_times_are_human_without() {
         "epoch seconds in --json"
     );
 }
+
+#[test]
+fn ls_says_retry_only_for_a_card_that_failed() {
+    let bench = Bench::new();
+    let later = bench.add("due later", &["--not-before", "+2h"]);
+    let listed = bench.ok(&["ls"]);
+    let line = listed.lines().find(|line| line.contains(&later)).unwrap();
+    assert!(
+        line.contains("waits until") && !line.contains("retry"),
+        "{line}"
+    );
+    let shown = bench.ok(&["show", &later]);
+    assert!(!shown.contains("retry at"), "{shown}");
+}

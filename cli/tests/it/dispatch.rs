@@ -997,3 +997,56 @@ fn an_agents_file_others_could_change_or_with_bad_keys_is_refused_before_any_cla
     let output = dispatch();
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
 }
+
+#[test]
+fn hand_claims_ours_and_the_seed_systems_are_left_until_their_lease_lapses() {
+    let bench = Bench::new();
+    let ours = bench.add("claimed by hand", &[]);
+    let theirs = bench.add("claimed by the seed system's hand", &[]);
+    let carrier = bench.claim(&ours, Some(600));
+    let lock = &carrier
+        .iter()
+        .find(|(name, _)| name == kanban_core::vars::CLAIM_LOCK)
+        .unwrap()
+        .1;
+    let (host, nonce) = lock.split_once(":claim:").expect("HOST:claim:NONCE");
+    assert_eq!(host, nix::unistd::gethostname().unwrap().to_str().unwrap());
+    assert!(
+        nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit()),
+        "128 random bits: {lock}"
+    );
+    // The seed system's hand claim: `HOST:PID` of a CLI process that has
+    // already exited, a live lease, no worker pid.
+    bench.claim(&theirs, Some(600));
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    let pid = exited.id();
+    exited.wait().unwrap();
+    let seed_lock = format!("{host}:{pid}");
+    let db = rusqlite::Connection::open(&bench.db).unwrap();
+    for table in ["tasks", "task_runs"] {
+        let column = if table == "tasks" { "id" } else { "task_id" };
+        db.execute(
+            &format!("UPDATE {table} SET claim_lock = ?1 WHERE {column} = ?2"),
+            rusqlite::params![seed_lock, theirs],
+        )
+        .unwrap();
+    }
+    drop(db);
+    let agent = bench.path().join("agent.sh");
+    write_executable(&agent, "#!/bin/sh\nkanban complete --summary done\n");
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--once", "--agent"])
+        .arg(&agent)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for (id, lock) in [(&ours, lock.as_str()), (&theirs, seed_lock.as_str())] {
+        let card = bench.show(id);
+        assert_eq!(card["task"]["status"], "running", "{id} left alone: {card}");
+        assert_eq!(card["task"]["claim_lock"], lock, "{id}");
+        assert_eq!(runs(&card).len(), 1, "{id}: nothing spawned for it");
+    }
+}

@@ -720,3 +720,66 @@ fn a_seed_system_board_is_read_without_writing_and_written_only_after_migrate() 
     let show = run(&["show", "t_0123abcd", "--json"]);
     assert!(show.status.success(), "{}", text(&show.stderr));
 }
+
+#[test]
+fn a_zero_turn_limit_and_a_moment_out_of_range_are_refused_as_a_zero_lease_is() {
+    let bench = Bench::new();
+    let id = bench.add("card", &[]);
+    for args in [
+        &[
+            "dispatch",
+            "--once",
+            "--agent",
+            "true",
+            "--turn-timeout",
+            "0",
+        ][..],
+        &[
+            "dispatch",
+            "--once",
+            "--agent",
+            "true",
+            "--turn-timeout",
+            "0.5s",
+        ],
+        &["worker", "--agent", "true", "--turn-timeout", "0"],
+    ] {
+        let output = bench.run(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&output.stderr).contains("at least 1 second"),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+    let file = bench.path().join("kanban.toml");
+    std::fs::write(
+        &file,
+        "[agents.a]\ncommand = \"true\"\nturn_timeout = \"0\"\n",
+    )
+    .unwrap();
+    let output = bench.run(&["dispatch", "--once"]);
+    assert_eq!(output.status.code(), Some(78));
+    assert!(
+        text(&output.stderr).contains("turn_timeout: \"0\" is too short"),
+        "{}",
+        text(&output.stderr)
+    );
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(bench.show(&id)["task"]["status"], "ready");
+    // Both forms of a moment take the same range: from now to a year out.
+    let year = 366 * 24 * 3600;
+    let at = |epoch: i64| jiff::Timestamp::from_second(epoch).unwrap().to_string();
+    for (moment, says) in [
+        ("+367d".to_owned(), "too long"),
+        (at(crate::now() + year + 3600), "too far"),
+        (at(crate::now() - 3600), "in the past"),
+        ("1970-01-01T00:00:00Z".to_owned(), "in the past"),
+        ("9999-12-30T00:00:00Z".to_owned(), "too far"),
+    ] {
+        bench.refused(&["add", "later", "--not-before", &moment], says);
+    }
+    for moment in ["+365d".to_owned(), at(crate::now() + year - 3600)] {
+        bench.add("later", &["--not-before", &moment]);
+    }
+}
