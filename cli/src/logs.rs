@@ -11,7 +11,7 @@ use kanban_core::{Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
-use crate::out::out;
+use crate::out::{errln, out};
 use crate::runtime::block_on;
 use crate::supervisor::{log_path, run_marker};
 
@@ -80,8 +80,9 @@ pub(crate) fn logs(
         }
         bail!("no log for {task} at {}", current.display());
     };
-    let mut shown = String::new();
-    file.read_to_string_lossy(&mut shown)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    let shown = String::from_utf8_lossy(&bytes);
     let print = |text: &str| match run {
         Some(run) => run_section(text, run).unwrap_or_default(),
         None => text.to_owned(),
@@ -91,8 +92,10 @@ pub(crate) fn logs(
         return Ok(0);
     }
     // Follow: print what is appended until the card no longer runs (the run
-    // asked for, or any) and nothing more came for a second, or Ctrl-C.
-    let mut offset = file.seek(SeekFrom::End(0))?;
+    // asked for, or any) and nothing more came for a second, or Ctrl-C. It
+    // goes on from what was read, not from the end: a write since is not
+    // skipped, nor a truncation since missed.
+    let mut offset = bytes.len() as u64;
     let mut quiet_since = Instant::now();
     let mut pending = String::new();
     loop {
@@ -100,6 +103,18 @@ pub(crate) fn logs(
             return Ok(0);
         }
         std::thread::sleep(FOLLOW_EVERY);
+        // As `tail -F`: a log cut short, or replaced by another file (it
+        // rotated), is read again from its start.
+        if let Some(reopened) = started_over(&current, &file, offset) {
+            errln!(
+                "kanban: {}: {}; following it from its start",
+                current.display(),
+                reopened.1
+            );
+            file = reopened.0;
+            offset = 0;
+            pending.clear();
+        }
         let mut more = Vec::new();
         file.seek(SeekFrom::Start(offset))?;
         let read = file.read_to_end(&mut more)?;
@@ -134,17 +149,26 @@ pub(crate) fn logs(
     }
 }
 
-trait ReadLossy {
-    fn read_to_string_lossy(&mut self, into: &mut String) -> std::io::Result<()>;
-}
-
-impl ReadLossy for std::fs::File {
-    fn read_to_string_lossy(&mut self, into: &mut String) -> std::io::Result<()> {
-        let mut bytes = Vec::new();
-        self.read_to_end(&mut bytes)?;
-        into.push_str(&String::from_utf8_lossy(&bytes));
-        Ok(())
+/// The log to follow from its start, and why, when the one followed was
+/// replaced (another file at its path now) or cut short (shorter than what
+/// was read of it).
+fn started_over(
+    path: &Path,
+    file: &std::fs::File,
+    offset: u64,
+) -> Option<(std::fs::File, &'static str)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let open = file.metadata().ok()?;
+    let named = std::fs::metadata(path).ok()?;
+    if (named.dev(), named.ino()) != (open.dev(), open.ino()) {
+        return std::fs::File::open(path)
+            .ok()
+            .map(|file| (file, "replaced"));
     }
+    if open.len() < offset {
+        return file.try_clone().ok().map(|file| (file, "truncated"));
+    }
+    None
 }
 
 #[cfg(test)]

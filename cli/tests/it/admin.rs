@@ -275,3 +275,61 @@ fn ls_says_retry_only_for_a_card_that_failed() {
     let shown = bench.ok(&["show", &later]);
     assert!(!shown.contains("retry at"), "{shown}");
 }
+
+#[test]
+fn logs_follow_starts_over_on_a_log_truncated_or_replaced() {
+    use std::io::{BufRead, BufReader, Write};
+    let bench = Bench::new();
+    let id = bench.add("followed", &[]);
+    let carrier = bench.claim(&id, None);
+    let logs = bench.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join(format!("{id}.log"));
+    std::fs::write(&log, "first line\n").unwrap();
+    let mut follow = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["logs", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (sender, lines) = std::sync::mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = sender.send(line.unwrap_or_default());
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the follower printed nothing more")
+    };
+    assert_eq!(next(), "first line");
+    // Cut short, then written again: shorter than what was read.
+    std::fs::write(&log, "").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    writeln!(file, "after").unwrap();
+    drop(file);
+    assert_eq!(next(), "after");
+    // Replaced by another file, as a rotation does.
+    let fresh = logs.join("fresh");
+    std::fs::write(&fresh, "rotated in\n").unwrap();
+    std::fs::rename(&fresh, &log).unwrap();
+    assert_eq!(next(), "rotated in");
+    let mut complete = bench.command();
+    complete
+        .envs(carrier.iter().cloned())
+        .args(["complete", "--summary", "done"]);
+    assert!(complete.output().unwrap().status.success());
+    let output = follow.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let said = text(&output.stderr);
+    assert!(
+        said.contains("truncated") && said.contains("replaced"),
+        "{said}"
+    );
+}
