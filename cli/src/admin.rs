@@ -16,7 +16,8 @@ use crate::board_path::{
 use crate::duration::parse_moment;
 use crate::out::{errln, out, outln};
 use crate::output::{
-    event_json, human_time, run_json, short, table, task_json, wait_note, walls_table,
+    event_json, human_time, run_json, short, table, task_json, visible, visible_line, wait_note,
+    walls_table,
 };
 use crate::runtime::block_on;
 
@@ -369,7 +370,7 @@ pub(crate) fn show(
         return Ok(0);
     }
     let task = &view.task;
-    outln!("{}  {}", task.id, task.title);
+    outln!("{}  {}", visible_line(&task.id), visible_line(&task.title));
     outln!(
         "status: {}   priority: {}   failures: {}",
         status_line(task, now),
@@ -381,12 +382,13 @@ pub(crate) fn show(
         out!("{}", walls_table(&met, now));
     }
     if let Some(body) = &task.body {
-        outln!("\n{body}\n");
+        outln!("\n{}\n", visible(body));
     }
     if let Some(lock) = &task.claim_lock {
         outln!(
-            "claim: run {} lock {lock} expires {}",
+            "claim: run {} lock {} expires {}",
             task.current_run_id.unwrap_or(0),
+            visible_line(lock),
             task.claim_expires
                 .map_or_else(|| "-".to_owned(), |at| human_time(at, now))
         );
@@ -423,8 +425,8 @@ pub(crate) fn show(
             outln!(
                 "  {} {}: {}",
                 human_time(comment.created_at, now),
-                comment.author,
-                comment.body
+                visible_line(&comment.author),
+                visible(&comment.body)
             );
         }
     }

@@ -12,6 +12,7 @@ use kanban_core::{Environment, TaskStatus};
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
 use crate::out::{errln, out};
+use crate::output::visible;
 use crate::runtime::block_on;
 use crate::supervisor::{log_path, run_marker};
 
@@ -65,7 +66,7 @@ pub(crate) fn logs(
             .find_map(|text| run_section(&text, run));
         match section {
             Some(section) if !follow => {
-                out!("{section}");
+                out!("{}", visible(&section));
                 return Ok(0);
             }
             Some(_) => {}
@@ -87,7 +88,7 @@ pub(crate) fn logs(
         Some(run) => run_section(text, run).unwrap_or_default(),
         None => text.to_owned(),
     };
-    out!("{}", print(&shown));
+    out!("{}", visible(&print(&shown)));
     if !follow {
         return Ok(0);
     }
@@ -130,7 +131,7 @@ pub(crate) fn logs(
                     if run.is_some() && line.starts_with("[kanban-dispatch] run ") {
                         return Ok(0);
                     }
-                    out!("{line}");
+                    out!("{}", visible(line));
                 }
             }
         }
@@ -142,7 +143,7 @@ pub(crate) fn logs(
             .unwrap_or(false);
         if !running && quiet_since.elapsed() > Duration::from_secs(1) {
             if !pending.is_empty() {
-                out!("{pending}");
+                out!("{}", visible(&pending));
             }
             return Ok(0);
         }

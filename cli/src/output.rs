@@ -59,8 +59,37 @@ pub(crate) fn event_json(event: &EventRecord) -> Value {
     })
 }
 
+/// Text from a board or an agent as a terminal may show it: every control
+/// character but a line break and a tab (ESC, which starts the sequences
+/// that move the cursor, retitle the window or write the clipboard, among
+/// them) is written as its escape, `\u{1b}`, never sent as itself.
+pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    escaped(text, |c| c.is_control() && c != '\n' && c != '\t')
+}
+
+/// [`visible`] on one line: line breaks and tabs are escaped too.
+pub(crate) fn visible_line(text: &str) -> std::borrow::Cow<'_, str> {
+    escaped(text, char::is_control)
+}
+
+fn escaped(text: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(&escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escape(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Renders rows as a plain, left-aligned table with a header: columns two
 /// spaces apart, no borders, no trailing blanks (grep and awk read it).
+/// A cell is one line of visible text.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut table = comfy_table::Table::new();
     table
@@ -68,7 +97,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
         .set_header(header.to_vec());
     for row in rows {
-        table.add_row(row.clone());
+        table.add_row(row.iter().map(|cell| visible_line(cell).into_owned()));
     }
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
@@ -81,9 +110,9 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Shortens text to one line of at most `limit` characters.
+/// Shortens text to one visible line of at most `limit` characters.
 pub(crate) fn short(text: &str, limit: usize) -> String {
-    let flat = text.replace('\n', " ");
+    let flat = visible_line(&text.replace(['\n', '\t'], " ")).into_owned();
     if flat.chars().count() <= limit {
         return flat;
     }
@@ -193,7 +222,31 @@ pub(crate) fn wait_note(not_before: Option<i64>, failed: bool, now: i64) -> Opti
 
 #[cfg(test)]
 mod tests {
-    use super::{human_time, use_utc, utc_time, wait_note};
+    use super::{human_time, short, table, use_utc, utc_time, visible, visible_line, wait_note};
+
+    #[test]
+    fn text_from_a_board_cannot_drive_the_terminal() {
+        let hostile = "title\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m\r\nnext\tcol";
+        assert_eq!(
+            visible(hostile),
+            "title\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{9b}31m\\u{d}\nnext\tcol"
+        );
+        assert_eq!(
+            visible_line(hostile),
+            "title\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{9b}31m\\u{d}\\u{a}next\\u{9}col"
+        );
+        assert!(matches!(
+            visible("plain é text\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert!(!short(hostile, 200).chars().any(char::is_control));
+        let rendered = table(&["A"], &[vec![hostile.to_owned()]]);
+        assert!(
+            !rendered.chars().any(|c| c.is_control() && c != '\n'),
+            "{rendered:?}"
+        );
+        assert_eq!(rendered.lines().count(), 2, "one line a row: {rendered:?}");
+    }
 
     #[test]
     fn utc_times_match_the_calendar() {

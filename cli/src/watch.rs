@@ -9,7 +9,7 @@ use kanban_core::{Clock, Environment, TaskStatus};
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
 use crate::out::{out, outln};
-use crate::output::{short, table, walls_table};
+use crate::output::{short, table, visible, walls_table};
 use crate::runtime::block_on;
 
 fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
@@ -77,7 +77,7 @@ fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
         })
         .collect();
     out.push_str(&table(&["WHEN", "CARD", "KIND", "PAYLOAD"], &rows));
-    Ok(out)
+    Ok(visible(&out).into_owned())
 }
 
 pub(crate) fn watch(

@@ -333,3 +333,42 @@ fn logs_follow_starts_over_on_a_log_truncated_or_replaced() {
         "{said}"
     );
 }
+
+#[test]
+fn text_on_the_board_cannot_drive_the_terminal_of_whoever_reads_it() {
+    let bench = Bench::new();
+    let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2Jtitle\u{9b}31m";
+    let id = bench.add(hostile, &["--body", &format!("body {hostile}\nline two")]);
+    bench.ok(&["comment", &id, &format!("note {hostile}")]);
+    bench.ok(&["hold", &id, "--reason", hostile]);
+    let logs = bench.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join(format!("{id}.log")),
+        format!("agent said {hostile}\n"),
+    )
+    .unwrap();
+    for args in [
+        vec!["ls"],
+        vec!["show", &id],
+        vec!["events", &id],
+        vec!["watch", "--once"],
+        vec!["logs", &id],
+    ] {
+        let output = bench.run(&args);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+        let said = text(&output.stdout);
+        assert!(
+            !said.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?} sends a control character: {said:?}"
+        );
+        assert!(
+            said.contains("\\u{1b}") || said.contains("\\u001b"),
+            "{args:?} shows the escape: {said}"
+        );
+    }
+}
