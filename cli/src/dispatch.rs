@@ -260,7 +260,18 @@ pub(crate) fn run(
     let exe = std::env::current_exe().context("cannot find the kanban binary to run workers")?;
     let board_name = board.name();
     let board = board.into_shared(Arc::new(TokioOffload));
-    let mut worker_env = plan.worker_env.clone();
+    let worker_env = plan.worker_env.clone();
+    // What no agent may read reaches a worker on its standard input.
+    let mut secrets = Vec::new();
+    if let Some(password) = env
+        .get(crate::worker_secrets::PASSWORD_VAR)
+        .filter(|p| !p.is_empty())
+    {
+        secrets.push((
+            crate::worker_secrets::PASSWORD_VAR.to_owned(),
+            password.to_owned(),
+        ));
+    }
     // Workers make their board calls here, on the board this dispatcher
     // holds open; without the socket each opens the board itself.
     // The listener registers with the runtime's reactor as it is made.
@@ -271,7 +282,7 @@ pub(crate) fn run(
     let (closing, closed) = tokio::sync::watch::channel(false);
     let serving = match bound {
         Ok(server) => {
-            worker_env.push(server.env_pair());
+            secrets.push(server.env_pair());
             Some(runtime.spawn(server.serve(board.clone(), board_name, closed)))
         }
         Err(error) => {
@@ -284,6 +295,7 @@ pub(crate) fn run(
             exe,
             args: plan.worker_args.clone(),
             env: worker_env,
+            secrets,
             agents: plan.agents.by_route.clone(),
             board_slug: plan.board_slug.clone(),
             logs,

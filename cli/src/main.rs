@@ -29,6 +29,7 @@ mod supervisor;
 mod watch;
 mod worker;
 mod worker_calls;
+mod worker_secrets;
 
 use std::io::IsTerminal;
 use std::sync::Arc;

@@ -262,6 +262,8 @@ pub(crate) struct ProcessSupervisor {
     logs: PathBuf,
     worker_args: Vec<String>,
     worker_env: Vec<(String, String)>,
+    /// Sent on each worker's standard input, never in its environment.
+    worker_secrets: Vec<(String, String)>,
     agents: BTreeMap<String, AgentCommand>,
     board_slug: String,
     exits: Arc<Mutex<Vec<WorkerExit>>>,
@@ -312,6 +314,9 @@ pub(crate) struct WorkerCommand {
     pub(crate) exe: PathBuf,
     pub(crate) args: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
+    /// What no agent may read (the dispatcher's socket, the board's
+    /// password): on the worker's standard input, with its seal.
+    pub(crate) secrets: Vec<(String, String)>,
     /// The agent of each route (`""`: the unnamed agent).
     pub(crate) agents: BTreeMap<String, AgentCommand>,
     pub(crate) board_slug: String,
@@ -332,6 +337,7 @@ impl ProcessSupervisor {
             logs: command.logs,
             worker_args: command.args,
             worker_env: command.env,
+            worker_secrets: command.secrets,
             agents: command.agents,
             board_slug: command.board_slug,
             exits: Arc::new(Mutex::new(Vec::new())),
@@ -457,7 +463,6 @@ impl Supervisor for ProcessSupervisor {
         let seal = random_hex();
         let mut command = tokio::process::Command::new(&self.exe);
         command
-            .env(crate::worker::SEAL_VAR, &seal)
             .arg("worker")
             .args(&self.worker_args)
             .args(["--agent", agent.spec.as_str()])
@@ -466,10 +471,16 @@ impl Supervisor for ProcessSupervisor {
             .envs(claim.to_env_pairs())
             .env(vars::BOARD, &self.board_slug)
             .envs(self.worker_env.iter().map(|(k, v)| (k, v)))
+            .env(crate::worker_secrets::SECRETS_VAR, "stdin")
             .process_group(0)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(stdout)
             .stderr(file);
+        // Whatever of them this dispatcher's own environment holds stays
+        // out of the worker's: a process of the same user can read it.
+        for name in crate::worker_secrets::SECRET_VARS {
+            command.env_remove(name);
+        }
         if goal_mode {
             command.env(vars::GOAL_MODE, "1");
         }
@@ -484,6 +495,16 @@ impl Supervisor for ProcessSupervisor {
                 "a worker exited before its pid could be read".to_owned(),
             ));
         };
+        // Its secrets, then the end of its input: the line fits a pipe's
+        // buffer, so the write does not wait for the worker to read it.
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt as _;
+            let mut secrets = self.worker_secrets.clone();
+            secrets.push((crate::worker::SEAL_VAR.to_owned(), seal.clone()));
+            let line = crate::worker_secrets::encode(&secrets);
+            // A worker that died at once is booked from its exit.
+            let _ = stdin.write_all(line.as_bytes()).await;
+        }
         let started_at = process_start(i64::from(pid));
         self.cursors
             .lock()

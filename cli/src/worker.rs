@@ -54,6 +54,12 @@ impl WorkerEnd {
 
 /// Runs the worker and writes its two closing lines; returns the exit code.
 pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<AtomicUsize>) -> i32 {
+    // The seal, the dispatcher's socket and the board's password come on
+    // standard input from a dispatcher: never in this process's environment.
+    let env = &crate::worker_secrets::receive(env).unwrap_or_else(|problem| {
+        errln!("warning: {problem}; going on without them");
+        env.clone()
+    });
     let seal = env.get_trimmed(SEAL_VAR).map(str::to_owned);
     // What the agent leaves orphaned comes to this worker, not to init, so
     // that the worker can end all of it before it says it is done.

@@ -1050,3 +1050,59 @@ fn hand_claims_ours_and_the_seed_systems_are_left_until_their_lease_lapses() {
         assert_eq!(runs(&card).len(), 1, "{id}: nothing spawned for it");
     }
 }
+
+#[test]
+fn a_workers_environment_holds_no_secret_its_agent_could_read() {
+    let bench = Bench::new();
+    let id = bench.add("read the worker", &[]);
+    let dump = bench.path().join("environ");
+    let agent = bench.path().join("agent.sh");
+    // The agent reads its worker's environment, as any process of the same
+    // user can, then finishes its card through that worker.
+    write_executable(
+        &agent,
+        &format!(
+            r#"#!/bin/sh
+p=$$
+while [ "$p" -gt 1 ] && [ "$(cat /proc/$p/comm)" != kanban ]; do p=$(awk '{{print $4}}' /proc/$p/stat); done
+tr '\0' '\n' < /proc/$p/environ > '{dump}'
+kanban complete --summary read
+"#,
+            dump = dump.display()
+        ),
+    );
+    let output = bench
+        .command()
+        .env("PGPASSWORD", "s3cret-pw")
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--until-idle", "--agent"])
+        .arg(&agent)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let environ = std::fs::read_to_string(&dump).unwrap();
+    assert!(
+        environ
+            .lines()
+            .any(|line| line.starts_with("HERMES_KANBAN_TASK=")),
+        "that was the worker: {environ}"
+    );
+    for secret in [
+        "KANBAN_WORKER_SEAL=",
+        "KANBAN_DISPATCH_SOCKET=",
+        "PGPASSWORD=",
+        "s3cret-pw",
+    ] {
+        assert!(!environ.contains(secret), "{secret} in {environ}");
+    }
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done", "{card}");
+    // Its exit was read from its sealed trailer's pair of lines, alone.
+    let log = std::fs::read_to_string(bench.path().join("logs").join(format!("{id}.log"))).unwrap();
+    assert!(
+        log.contains("[kanban-worker-end] rc=0 seal=")
+            && log.trim_end().ends_with("[kanban-worker-exit] rc=0"),
+        "{log}"
+    );
+}

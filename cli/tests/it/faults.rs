@@ -622,7 +622,7 @@ fn a_dispatched_worker_makes_its_board_calls_through_its_dispatcher() {
     let trailer = log
         .lines()
         .rev()
-        .find(|line| !line.trim().is_empty())
+        .find(|line| line.starts_with("[kanban-worker-end]"))
         .unwrap();
     assert!(
         trailer.ends_with(" alone"),
@@ -722,8 +722,13 @@ echo '{{"completed": true}}'"#,
         sidecar_lived,
         "the worker killed a process that was not its run's"
     );
-    let trailer = crate::last_line(&output.stderr);
-    assert!(trailer.ends_with(" alone"), "{trailer}");
+    let stderr = text(&output.stderr);
+    let detail = stderr
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("[kanban-worker-end]"))
+        .unwrap_or_default();
+    assert!(detail.ends_with(" alone"), "{stderr}");
 }
 
 #[test]
@@ -732,8 +737,9 @@ fn an_agent_that_kills_its_worker_cannot_spare_its_daemon_or_halt_its_dispatcher
     let bench = Bench::new();
     let id = bench.add("forges alone", &[]);
     let daemon = bench.path().join("daemon");
-    // The agent reads its worker's seal where a process of the same user
-    // can, prints a sealed trailer saying nothing is left and the setup is
+    // The agent looks for its worker's seal where a process of the same
+    // user could read it (the worker's environment, which holds none),
+    // prints a trailer with it saying nothing is left and the setup is
     // broken, leaves a daemon and kills its worker.
     let agent = script(
         &bench,
