@@ -597,6 +597,35 @@ impl PgBoard {
         })
     }
 
+    /// The cards of statuses this build does not know (the seed system's
+    /// own, a newer build's), as a page shows them: how many, and the
+    /// first `limit`, oldest first.
+    pub async fn unknown_lane(&self, limit: usize) -> Result<(usize, Vec<TaskRecord>), BoardError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let known: Vec<&str> = TaskStatus::ALL
+            .iter()
+            .map(|status| status.as_str())
+            .collect();
+        snapshot!(self, |conn, _now| {
+            let count: i64 = conn
+                .value(
+                    "SELECT COUNT(*) FROM tasks WHERE status <> ALL($1::text[])",
+                    &[&known],
+                )
+                .await?;
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status <> ALL($1::text[]) ORDER BY seq LIMIT $2"
+            );
+            let tasks = conn
+                .query(&sql, &[&known, &limit])
+                .await?
+                .iter()
+                .map(task_from_row)
+                .collect::<Result<Vec<_>, TxError>>()?;
+            Ok((usize::try_from(count).unwrap_or(0), tasks))
+        })
+    }
+
     /// The newest event of each of these cards: its kind and time.
     pub async fn last_events(
         &self,

@@ -4,7 +4,7 @@ use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease};
 use kanban_core::rules::{CardState, NewEvent, Transition};
 use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
-    BoardError, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
+    BoardError, CardStatus, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
 };
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -30,9 +30,15 @@ fn count(value: i64) -> u32 {
     u32::try_from(value.max(0)).unwrap_or(u32::MAX)
 }
 
+/// A status a rule can read: a card of one this build does not know is
+/// left as it is.
 fn status_of(task_id: &str, raw: &str) -> Result<TaskStatus, TxError> {
     TaskStatus::parse(raw).ok_or_else(|| {
-        BoardError::Storage(format!("task {task_id} has an unknown status {raw:?}")).into()
+        BoardError::UnknownStatus {
+            task_id: task_id.to_owned(),
+            status: raw.to_owned(),
+        }
+        .into()
     })
 }
 
@@ -45,7 +51,7 @@ pub(crate) fn task_from_row_at(row: &Row, at: usize) -> Result<TaskRecord, TxErr
     let id: String = col(row, at)?;
     let status: String = col(row, at + 4)?;
     Ok(TaskRecord {
-        status: status_of(&id, &status)?,
+        status: CardStatus::parse(&status),
         title: col(row, at + 1)?,
         body: col(row, at + 2)?,
         assignee: col(row, at + 3)?,

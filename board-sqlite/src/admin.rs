@@ -377,6 +377,15 @@ impl SqliteBoard {
     }
 }
 
+/// The statuses this build knows, as an SQL list.
+fn known_statuses() -> String {
+    TaskStatus::ALL
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Creates a card inside the caller's transaction; returns its id (or the
 /// existing card's for a repeated idempotency key).
 pub(crate) fn insert_task(
@@ -634,6 +643,25 @@ impl SqliteBoard {
                     "SELECT {TASK_COLUMNS} FROM {from} WHERE status = ?1 ORDER BY {order} LIMIT ?2"
                 ))?
                 .query_map(params![status.as_str(), limit as i64], task_from_row)?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok((usize::try_from(count).unwrap_or(0), tasks))
+        })
+    }
+
+    /// The cards of statuses this build does not know (the seed system's
+    /// own, a newer build's), as a page shows them: how many, and the
+    /// first `limit`, oldest first.
+    pub fn unknown_lane(&self, limit: usize) -> Result<(usize, Vec<TaskRecord>), BoardError> {
+        let known = known_statuses();
+        self.store.read(|conn| {
+            let count: i64 = conn
+                .prepare_cached(&format!("SELECT COUNT(*) FROM tasks WHERE status NOT IN ({known})"))?
+                .query_row([], |row| row.get(0))?;
+            let tasks = conn
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE status NOT IN ({known}) ORDER BY rowid LIMIT ?1"
+                ))?
+                .query_map(params![limit as i64], task_from_row)?
                 .collect::<rusqlite::Result<_>>()?;
             Ok((usize::try_from(count).unwrap_or(0), tasks))
         })

@@ -768,6 +768,23 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         body(&conn).map_err(|error| storage_error(&self.path, &error))
     }
+
+    /// A read whose body may fail with a board error too.
+    pub(crate) fn read_checked<T>(
+        &self,
+        body: impl FnOnce(&Connection) -> Result<T, TxError>,
+    ) -> Result<T, BoardError> {
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match body(&conn) {
+            Ok(value) => Ok(value),
+            Err(TxError::Sql(error)) => Err(storage_error(&self.path, &error)),
+            Err(TxError::Board(error) | TxError::CommitThen(error)) => Err(error),
+            Err(TxError::NeedsSync) => Err(Unwritten::NeedsSync.into_board_error()),
+        }
+    }
 }
 
 /// A kanban board stored in one SQLite file (or in memory).

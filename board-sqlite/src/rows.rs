@@ -4,7 +4,7 @@ use kanban_core::lease::evaluate_lease;
 use kanban_core::rules::{CardState, NewEvent, Transition};
 use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
-    BoardError, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
+    BoardError, CardStatus, Claim, EventRecord, ProofIdentity, RunRecord, TaskRecord, TaskStatus,
 };
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
@@ -25,16 +25,6 @@ pub(crate) const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, crea
 pub(crate) const OPEN_PARENT: &str = "SELECT 1 FROM task_links l JOIN tasks p ON p.id = l.parent_id \
     WHERE l.child_id = t.id AND p.status NOT IN ('done', 'archived')";
 
-fn status_of(raw: &str) -> rusqlite::Result<TaskStatus> {
-    TaskStatus::parse(raw).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            4,
-            rusqlite::types::Type::Text,
-            format!("unknown task status {raw:?}").into(),
-        )
-    })
-}
-
 pub(crate) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
     task_from_row_at(row, 0)
 }
@@ -46,7 +36,7 @@ pub(crate) fn task_from_row_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Tas
         title: row.get(at + 1)?,
         body: row.get(at + 2)?,
         assignee: row.get(at + 3)?,
-        status: status_of(&row.get::<_, String>(at + 4)?)?,
+        status: CardStatus::parse(&row.get::<_, String>(at + 4)?),
         priority: row.get::<_, Option<i64>>(at + 5)?.unwrap_or(0),
         created_at: row.get(at + 6)?,
         claim_lock: row.get(at + 7)?,
@@ -104,29 +94,45 @@ pub(crate) fn read_task(conn: &Connection, task_id: &str) -> rusqlite::Result<Op
         .optional()
 }
 
-/// The rows of one card that core's rules read.
-pub(crate) fn card_state(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<CardState>> {
-    conn.prepare_cached(&format!(
-        "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
-                t.consecutive_failures, t.max_retries, EXISTS ({OPEN_PARENT}),
-                t.held_reason IS NOT NULL
-           FROM tasks t WHERE t.id = ?1"
-    ))?
-    .query_row(params![task_id], |row| {
-        Ok(CardState {
-            task_id: task_id.to_owned(),
-            status: status_of(&row.get::<_, String>(0)?)?,
-            current_run_id: row.get(1)?,
-            claim_lock: row.get(2)?,
-            claim_expires: row.get(3)?,
-            worker_pid: row.get(4)?,
-            consecutive_failures: row.get(5)?,
-            max_retries: row.get(6)?,
-            open_parents: row.get(7)?,
-            held: row.get(8)?,
+/// The rows of one card that core's rules read. A card of a status this
+/// build does not know is left as it is: no rule reads it.
+pub(crate) fn card_state(conn: &Connection, task_id: &str) -> Result<Option<CardState>, TxError> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
+                    t.consecutive_failures, t.max_retries, EXISTS ({OPEN_PARENT}),
+                    t.held_reason IS NOT NULL
+               FROM tasks t WHERE t.id = ?1"
+        ))?
+        .query_row(params![task_id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                CardState {
+                    task_id: task_id.to_owned(),
+                    status: TaskStatus::Todo,
+                    current_run_id: row.get(1)?,
+                    claim_lock: row.get(2)?,
+                    claim_expires: row.get(3)?,
+                    worker_pid: row.get(4)?,
+                    consecutive_failures: row.get(5)?,
+                    max_retries: row.get(6)?,
+                    open_parents: row.get(7)?,
+                    held: row.get(8)?,
+                },
+            ))
         })
-    })
-    .optional()
+        .optional()?;
+    let Some((status, card)) = row else {
+        return Ok(None);
+    };
+    let Some(status) = TaskStatus::parse(&status) else {
+        return Err(BoardError::UnknownStatus {
+            task_id: task_id.to_owned(),
+            status,
+        }
+        .into());
+    };
+    Ok(Some(CardState { status, ..card }))
 }
 
 /// The card's state, or "not on this board".

@@ -112,7 +112,7 @@ impl Board for SqliteBoard {
     async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
         let claim = claim.clone();
         self.call(move |store| {
-            store.read(|conn| {
+            store.read_checked(|conn| {
                 let card = card_state(conn, &claim.task_id)?;
                 let run = conn
                     .prepare_cached(

@@ -176,11 +176,11 @@ pub(crate) fn summary_rows(
             })
             .collect();
         let now = kanban_core::Clock::now(&SystemClock);
-        let status = match (view.task.status, view.task.not_before) {
-            (kanban_core::TaskStatus::Ready, Some(at)) if at > now => {
+        let status = match (view.task.status.known(), view.task.not_before) {
+            (Some(kanban_core::TaskStatus::Ready), Some(at)) if at > now => {
                 format!("ready, retry in {} s", at - now)
             }
-            (status, _) => status.as_str().to_owned(),
+            _ => view.task.status.as_str().to_owned(),
         };
         rows.push(vec![
             id.clone(),

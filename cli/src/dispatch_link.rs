@@ -741,6 +741,8 @@ mod tests {
             .unwrap()
             .task
             .status
+            .known()
+            .unwrap()
     }
 
     /// The pids bound to `claim`'s run, in the order they were bound.

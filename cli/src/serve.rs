@@ -474,7 +474,8 @@ async fn login(State(app): State<Shared>, Query(query): Query<LoginQuery>) -> Re
 
 /// The lanes as the board page shows them.
 pub(crate) struct Lanes {
-    pub(crate) lanes: Vec<(TaskStatus, usize, Vec<page::CardTile>)>,
+    /// Each lane's name (a status, or [`OTHER_LANE`]), count and cards.
+    pub(crate) lanes: Vec<(String, usize, Vec<page::CardTile>)>,
     pub(crate) walls: Vec<kanban_core::walls::Wall>,
     pub(crate) now: i64,
 }
@@ -508,17 +509,26 @@ async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
         TaskStatus::Blocked,
         TaskStatus::Done,
     ];
-    let ids = |rows: &[(TaskStatus, usize, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
+    let ids = |rows: &[(String, usize, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
         rows.iter()
             .flat_map(|(_, _, tasks)| tasks.iter().map(|task| task.id.clone()))
             .collect()
+    };
+    // Cards of statuses this build does not know get a lane of their own,
+    // shown only when there are some.
+    let other = |rows: &mut Vec<(String, usize, Vec<kanban_core::TaskRecord>)>,
+                 (count, tasks): (usize, Vec<kanban_core::TaskRecord>)| {
+        if count > 0 {
+            rows.push((OTHER_LANE.to_owned(), count, tasks));
+        }
     };
     if let Engine::Postgres(board) = &app.board.engine {
         let mut rows = Vec::new();
         for status in SHOWN {
             let (count, tasks) = board.lane(status, LANE_LIMIT).await?;
-            rows.push((status, count, tasks));
+            rows.push((status.as_str().to_owned(), count, tasks));
         }
+        other(&mut rows, board.unknown_lane(LANE_LIMIT).await?);
         let last = board.last_events(&ids(&rows)).await?;
         return Ok((rows, last));
     }
@@ -526,18 +536,22 @@ async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
         let mut rows = Vec::new();
         for status in SHOWN {
             let (count, tasks) = board.lane(status, LANE_LIMIT)?;
-            rows.push((status, count, tasks));
+            rows.push((status.as_str().to_owned(), count, tasks));
         }
+        other(&mut rows, board.unknown_lane(LANE_LIMIT)?);
         let last = board.last_events(&ids(&rows))?;
         Ok((rows, last))
     })
     .await
 }
 
+/// The lane of cards whose status this build does not know.
+pub(crate) const OTHER_LANE: &str = "other";
+
 /// The lanes shown, in one blocking read: each lane's count and first
 /// cards, and their last events.
 type LaneRows = (
-    Vec<(TaskStatus, usize, Vec<kanban_core::TaskRecord>)>,
+    Vec<(String, usize, Vec<kanban_core::TaskRecord>)>,
     std::collections::HashMap<String, (String, i64)>,
 );
 

@@ -28,7 +28,7 @@ header h1 a.home { color:inherit; text-decoration:none; }
 header .path { color:#aab3c2; font-family:ui-monospace, monospace; font-size:12px; }
 header .live { margin-left:auto; font-size:12px; color:#8fd19e; }
 main { padding:16px 20px; }
-.lanes { display:grid; grid-template-columns:repeat(5, minmax(200px, 1fr)); gap:12px; align-items:start; }
+.lanes { display:grid; grid-template-columns:repeat(auto-fit, minmax(200px, 1fr)); gap:12px; align-items:start; }
 .lane { background:#eceef2; border-radius:8px; padding:8px; }
 .lane h2 { font-size:12px; text-transform:uppercase; letter-spacing:.06em; margin:4px 4px 8px; display:flex; justify-content:space-between; }
 .lane.todo h2 { color:var(--todo); } .lane.ready h2 { color:var(--ready); } .lane.running h2 { color:var(--running); }
@@ -100,10 +100,6 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
     }
 }
 
-fn lane_class(status: TaskStatus) -> &'static str {
-    status.as_str()
-}
-
 /// The board page.
 pub(crate) fn board(app: &App, lanes: &Lanes) -> Markup {
     layout(
@@ -139,8 +135,14 @@ pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
         }
         div.lanes {
             @for (status, count, tiles) in &lanes.lanes {
-                div class={ "lane " (lane_class(*status)) } data-lane=(status.as_str()) {
-                    h2 { span { (status.as_str()) } span { (count) } }
+                div class={ "lane " (status) } data-lane=(status) {
+                    h2 {
+                        span { (status) }
+                        span { (count) }
+                    }
+                    @if status == crate::serve::OTHER_LANE {
+                        div.more { "statuses this kanban does not know: shown as they are, never claimed" }
+                    }
                     @for tile in tiles { (card_tile(tile, lanes.now)) }
                     @if *count > LANE_LIMIT { div.more { "… and " (count - LANE_LIMIT) " more (see /api/cards)" } }
                 }
@@ -156,6 +158,7 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
             div.title { (short(&task.title, 80)) }
             div.meta {
                 span { (task.id) }
+                @if task.status.known().is_none() { span.pill { (task.status) } }
                 @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
                 @if let Some(run) = task.current_run_id { span { "run " (run) } }
                 @if let Some(left) = tile.lease_left { span { "lease " (left.max(0)) "s" } }
@@ -223,10 +226,10 @@ pub(crate) fn card_details(app: &App, view: &TaskView, log_tail: &str, now: i64)
             span { "created " (human_time(task.created_at, now)) }
         }
         div.actions {
-            @match task.status {
-                TaskStatus::Blocked => { (action(app, id, "unblock", "Unblock", false)) (action(app, id, "cancel", "Cancel", true)) }
-                TaskStatus::Running => { (action(app, id, "reclaim", "Reclaim", true)) (action(app, id, "cancel", "Cancel", true)) }
-                TaskStatus::Ready | TaskStatus::Todo => {
+            @match task.status.known() {
+                Some(TaskStatus::Blocked) => { (action(app, id, "unblock", "Unblock", false)) (action(app, id, "cancel", "Cancel", true)) }
+                Some(TaskStatus::Running) => { (action(app, id, "reclaim", "Reclaim", true)) (action(app, id, "cancel", "Cancel", true)) }
+                Some(TaskStatus::Ready | TaskStatus::Todo) => {
                     @if task.held_reason.is_some() { (action(app, id, "release", "Release", false)) }
                     @else { (action(app, id, "hold", "Hold", true)) }
                     (action(app, id, "cancel", "Cancel", true))

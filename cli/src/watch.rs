@@ -16,7 +16,7 @@ fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
     let now = SystemClock.now();
     let tasks = block_on(board.list_tasks(None))?;
     let mut out = format!("board {}\n\n", board.name());
-    let counts: Vec<String> = TaskStatus::ALL
+    let mut counts: Vec<String> = TaskStatus::ALL
         .iter()
         .map(|status| {
             format!(
@@ -26,6 +26,10 @@ fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
             )
         })
         .collect();
+    let unknown = tasks.iter().filter(|t| t.status.known().is_none()).count();
+    if unknown > 0 {
+        counts.push(format!("other {unknown}"));
+    }
     out.push_str(&counts.join("   "));
     out.push_str("\n\nrunning:\n");
     let running = block_on(board.running_workers())?;

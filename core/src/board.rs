@@ -87,6 +87,70 @@ impl TaskStatus {
     }
 }
 
+/// A card's status as stored: one of [`TaskStatus`], or one this build
+/// does not know (written by the seed system or by a newer build), kept
+/// exactly as written. A card of a status this build does not know is
+/// listed and shown as it is, and never claimed or changed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CardStatus {
+    Known(TaskStatus),
+    Unknown(String),
+}
+
+impl CardStatus {
+    /// Reads a stored status; any text is one.
+    pub fn parse(raw: &str) -> Self {
+        TaskStatus::parse(raw).map_or_else(|| Self::Unknown(raw.to_owned()), Self::Known)
+    }
+
+    /// The name stored on the board.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Known(status) => status.as_str(),
+            Self::Unknown(raw) => raw,
+        }
+    }
+
+    /// The status, when this build knows it.
+    pub fn known(&self) -> Option<TaskStatus> {
+        match self {
+            Self::Known(status) => Some(*status),
+            Self::Unknown(_) => None,
+        }
+    }
+}
+
+impl From<TaskStatus> for CardStatus {
+    fn from(status: TaskStatus) -> Self {
+        Self::Known(status)
+    }
+}
+
+impl PartialEq<TaskStatus> for CardStatus {
+    fn eq(&self, other: &TaskStatus) -> bool {
+        self.known() == Some(*other)
+    }
+}
+
+impl std::fmt::Display for CardStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for CardStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CardStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Ok(Self::parse(&raw))
+    }
+}
+
 /// A card to create.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NewTask {
@@ -131,7 +195,7 @@ pub struct TaskRecord {
     pub title: String,
     pub body: Option<String>,
     pub assignee: Option<String>,
-    pub status: TaskStatus,
+    pub status: CardStatus,
     pub priority: i64,
     pub created_at: i64,
     pub claim_lock: Option<String>,

@@ -31,9 +31,10 @@ pub mod walls;
 mod worker;
 
 pub use board::{
-    BoardAdmin, BoardStats, COMMENTS_SHOWN, ClaimGrant, CommentRecord, DEFAULT_CLAIM_TTL_SECONDS,
-    EventRecord, MAX_CLAIM_TTL_SECONDS, MAX_COMMENT_BYTES, NewTask, RunRecord, TaskPage,
-    TaskRecord, TaskStatus, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
+    BoardAdmin, BoardStats, COMMENTS_SHOWN, CardStatus, ClaimGrant, CommentRecord,
+    DEFAULT_CLAIM_TTL_SECONDS, EventRecord, MAX_CLAIM_TTL_SECONDS, MAX_COMMENT_BYTES, NewTask,
+    RunRecord, TaskPage, TaskRecord, TaskStatus, TaskView, claim_ttl_seconds,
+    heartbeat_interval_seconds,
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,

@@ -61,6 +61,10 @@ pub enum BoardError {
         status: String,
         action: std::borrow::Cow<'static, str>,
     },
+    #[error(
+        "task {task_id} has the status {status:?}, which this build of kanban does not know; it is left as it is (a newer kanban, or the system that set it, can change it)"
+    )]
+    UnknownStatus { task_id: String, status: String },
     #[error("invalid input: {0}")]
     InvalidInput(String),
     #[error("the board stayed busy after {attempts} attempts; try again")]

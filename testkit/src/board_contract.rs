@@ -93,7 +93,10 @@ fn claim<B: BoardAdmin>(board: &B, id: &str, lock: &str) -> Claim {
 }
 
 fn status<B: BoardAdmin>(board: &B, id: &str) -> TaskStatus {
-    block_on(board.show_task(id)).unwrap().task.status
+    let status = block_on(board.show_task(id)).unwrap().task.status;
+    status
+        .known()
+        .unwrap_or_else(|| panic!("{id} has status {status}"))
 }
 
 fn failures<B: BoardAdmin>(board: &B, id: &str) -> u32 {
@@ -760,7 +763,7 @@ pub fn violations_block_at_the_third<B: BoardAdmin + DispatchBoard>(board: &B, _
     let view = block_on(board.show_task(&id)).unwrap();
     assert_eq!(
         (view.task.status, view.task.consecutive_failures),
-        (TaskStatus::Blocked, 0)
+        (TaskStatus::Blocked.into(), 0)
     );
 }
 

@@ -783,3 +783,120 @@ fn a_zero_turn_limit_and_a_moment_out_of_range_are_refused_as_a_zero_lease_is() 
         bench.add("later", &["--not-before", &moment]);
     }
 }
+
+#[test]
+fn a_seed_board_with_statuses_and_kinds_we_do_not_know_lists_them_as_they_are() {
+    let bench = Bench::new();
+    let db = bench.path().join("seed.db");
+    seed_board(&db);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "INSERT INTO tasks (id, title, status, created_at, block_kind, workspace_kind)
+                  VALUES ('t_11111111', 'waits for triage', 'triage', 1700000001, 'needs_input', 'worktree'),
+                         ('t_22222222', 'parked', 'scheduled', 1700000002, NULL, 'dir'),
+                         ('t_33333333', 'from the future', 'frozen', 1700000003, NULL, 'scratch');
+             INSERT INTO task_links (parent_id, child_id) VALUES ('t_11111111', 't_0123abcd');
+             INSERT INTO task_events (task_id, kind, payload, created_at)
+                  VALUES ('t_11111111', 'specified', '{\"by\": \"llm\"}', 1700000004),
+                         ('t_22222222', 'scheduled', 'not json at all', 1700000005);",
+        )
+        .unwrap();
+    }
+    let run = |args: &[&str]| bench.on(&db).args(args).output().unwrap();
+    let unknown = [
+        ("t_11111111", "triage"),
+        ("t_22222222", "scheduled"),
+        ("t_33333333", "frozen"),
+    ];
+    for stage in ["as the seed system wrote it", "after kanban migrate"] {
+        let listed = run(&["ls"]);
+        assert!(listed.status.success(), "{stage}: {}", text(&listed.stderr));
+        let listed = text(&listed.stdout);
+        let json = run(&["ls", "--json"]);
+        assert!(json.status.success(), "{stage}: {}", text(&json.stderr));
+        let cards: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        for (id, status) in unknown {
+            assert!(
+                listed
+                    .lines()
+                    .any(|line| line.contains(id) && line.contains(status)),
+                "{stage}: {listed}"
+            );
+            let card = cards
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|card| card["id"] == id)
+                .unwrap_or_else(|| panic!("{stage}: {id} missing from {cards}"));
+            assert_eq!(card["status"], status, "{stage}");
+            for args in [&["show", id][..], &["show", id, "--json"], &["events", id]] {
+                let output = run(args);
+                assert!(
+                    output.status.success(),
+                    "{stage} {args:?}: {}",
+                    text(&output.stderr)
+                );
+            }
+        }
+        let watch = run(&["watch", "--once"]);
+        assert!(
+            text(&watch.stdout).contains("other 3"),
+            "{stage}: {}",
+            text(&watch.stdout)
+        );
+        if stage == "as the seed system wrote it" {
+            // The server acts on the board: it asks for the upgrade first.
+            let refused = run(&["serve", "--listen", "127.0.0.1:0"]);
+            assert!(
+                text(&refused.stderr).contains("kanban migrate"),
+                "{}",
+                text(&refused.stderr)
+            );
+            assert!(run(&["migrate"]).status.success());
+            continue;
+        }
+        // The web board lists them, in a lane of their own.
+        let mut serve = bench.on(&db);
+        serve.args(["serve", "--listen", "127.0.0.1:0"]);
+        let (mut child, url) = kanban_testkit::start_server(serve);
+        let (status, page) = crate::serve::get(&format!("{url}/"));
+        let (api_status, api) = crate::serve::get(&format!("{url}/api/cards?limit=1000"));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!((status, api_status), (200, 200), "{stage}: {page} {api}");
+        for (id, _) in unknown {
+            assert!(page.contains(id) && api.contains(id), "{stage}: {id}");
+        }
+        assert!(page.contains(r#"data-lane="other""#), "{stage}");
+    }
+    // Never claimed, never rewritten: a dispatcher takes only the ready card.
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(&agent, "#!/bin/sh\nkanban complete --summary done\n");
+    let dispatched = bench
+        .on(&db)
+        .args(["dispatch", "--until-idle", "--agent"])
+        .arg(&agent)
+        .output()
+        .unwrap();
+    assert!(dispatched.status.success(), "{}", text(&dispatched.stderr));
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    for (id, status) in unknown {
+        let (stored, runs): (String, i64) = conn
+            .query_row(
+                "SELECT status, (SELECT COUNT(*) FROM task_runs WHERE task_id = ?1) FROM tasks WHERE id = ?1",
+                [id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((stored.as_str(), runs), (status, 0), "{id}");
+    }
+    // An operator's change to one is refused by name, and changes nothing.
+    let refused = run(&["cancel", "t_33333333"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("does not know"),
+        "{}",
+        text(&refused.stderr)
+    );
+}

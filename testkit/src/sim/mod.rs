@@ -730,7 +730,11 @@ fn check_end(scheduler: &Scheduler, report: &mut SimReport) {
                     .iter()
                     .any(|t| t.id == *parent && t.status != TaskStatus::Done)
             });
-        if !matches!(task.status, TaskStatus::Done | TaskStatus::Blocked) && !waits_on_a_human {
+        if !matches!(
+            task.status.known(),
+            Some(TaskStatus::Done | TaskStatus::Blocked)
+        ) && !waits_on_a_human
+        {
             report.findings.push(format!(
                 "liveness: {} is still {} after healing",
                 task.id,
@@ -919,10 +923,12 @@ fn settled(scheduler: &Scheduler) -> bool {
                         .any(|t| parents.contains(&t.id) && t.status != TaskStatus::Done)
                 })
     };
-    tasks
-        .iter()
-        .all(|task| matches!(task.status, TaskStatus::Done | TaskStatus::Blocked) || waiting(task))
-        && scheduler
-            .live_procs(|kind| !matches!(kind, ProcKind::Dispatcher))
-            .is_empty()
+    tasks.iter().all(|task| {
+        matches!(
+            task.status.known(),
+            Some(TaskStatus::Done | TaskStatus::Blocked)
+        ) || waiting(task)
+    }) && scheduler
+        .live_procs(|kind| !matches!(kind, ProcKind::Dispatcher))
+        .is_empty()
 }
