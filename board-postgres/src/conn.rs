@@ -1,46 +1,26 @@
-//! Connections: a small pool of tokio-postgres clients, each with its own
-//! prepared statements, and the transactions the board runs on them.
-//!
-//! The clients' connection tasks run on a runtime the board owns, so a board
-//! call may be awaited from any executor (the dispatcher's tokio runtime, or
-//! a test's `block_on`): a client talks to its connection task through
-//! channels and needs no runtime of its own.
+//! Connections: deadpool's pool of tokio-postgres clients, each with its
+//! prepared statements, opened on a runtime the board owns (so that a
+//! call may be awaited from any executor: the dispatcher's tokio runtime,
+//! or a test's `block_on`; a client talks to its connection task through
+//! channels and needs no runtime of its own), and what their errors mean.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool as Clients, RecyclingMethod};
+use kanban_board::{TxError, TxResult};
 use kanban_core::BoardError;
 use tokio_postgres::types::{FromSql, ToSql};
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{NoTls, Row};
 
-/// Connections kept idle for the next call; more may be open at once.
-const IDLE_KEPT: usize = 16;
+/// Connections kept for the next call; more wait for one.
+const CONNECTIONS: usize = 16;
 /// Whole-transaction retries after a serialization failure or a deadlock.
 pub(crate) const CONFLICT_RETRIES: u32 = 16;
 
 /// A statement parameter.
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 
-/// Why a transaction did not return a value.
-#[derive(Debug)]
-pub(crate) enum TxError {
-    Pg(tokio_postgres::Error),
-    /// Roll back and fail.
-    Board(BoardError),
-    /// Commit what was written (a `stale_write_rejected` event) and fail.
-    CommitThen(BoardError),
-}
-
-impl From<tokio_postgres::Error> for TxError {
-    fn from(error: tokio_postgres::Error) -> Self {
-        Self::Pg(error)
-    }
-}
-
-impl From<BoardError> for TxError {
-    fn from(error: BoardError) -> Self {
-        Self::Board(error)
-    }
+/// A driver error as a transaction's error.
+pub(crate) fn pg(error: tokio_postgres::Error) -> TxError {
+    TxError::engine(error)
 }
 
 /// A conflict PostgreSQL resolves by failing one side: worth a retry.
@@ -93,16 +73,13 @@ pub(crate) fn storage_error(board: &str, error: &tokio_postgres::Error) -> Board
 }
 
 /// A connection that could not be opened: the server's refusal (a login,
-/// a missing database) as [`storage_error`] says; a server out of reach is
-/// passing once the board was open (it pauses the dispatcher), and is
-/// named with the fix when the board is first opened.
+/// a missing database) as [`storage_error`] says; a refused certificate or
+/// a server without TLS is the URL's or the server's to change; anything
+/// else is passing once the board was open (it pauses the dispatcher).
 fn unreachable(board: &str, error: &tokio_postgres::Error) -> BoardError {
     if error.as_db_error().is_some() {
         return storage_error(board, error);
     }
-    // A certificate refused or a server without TLS fails the same way
-    // every time: the URL or the server is to be changed, not waited for. A
-    // handshake cut short (a restarting server) is passing, like any other.
     if let Some(refusal) = tls_refusal(error) {
         return BoardError::Unusable {
             path: board.to_owned(),
@@ -134,17 +111,6 @@ fn tls_refusal(error: &tokio_postgres::Error) -> Option<String> {
     None
 }
 
-/// Drives one connection until its client is dropped.
-async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    if let Err(error) = connection.await {
-        tracing::debug!(%error, "postgres connection ended");
-    }
-}
-
 /// [`unreachable`]'s error at the first open: not passing, but a URL or a
 /// server to check.
 pub(crate) fn unreachable_at_open(board: &str, error: BoardError) -> BoardError {
@@ -162,74 +128,58 @@ pub(crate) fn unreachable_at_open(board: &str, error: BoardError) -> BoardError 
     }
 }
 
-/// One client and the statements prepared on it.
+/// One client on loan, and whether a transaction is open on it.
 pub(crate) struct Conn {
-    client: Client,
-    statements: HashMap<String, Statement>,
-    /// A transaction was begun and not yet ended: a connection returned in
+    client: Option<Object>,
+    /// A transaction was begun and not yet ended: a connection dropped in
     /// this state (its caller's future was dropped) is closed, not reused.
     in_transaction: bool,
-    /// The open transaction's commit may return before the server has
-    /// flushed it (`commit_unsynced`).
-    unsynced_commit: bool,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.in_transaction
+            && let Some(client) = self.client.take()
+        {
+            // Out of the pool: its connection closes with it.
+            drop(Object::take(client));
+        }
+    }
 }
 
 impl Conn {
-    async fn statement(&mut self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(statement) = self.statements.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.client.prepare(sql).await?;
-        self.statements.insert(sql.to_owned(), statement.clone());
-        Ok(statement)
+    fn client(&self) -> TxResult<&Object> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| BoardError::Storage("a connection used after its end".to_owned()).into())
     }
 
-    pub(crate) async fn query(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+    async fn statement(&self, sql: &str) -> TxResult<tokio_postgres::Statement> {
+        self.client()?.prepare_cached(sql).await.map_err(pg)
+    }
+
+    pub(crate) async fn query(&self, sql: &str, params: &[Param<'_>]) -> TxResult<Vec<Row>> {
         let statement = self.statement(sql).await?;
-        self.client.query(&statement, params).await
+        self.client()?.query(&statement, params).await.map_err(pg)
     }
 
-    pub(crate) async fn query_opt(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
+    pub(crate) async fn execute(&self, sql: &str, params: &[Param<'_>]) -> TxResult<u64> {
         let statement = self.statement(sql).await?;
-        self.client.query_opt(&statement, params).await
+        self.client()?.execute(&statement, params).await.map_err(pg)
     }
 
-    pub(crate) async fn query_one(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Row, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.query_one(&statement, params).await
-    }
-
-    pub(crate) async fn execute(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<u64, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.execute(&statement, params).await
-    }
-
-    /// One value of the first row of a query that returns exactly one row.
-    pub(crate) async fn value<T>(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<T, tokio_postgres::Error>
+    /// One value of the one row a query returns.
+    pub(crate) async fn value<T>(&self, sql: &str, params: &[Param<'_>]) -> TxResult<T>
     where
         T: for<'r> FromSql<'r>,
     {
-        self.query_one(sql, params).await?.try_get(0)
+        let statement = self.statement(sql).await?;
+        let row = self
+            .client()?
+            .query_one(&statement, params)
+            .await
+            .map_err(pg)?;
+        col(&row, 0)
     }
 
     /// `query_opt` inside its own transaction opened with `begin`, the
@@ -240,9 +190,11 @@ impl Conn {
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
+        let Some(client) = self.client.as_ref() else {
+            return Ok(None);
+        };
+        let statement = client.prepare_cached(sql).await?;
         self.in_transaction = true;
-        let client = &self.client;
         let (_, row, _) = tokio::try_join!(
             client.batch_execute(begin),
             client.query_opt(&statement, params),
@@ -254,44 +206,42 @@ impl Conn {
 
     pub(crate) async fn begin(&mut self, mode: &str) -> Result<(), tokio_postgres::Error> {
         self.in_transaction = true;
-        self.unsynced_commit = false;
-        self.client.batch_execute(mode).await
+        self.batch(mode).await
     }
 
-    /// Lets this transaction's commit return before the server has flushed
-    /// its log, as SQLite's `Durability::Deferred` does; only for records
-    /// whose loss no live process can act on (docs/ARCHITECTURE.md, the
-    /// board's invariant on log flushes). The log is sequential: a synced
-    /// commit after it flushes it too.
-    pub(crate) fn commit_unsynced(&mut self) {
-        self.unsynced_commit = true;
-    }
-
-    pub(crate) async fn end(&mut self, commit: bool) -> Result<(), tokio_postgres::Error> {
-        // `SET LOCAL` is read at the commit, and sent with it: no round trip
-        // more for an unsynced commit.
-        let sql = match (commit, self.unsynced_commit) {
+    /// Ends the transaction: `COMMIT` (with `unsynced`, returning before
+    /// the server flushed its log: `SET LOCAL` is read at the commit and
+    /// sent with it, no round trip more) or `ROLLBACK`.
+    pub(crate) async fn end(
+        &mut self,
+        commit: bool,
+        unsynced: bool,
+    ) -> Result<(), tokio_postgres::Error> {
+        let sql = match (commit, unsynced) {
             (true, false) => "COMMIT",
             (true, true) => "SET LOCAL synchronous_commit TO OFF; COMMIT",
             (false, _) => "ROLLBACK",
         };
-        self.client.batch_execute(sql).await?;
+        self.batch(sql).await?;
         self.in_transaction = false;
         Ok(())
     }
 
-    pub(crate) async fn batch(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        self.client.batch_execute(sql).await
+    pub(crate) async fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        match &self.client {
+            Some(client) => client.batch_execute(sql).await,
+            None => Ok(()),
+        }
     }
 }
 
-/// Clients to one database, opened on the board's runtime when needed.
+/// The board's clients, opened on its runtime when needed.
 pub(crate) struct Pool {
+    clients: Clients,
     config: tokio_postgres::Config,
     /// Verified TLS when the URL asks for it (`sslmode=require`).
     tls: Option<crate::tls::Verified>,
     runtime: tokio::runtime::Handle,
-    idle: Mutex<Vec<Conn>>,
     /// The board's name in messages: its URL without a password.
     pub(crate) name: String,
 }
@@ -309,14 +259,30 @@ impl Pool {
         tls: Option<crate::tls::Verified>,
         runtime: tokio::runtime::Handle,
         name: String,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, BoardError> {
+        // A connection handed out is only checked for being open: one
+        // whose server went away fails its first statement, which is
+        // passing (and a connection left inside a transaction never goes
+        // back: see `Conn`'s drop).
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &tls {
+            None => Manager::from_config(config.clone(), NoTls, manager_config),
+            Some(tls) => Manager::from_config(config.clone(), tls.clone(), manager_config),
+        };
+        let clients = Clients::builder(manager)
+            .max_size(CONNECTIONS)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|error| BoardError::Storage(format!("{name}: {error}")))?;
+        Ok(Self {
+            clients,
             config,
             tls,
             runtime,
-            idle: Mutex::new(Vec::new()),
             name,
-        }
+        })
     }
 
     pub(crate) fn config(&self) -> &tokio_postgres::Config {
@@ -331,45 +297,18 @@ impl Pool {
         &self.runtime
     }
 
-    /// An idle connection, or a new one.
-    pub(crate) async fn get(&self) -> Result<Pooled<'_>, BoardError> {
-        let kept = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        let conn = match kept {
-            Some(conn) if !conn.client.is_closed() => conn,
-            _ => self.connect().await?,
-        };
-        Ok(Pooled {
-            pool: self,
-            conn: Some(conn),
-        })
-    }
-
-    async fn connect(&self) -> Result<Conn, BoardError> {
-        let config = self.config.clone();
-        let tls = self.tls.clone();
-        let opened = self.runtime.spawn(async move {
-            // The connection task ends when its client is dropped.
-            let client = match tls {
-                None => {
-                    let (client, connection) = config.connect(NoTls).await?;
-                    tokio::spawn(drive(connection));
-                    client
-                }
-                Some(tls) => {
-                    let (client, connection) = config.connect(tls).await?;
-                    tokio::spawn(drive(connection));
-                    client
-                }
-            };
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        let client = match opened.await {
+    /// A connection: a kept one, or a new one opened on the board's runtime.
+    pub(crate) async fn get(&self) -> Result<Conn, BoardError> {
+        let clients = self.clients.clone();
+        let got = self.runtime.spawn(async move { clients.get().await }).await;
+        let client = match got {
             Ok(Ok(client)) => client,
-            Ok(Err(error)) => return Err(unreachable(&self.name, &error)),
+            Ok(Err(deadpool_postgres::PoolError::Backend(error))) => {
+                return Err(unreachable(&self.name, &error));
+            }
+            Ok(Err(error)) => {
+                return Err(BoardError::Storage(format!("{}: {error}", self.name)));
+            }
             Err(join) => {
                 return Err(BoardError::Unusable {
                     path: self.name.clone(),
@@ -378,60 +317,13 @@ impl Pool {
             }
         };
         Ok(Conn {
-            client,
-            statements: HashMap::new(),
+            client: Some(client),
             in_transaction: false,
-            unsynced_commit: false,
         })
     }
 }
 
-/// A connection on loan; back to the pool when dropped, unless it is broken
-/// or was left inside a transaction.
-pub(crate) struct Pooled<'a> {
-    pool: &'a Pool,
-    conn: Option<Conn>,
-}
-
-impl std::ops::Deref for Pooled<'_> {
-    type Target = Conn;
-
-    fn deref(&self) -> &Conn {
-        self.conn
-            .as_ref()
-            .expect("a pooled connection is present until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Pooled<'_> {
-    fn deref_mut(&mut self) -> &mut Conn {
-        self.conn
-            .as_mut()
-            .expect("a pooled connection is present until dropped")
-    }
-}
-
-impl Drop for Pooled<'_> {
-    fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        if conn.in_transaction || conn.client.is_closed() {
-            return;
-        }
-        let mut idle = self
-            .pool
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.len() < IDLE_KEPT {
-            idle.push(conn);
-        }
-    }
-}
-
 /// A column of a row, typed; a mismatch is a storage error, never a panic.
-pub(crate) fn col<'r, T: FromSql<'r>>(
-    row: &'r Row,
-    index: usize,
-) -> Result<T, tokio_postgres::Error> {
-    row.try_get(index)
+pub(crate) fn col<'r, T: FromSql<'r>>(row: &'r Row, index: usize) -> TxResult<T> {
+    row.try_get(index).map_err(pg)
 }

@@ -1,37 +1,36 @@
 //! The kanban board on PostgreSQL: the same ports and the same contract as
 //! the SQLite board, for dispatchers on several hosts sharing one board.
 //!
-//! [`PgBoard`] implements core's `Board`, `BoardAdmin` and `DispatchBoard`.
-//! As on SQLite, every rule is core's: a write locks the card's row
-//! (`SELECT … FOR UPDATE`), reads what the rule needs, and applies core's
-//! transition in the same transaction. Claims skip rows another claimer has
-//! locked (`FOR UPDATE SKIP LOCKED`), so no claim ever waits for another.
-//! Every worker write checks its fence (card running, same run open, same
-//! claim lock, unexpired lease) on the locked row. Time always comes from
-//! the board's [`kanban_core::Clock`], never from the server's `now()`, so
-//! a virtual clock drives this board exactly as it drives SQLite's.
+//! [`PgBoard`] is core's three board ports over the [`Postgres`] engine:
+//! the steps are the shared board's (`kanban-board`), and this crate keeps
+//! the connections, their transactions, the SQL and the migrations. Every
+//! write locks what it reads to change (`SELECT … FOR UPDATE`), claims skip
+//! rows another claimer holds (`FOR UPDATE SKIP LOCKED`), and time always
+//! comes from the board's [`kanban_core::Clock`], never from the server's
+//! `now()`, so a virtual clock drives this board exactly as it drives
+//! SQLite's.
 
-mod admin;
 mod conn;
-mod dispatch;
-mod rows;
+mod engine;
 mod schema;
 mod tls;
 mod watch;
-mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kanban_board::{StoredBoard, TxError};
 use kanban_core::{BoardError, Clock};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, percent_encode};
 
+pub use engine::Postgres;
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 /// The driver's connection settings, and a host in them.
 pub use tokio_postgres::Config;
 pub use tokio_postgres::config::Host;
 pub use watch::ChangeWatch;
 
-use conn::{Pool, TxError, storage_error};
+use conn::{Pool, storage_error};
 
 /// Whether a `--db` value names a PostgreSQL board rather than a file.
 pub fn is_postgres_url(db: &str) -> bool {
@@ -95,18 +94,16 @@ pub fn public_url(url: &BoardUrl) -> String {
     )
 }
 
-/// `bytes` with every byte but the URL's unreserved ones percent-encoded:
-/// a name with `@`, `/`, `?` or `:` in it reads back as itself.
+/// Every byte but the URL's unreserved ones is percent-encoded in a
+/// public URL: a name with `@`, `/`, `?` or `:` reads back as itself.
+const RESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 fn encoded(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(bytes.len());
-    for &byte in bytes {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            text.push(char::from(byte));
-        } else {
-            text.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    text
+    percent_encode(bytes, RESERVED).to_string()
 }
 
 /// Parses a board URL; the error names what is wrong, never the password.
@@ -180,7 +177,8 @@ fn take_param(url: &str, name: &str) -> (String, Option<Result<String, Vec<u8>>>
         .split('&')
         .filter(|pair| match pair.split_once('=') {
             Some((key, raw)) if key == name => {
-                value = Some(decoded(raw));
+                let bytes: Vec<u8> = percent_decode_str(raw).collect();
+                value = Some(String::from_utf8(bytes).map_err(|error| error.into_bytes()));
                 false
             }
             _ => true,
@@ -193,63 +191,22 @@ fn take_param(url: &str, name: &str) -> (String, Option<Result<String, Vec<u8>>>
     }
 }
 
-/// `text` with its `%XX` escapes read back (anything else kept as
-/// written); the bytes themselves when they are not UTF-8.
-fn decoded(text: &str) -> Result<String, Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        let escape = match bytes.get(at..at + 3) {
-            Some([b'%', high, low]) if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
-                char::from(*high)
-                    .to_digit(16)
-                    .zip(char::from(*low).to_digit(16))
-                    .and_then(|(high, low)| u8::try_from(high * 16 + low).ok())
-            }
-            _ => None,
-        };
-        match escape {
-            Some(byte) => {
-                out.push(byte);
-                at += 3;
-            }
-            None => {
-                out.push(bytes[at]);
-                at += 1;
-            }
-        }
-    }
-    String::from_utf8(out).map_err(|error| error.into_bytes())
-}
-
 /// A kanban board in one PostgreSQL database.
-pub struct PgBoard {
-    pool: Pool,
-    clock: Arc<dyn Clock>,
-    /// Runs the clients' connection tasks; shut down with the board.
-    runtime: Option<tokio::runtime::Runtime>,
-}
+#[derive(Debug)]
+pub struct PgBoard(StoredBoard<Postgres>);
 
-impl std::fmt::Debug for PgBoard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgBoard")
-            .field("board", &self.pool.name)
-            .finish_non_exhaustive()
-    }
-}
+kanban_board::board_ports!(PgBoard);
 
-impl Drop for PgBoard {
-    fn drop(&mut self) {
-        // Never block: the board may be dropped inside another runtime.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+impl std::ops::Deref for PgBoard {
+    type Target = StoredBoard<Postgres>;
+
+    fn deref(&self) -> &StoredBoard<Postgres> {
+        &self.0
     }
 }
 
 impl PgBoard {
-    /// Connects to the board at `config`, creating or upgrading its schema
+    /// Connects to the board at `url`, creating or upgrading its schema
     /// (under an advisory lock, so dispatchers starting at once agree), and
     /// reads time from `clock`.
     pub async fn connect(url: BoardUrl, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
@@ -258,24 +215,26 @@ impl PgBoard {
         Ok(board)
     }
 
-    /// Connects to the board at `config` as it is: a worker, an agent's
-    /// call or a proof never creates or upgrades a schema. A database
-    /// without a board, or with another schema version, is refused; a
-    /// server out of reach is a passing fault (`Storage`).
+    /// Connects to the board at `url` as it is: a worker, an agent's call
+    /// or a proof never creates or upgrades a schema. A database without a
+    /// board, or with another schema version, is refused; a server out of
+    /// reach is a passing fault (`Storage`).
     pub async fn open(url: BoardUrl, clock: Arc<dyn Clock>) -> Result<Self, BoardError> {
         let board = Self::start(url, clock)?;
-        let found: Option<i64> = snapshot!(board, |conn, _now| {
+        let found: Option<i64> = async {
+            let conn = board.engine().pool.get().await?;
             let exists: bool = conn
                 .value("SELECT to_regclass('kanban_schema') IS NOT NULL", &[])
-                .await?;
+                .await
+                .map_err(|error| board.tx_error(error))?;
             if !exists {
-                return Ok(None);
+                return Ok::<_, BoardError>(None);
             }
-            let version: Option<i64> = conn
-                .value("SELECT MAX(version) FROM kanban_schema", &[])
-                .await?;
-            Ok(version)
-        })?;
+            conn.value("SELECT MAX(version) FROM kanban_schema", &[])
+                .await
+                .map_err(|error| board.tx_error(error))
+        }
+        .await?;
         let unusable = |message: String| BoardError::Unusable {
             path: board.url().to_owned(),
             message,
@@ -329,225 +288,56 @@ impl PgBoard {
             .enable_all()
             .build()
             .map_err(|error| BoardError::Storage(format!("cannot start the driver: {error}")))?;
-        let pool = Pool::new(config, tls, runtime.handle().clone(), name);
-        Ok(Self {
+        let pool = Pool::new(config, tls, runtime.handle().clone(), name)?;
+        Ok(Self(StoredBoard::new(Postgres {
             pool,
             clock,
             runtime: Some(runtime),
-        })
+        })))
     }
 
     /// The board's URL without a password: what claims carry.
     pub fn url(&self) -> &str {
-        &self.pool.name
+        &self.engine().pool.name
+    }
+
+    /// The lease proof: one read-only statement in its own snapshot.
+    pub async fn prove(
+        &self,
+        request: &kanban_core::ProofRequest,
+        identity: kanban_core::ProofIdentity,
+    ) -> Result<(), kanban_core::NotLive> {
+        kanban_board::Engine::prove(self.engine(), request, identity).await
+    }
+
+    /// A watch on the board's notifications (see [`Postgres::watch`]).
+    pub fn watch(&self) -> ChangeWatch {
+        self.engine().watch()
+    }
+
+    fn tx_error(&self, error: TxError) -> BoardError {
+        error.into_board_error(|error| match error.downcast::<tokio_postgres::Error>() {
+            Ok(error) => storage_error(self.url(), &error),
+            Err(other) => BoardError::Storage(format!("{}: {other}", self.url())),
+        })
     }
 
     async fn migrate(&self) -> Result<(), BoardError> {
-        let name = self.pool.name.clone();
+        let name = self.url().to_owned();
         let mut conn = self
+            .engine()
             .pool
             .get()
             .await
             .map_err(|error| conn::unreachable_at_open(&name, error))?;
         let fail = |error: tokio_postgres::Error| storage_error(&name, &error);
         conn.begin("BEGIN").await.map_err(fail)?;
-        let outcome = schema::migrate(&mut conn, &name).await;
-        match outcome {
-            Ok(()) => conn.end(true).await.map_err(fail),
+        match schema::migrate(&mut conn, &name).await {
+            Ok(()) => conn.end(true, false).await.map_err(fail),
             Err(error) => {
-                let _ = conn.end(false).await;
-                Err(match error {
-                    TxError::Pg(error) => fail(error),
-                    TxError::Board(error) | TxError::CommitThen(error) => error,
-                })
+                let _ = conn.end(false, false).await;
+                Err(self.tx_error(error))
             }
         }
-    }
-
-    /// Runs `body` in a read-write transaction, retried on a serialization
-    /// failure or a deadlock; a [`TxError::CommitThen`] commits and fails.
-    pub(crate) async fn settle<T>(
-        &self,
-        conn: &mut conn::Conn,
-        outcome: Result<T, TxError>,
-    ) -> Result<Result<T, BoardError>, tokio_postgres::Error> {
-        match outcome {
-            Ok(value) => {
-                conn.end(true).await?;
-                Ok(Ok(value))
-            }
-            Err(TxError::CommitThen(error)) => {
-                conn.end(true).await?;
-                Ok(Err(error))
-            }
-            Err(TxError::Board(error)) => {
-                conn.end(false).await?;
-                Ok(Err(error))
-            }
-            Err(TxError::Pg(error)) => {
-                let _ = conn.end(false).await;
-                Err(error)
-            }
-        }
-    }
-
-    pub(crate) fn fail(&self, error: &tokio_postgres::Error) -> BoardError {
-        storage_error(&self.pool.name, error)
-    }
-}
-
-/// Runs a block as one write transaction on a pooled connection, with the
-/// board's time: `transaction!(self, |tx, now| { … Ok(value) })`. Retried whole on
-/// a conflict PostgreSQL resolved by failing this side.
-macro_rules! transaction {
-    ($board:expr, |$tx:ident, $now:ident| $body:block) => {{
-        let board = &$board;
-        let mut pooled = board.pool.get().await?;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let $now: i64 = board.clock.now();
-            if let Err(error) = pooled.begin("BEGIN").await {
-                break Err(board.fail(&error));
-            }
-            let outcome: Result<_, $crate::conn::TxError> = async {
-                let $tx: &mut $crate::conn::Conn = &mut pooled;
-                $body
-            }
-            .await;
-            match board.settle(&mut pooled, outcome).await {
-                Ok(result) => break result,
-                Err(error)
-                    if $crate::conn::is_conflict(&error)
-                        && attempt < $crate::conn::CONFLICT_RETRIES =>
-                {
-                    continue;
-                }
-                Err(error) => break Err(board.fail(&error)),
-            }
-        }
-    }};
-}
-
-/// Runs a block of reads in one read-only snapshot:
-/// `snapshot!(self, |conn, now| { … Ok(value) })`.
-macro_rules! snapshot {
-    ($board:expr, |$conn:ident, $now:ident| $body:block) => {{
-        let board = &$board;
-        let mut pooled = board.pool.get().await?;
-        let $now: i64 = board.clock.now();
-        match pooled
-            .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-        {
-            Err(error) => Err(board.fail(&error)),
-            Ok(()) => {
-                let outcome: Result<_, $crate::conn::TxError> = async {
-                    let $conn: &mut $crate::conn::Conn = &mut pooled;
-                    $body
-                }
-                .await;
-                match board.settle(&mut pooled, outcome).await {
-                    Ok(result) => result,
-                    Err(error) => Err(board.fail(&error)),
-                }
-            }
-        }
-    }};
-}
-
-pub(crate) use {snapshot, transaction};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_public_url_reads_back_as_the_same_board_whatever_its_names_hold() {
-        for url in [
-            "postgres://kanban@db.example:6543/boards",
-            "postgres://a%40b%3Ac@%2Fvar%2Frun%2Fpostgres%20sock:5433/x%2Fy%3Fz",
-            "postgres://k@[::1]:5432/k",
-            "postgres://%C3%A9l%C3%A8ve@localhost/d%C3%A9p%C3%B4t",
-        ] {
-            let parsed = parse_url(url).unwrap();
-            let again = parse_url(&public_url(&parsed)).unwrap();
-            let (config, again) = (&parsed.config, &again.config);
-            assert_eq!(again.get_user(), config.get_user(), "{url}");
-            assert_eq!(again.get_hosts(), config.get_hosts(), "{url}");
-            assert_eq!(again.get_ports(), config.get_ports(), "{url}");
-            assert_eq!(again.get_dbname(), config.get_dbname(), "{url}");
-        }
-        let odd = parse_url("postgres://a%40b@%2Ftmp%2Fpg:5433/x%2Fy").unwrap();
-        assert_eq!(odd.config.get_user(), Some("a@b"));
-        assert_eq!(public_url(&odd), "postgres://a%40b@%2Ftmp%2Fpg:5433/x%2Fy");
-    }
-
-    #[test]
-    fn tls_settings_read_back_and_the_root_certificate_is_named_absolutely() {
-        use tokio_postgres::config::SslMode;
-        let dir = std::env::temp_dir().join(format!("kanban-tls-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("a b")).unwrap();
-        let ca = dir.join("a b").join("ca.pem");
-        std::fs::write(&ca, "").unwrap();
-        let given = format!(
-            "postgres://k@db.example:5432/k?sslmode=require&sslrootcert={}&connect_timeout=3",
-            ca.display().to_string().replace(' ', "%20")
-        );
-        let parsed = parse_url(&given).unwrap();
-        assert_eq!(parsed.config.get_ssl_mode(), SslMode::Require);
-        assert_eq!(parsed.root_cert.as_deref(), Some(ca.as_path()));
-        assert_eq!(
-            parsed.config.get_connect_timeout(),
-            Some(&std::time::Duration::from_secs(3)),
-            "the other parameters reach the driver"
-        );
-        let public = public_url(&parsed);
-        assert!(
-            public.contains("/k?sslmode=require&sslrootcert=%2F"),
-            "{public}"
-        );
-        let again = parse_url(&public).unwrap();
-        assert_eq!(again.root_cert, parsed.root_cert);
-        assert_eq!(again.config.get_ssl_mode(), SslMode::Require);
-        assert_eq!(public_url(&again), public);
-        // Without TLS asked for, the URL is as before.
-        let plain = parse_url("postgres://k@db.example:5432/k?sslmode=disable").unwrap();
-        assert_eq!(public_url(&plain), "postgres://k@db.example:5432/k");
-        // A root certificate that is not there is named.
-        let missing = parse_url("postgres://k@h/k?sslmode=require&sslrootcert=/nonexistent/ca.pem")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            missing.contains("sslrootcert /nonexistent/ca.pem cannot be read"),
-            "{missing}"
-        );
-        // Settings that would not do what they seem are refused by name.
-        for (given, said) in [
-            (
-                "postgres://k@h/k?sslrootcert=/etc/ca.pem",
-                "without sslmode=require",
-            ),
-            (
-                "postgres://k@h/k?sslmode=prefer&sslrootcert=/etc/ca.pem",
-                "without sslmode=require",
-            ),
-            (
-                "postgres://k@h/k?sslmode=require&sslrootcert=",
-                "an empty sslrootcert",
-            ),
-            ("postgres://k@%2Ftmp/k?sslmode=require", "on a Unix socket"),
-            (
-                "postgres://k@h/k?sslmode=require&sslrootcert=%FF%FE",
-                "not UTF-8",
-            ),
-        ] {
-            let error = parse_url(given).unwrap_err().to_string();
-            assert!(error.contains(said), "{given}: {error}");
-        }
-        // Only two hexadecimal digits make an escape.
-        assert_eq!(decoded("%2F%+A%4"), Ok("/%+A%4".to_owned()));
-        assert_eq!(decoded("caf%C3%A9"), Ok("café".to_owned()));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

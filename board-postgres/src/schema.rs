@@ -7,7 +7,9 @@
 
 use kanban_core::BoardError;
 
-use crate::conn::{Conn, TxError};
+use kanban_board::TxResult;
+
+use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -107,11 +109,12 @@ const MIGRATION_LOCK: i64 = 0x6b61_6e62_616e; // "kanban"
 /// Brings the schema to [`SCHEMA_VERSION`] inside the caller's transaction,
 /// holding an advisory lock so that two dispatchers starting at once do not
 /// both migrate. A newer schema is refused, never touched.
-pub(crate) async fn migrate(conn: &mut Conn, board: &str) -> Result<(), TxError> {
+pub(crate) async fn migrate(conn: &mut Conn, board: &str) -> TxResult<()> {
     conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await?;
     conn.batch("CREATE TABLE IF NOT EXISTS kanban_schema (version BIGINT NOT NULL)")
-        .await?;
+        .await
+        .map_err(pg)?;
     let found: Option<i64> = conn
         .value("SELECT MAX(version) FROM kanban_schema", &[])
         .await?;
@@ -129,7 +132,7 @@ pub(crate) async fn migrate(conn: &mut Conn, board: &str) -> Result<(), TxError>
         if version <= found {
             continue;
         }
-        conn.batch(migration).await?;
+        conn.batch(migration).await.map_err(pg)?;
         conn.execute(
             "INSERT INTO kanban_schema (version) VALUES ($1)",
             &[&version],

@@ -12,15 +12,15 @@ use std::time::Duration;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Config, NoTls, Socket};
 
-use crate::PgBoard;
 use crate::conn::Conn;
+use crate::engine::Postgres;
 
 /// The channel every board write that makes work notifies.
 pub(crate) const CHANNEL: &str = "kanban_board";
 const LISTEN: &str = "LISTEN kanban_board";
 
 /// Notifies the board's listeners when the caller's transaction commits.
-pub(crate) async fn notify(conn: &mut Conn) -> Result<(), tokio_postgres::Error> {
+pub(crate) async fn notify(conn: &Conn) -> kanban_board::TxResult<()> {
     conn.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
         .await?;
     Ok(())
@@ -40,7 +40,7 @@ impl ChangeWatch {
     }
 }
 
-impl PgBoard {
+impl Postgres {
     /// A watch on this board's notifications, listening on a connection of
     /// its own for as long as the board is open; it reconnects after a
     /// second when the connection drops.

@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use kanban_core::lease::{LeaseView, RunLease, TaskLease, evaluate_lease, required_coordinates};
+use kanban_board::{lease_from_row, lease_query};
+use kanban_core::lease::{LeaseView, evaluate_lease, required_coordinates};
 use kanban_core::{NotLive, ProofIdentity, ProofRequest};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -26,8 +27,7 @@ pub fn prove_lease(
     if !path.is_file() {
         return Err(NotLive::BoardNotFound(db.to_owned()));
     }
-    let view = read_view(path, task_id, identity)
-        .map_err(|error| NotLive::Unreadable(error.to_string()))?;
+    let view = read_view(path, task_id, identity).map_err(NotLive::Unreadable)?;
     evaluate_lease(&view, run_id, claim_lock, identity, now)
 }
 
@@ -85,104 +85,63 @@ impl LeaseProver {
                 return Err(NotLive::BoardNotFound(db.to_owned()));
             }
         };
-        if open.as_ref().map(|kept| kept.identity) != Some(file) {
-            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let conn = Connection::open_with_flags(&path, flags)
-                .map_err(|error| NotLive::Unreadable(error.to_string()))?;
-            *open = Some(OpenProof {
-                conn,
-                identity: file,
-            });
-        }
-        let Some(kept) = open.as_ref() else {
-            return Err(NotLive::Unreadable(
-                "the board could not be opened".to_owned(),
-            ));
+        let kept = match open.take() {
+            Some(kept) if kept.identity == file => open.insert(kept),
+            _ => {
+                let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                let conn = Connection::open_with_flags(&path, flags)
+                    .map_err(|error| NotLive::Unreadable(error.to_string()))?;
+                open.insert(OpenProof {
+                    conn,
+                    identity: file,
+                })
+            }
         };
         match read_in_transaction(&kept.conn, task_id, identity) {
             Ok(view) => evaluate_lease(&view, run_id, claim_lock, identity, now),
             Err(error) => {
                 *open = None;
-                Err(NotLive::Unreadable(error.to_string()))
+                Err(NotLive::Unreadable(error))
             }
         }
     }
 }
 
-/// The proof's reads in one read transaction: one snapshot for both rows.
+/// The proof's read in one read transaction: one snapshot for both rows.
 fn read_in_transaction(
     conn: &Connection,
     task_id: &str,
     identity: ProofIdentity,
-) -> rusqlite::Result<LeaseView> {
-    conn.execute_batch("BEGIN")?;
+) -> Result<LeaseView, String> {
+    conn.execute_batch("BEGIN")
+        .map_err(|error| error.to_string())?;
     let view = lease_view(conn, task_id, identity);
     let ended = conn.execute_batch("COMMIT");
     let view = view?;
-    ended?;
+    ended.map_err(|error| error.to_string())?;
     Ok(view)
 }
 
-fn read_view(path: &Path, task_id: &str, identity: ProofIdentity) -> rusqlite::Result<LeaseView> {
+fn read_view(path: &Path, task_id: &str, identity: ProofIdentity) -> Result<LeaseView, String> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags)?;
+    let conn = Connection::open_with_flags(path, flags).map_err(|error| error.to_string())?;
     lease_view(&conn, task_id, identity)
 }
 
-/// Reads the rows a lease proof needs, in whatever transaction `conn` is in.
-pub(crate) fn lease_view(
+/// Reads the rows a lease proof needs (the board's shared query), in
+/// whatever transaction `conn` is in.
+fn lease_view(
     conn: &Connection,
     task_id: &str,
     identity: ProofIdentity,
-) -> rusqlite::Result<LeaseView> {
-    let task = conn
-        .prepare_cached("SELECT status, worker_pid, current_run_id, claim_lock, claim_expires FROM tasks WHERE id = ?1")?
-        .query_row(params![task_id], |row| {
-                Ok(TaskLease {
-                    status: row.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                    worker_pid: row.get(1)?,
-                    current_run_id: row.get(2)?,
-                    claim_lock: row.get(3)?,
-                claim_expires: row.get(4)?,
-            })
+) -> Result<LeaseView, String> {
+    let row = conn
+        .prepare_cached(&lease_query(identity))
+        .and_then(|mut statement| {
+            statement
+                .query_row(params![task_id], crate::engine::row_of)
+                .optional()
         })
-        .optional()?;
-    let run = match task.as_ref().and_then(|task| task.current_run_id) {
-        None => None,
-        Some(run_id) => conn
-            .prepare_cached(
-                "SELECT ended_at, worker_pid, claim_expires FROM task_runs WHERE id = ?1",
-            )?
-            .query_row(params![run_id], |row| {
-                Ok(RunLease {
-                    ended_at: row.get(0)?,
-                    worker_pid: row.get(1)?,
-                    claim_expires: row.get(2)?,
-                })
-            })
-            .optional()?,
-    };
-    let newest_bound = match identity {
-        ProofIdentity::BoundOwner(_) => conn
-            .query_row(
-                "SELECT payload FROM task_events WHERE task_id = ?1 AND kind = 'worker_bound' ORDER BY id DESC LIMIT 1",
-                params![task_id],
-                |row| row.get::<_, Option<String>>(0),
-            )
-            .optional()?
-            .flatten()
-            .and_then(|payload| serde_json::from_str::<serde_json::Value>(&payload).ok())
-            .map(|payload| {
-                (
-                    payload["pid"].as_i64().unwrap_or(-1),
-                    payload["claim_lock"].as_str().unwrap_or("").to_owned(),
-                )
-            }),
-        _ => None,
-    };
-    Ok(LeaseView {
-        task,
-        run,
-        newest_bound,
-    })
+        .map_err(|error| error.to_string())?;
+    lease_from_row(row.as_ref()).map_err(|error| format!("{error:?}"))
 }

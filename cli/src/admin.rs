@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::rules::Change;
 use kanban_core::{Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
 
@@ -187,12 +188,11 @@ pub(crate) fn edit(global: &GlobalArgs, env: &Environment, args: &EditArgs) -> a
         title: args.title.clone(),
         body: args.body.clone(),
         priority: args.priority,
-        assignee: args
-            .assignee
-            .as_ref()
-            .map(|name| Some(name.trim().to_owned()).filter(|name| !name.is_empty())),
-        max_retries: args.max_retries.map(Some),
-        max_runtime_seconds: args.max_runtime.map(Some),
+        assignee: args.assignee.as_ref().map_or(Change::Keep, |name| {
+            Change::to(Some(name.trim().to_owned()).filter(|name| !name.is_empty()))
+        }),
+        max_retries: args.max_retries.map_or(Change::Keep, Change::Set),
+        max_runtime_seconds: args.max_runtime.map_or(Change::Keep, Change::Set),
     };
     block_on(board.edit(&args.id, &change))?;
     outln!("{} edited: {}", args.id, change.fields().join(", "));

@@ -137,6 +137,48 @@ impl OpenBoard {
         }
     }
 
+    /// The board's counts, for metrics.
+    pub(crate) async fn stats(&self) -> Result<kanban_core::BoardStats, kanban_core::BoardError> {
+        match &self.engine {
+            Engine::Sqlite(board) => board.stats().await,
+            Engine::Postgres(board) => board.stats().await,
+        }
+    }
+
+    /// One lane of the board as a page shows it: its count and first cards.
+    pub(crate) async fn lane(
+        &self,
+        status: kanban_core::TaskStatus,
+        limit: usize,
+    ) -> Result<(usize, Vec<kanban_core::TaskRecord>), kanban_core::BoardError> {
+        match &self.engine {
+            Engine::Sqlite(board) => board.lane(status, limit).await,
+            Engine::Postgres(board) => board.lane(status, limit).await,
+        }
+    }
+
+    /// The cards of statuses this build does not know: count and first cards.
+    pub(crate) async fn unknown_lane(
+        &self,
+        limit: usize,
+    ) -> Result<(usize, Vec<kanban_core::TaskRecord>), kanban_core::BoardError> {
+        match &self.engine {
+            Engine::Sqlite(board) => board.unknown_lane(limit).await,
+            Engine::Postgres(board) => board.unknown_lane(limit).await,
+        }
+    }
+
+    /// The newest event of each of these cards: its kind and time.
+    pub(crate) async fn last_events(
+        &self,
+        ids: &[String],
+    ) -> Result<kanban_board::LastEvents, kanban_core::BoardError> {
+        match &self.engine {
+            Engine::Sqlite(board) => board.last_events(ids).await,
+            Engine::Postgres(board) => board.last_events(ids).await,
+        }
+    }
+
     /// The worker's and agents' ports as one shared value.
     pub(crate) fn into_tool_board(self) -> Arc<dyn kanban_agent_port::ToolBoard> {
         match self.engine {

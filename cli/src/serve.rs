@@ -22,7 +22,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kanban_board_sqlite::{ChangeWatch, SqliteBoard, SystemClock};
+use kanban_board_sqlite::{ChangeWatch, SystemClock};
 
 use crate::board_path::{Engine, OpenBoard};
 use crate::supervisor::BoardWatch;
@@ -480,27 +480,8 @@ pub(crate) struct Lanes {
     pub(crate) now: i64,
 }
 
-/// Runs a SQLite board's synchronous reads on the blocking pool, off the
-/// workers that answer requests.
-async fn read<T: Send + 'static>(
-    app: &Shared,
-    job: impl FnOnce(&SqliteBoard) -> Result<T, BoardError> + Send + 'static,
-) -> Result<T, Failure> {
-    let app = app.clone();
-    tokio::task::spawn_blocking(move || match &app.board.engine {
-        Engine::Sqlite(board) => job(board),
-        Engine::Postgres(_) => Err(BoardError::Storage(
-            "a PostgreSQL board is read without blocking".to_owned(),
-        )),
-    })
-    .await
-    .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?
-    .map_err(Failure::from)
-}
-
 /// The lanes a page shows, each lane's count and first cards, and their
-/// last events: one blocking read on SQLite, one snapshot per read on
-/// PostgreSQL.
+/// last events.
 async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
     const SHOWN: [TaskStatus; 5] = [
         TaskStatus::Todo,
@@ -522,34 +503,22 @@ async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
             rows.push((OTHER_LANE.to_owned(), count, tasks));
         }
     };
-    if let Engine::Postgres(board) = &app.board.engine {
-        let mut rows = Vec::new();
-        for status in SHOWN {
-            let (count, tasks) = board.lane(status, LANE_LIMIT).await?;
-            rows.push((status.as_str().to_owned(), count, tasks));
-        }
-        other(&mut rows, board.unknown_lane(LANE_LIMIT).await?);
-        let last = board.last_events(&ids(&rows)).await?;
-        return Ok((rows, last));
+    let board = &app.board;
+    let mut rows = Vec::new();
+    for status in SHOWN {
+        let (count, tasks) = board.lane(status, LANE_LIMIT).await?;
+        rows.push((status.as_str().to_owned(), count, tasks));
     }
-    read(app, move |board| {
-        let mut rows = Vec::new();
-        for status in SHOWN {
-            let (count, tasks) = board.lane(status, LANE_LIMIT)?;
-            rows.push((status.as_str().to_owned(), count, tasks));
-        }
-        other(&mut rows, board.unknown_lane(LANE_LIMIT)?);
-        let last = board.last_events(&ids(&rows))?;
-        Ok((rows, last))
-    })
-    .await
+    other(&mut rows, board.unknown_lane(LANE_LIMIT).await?);
+    let last = board.last_events(&ids(&rows)).await?;
+    Ok((rows, last))
 }
 
 /// The lane of cards whose status this build does not know.
 pub(crate) const OTHER_LANE: &str = "other";
 
-/// The lanes shown, in one blocking read: each lane's count and first
-/// cards, and their last events.
+/// The lanes shown: each lane's count and first cards, and their last
+/// events.
 type LaneRows = (
     Vec<(String, usize, Vec<kanban_core::TaskRecord>)>,
     std::collections::HashMap<String, (String, i64)>,
@@ -977,10 +946,7 @@ async fn openapi() -> Response {
 }
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, Failure> {
-    let stats = match &app.board.engine {
-        Engine::Postgres(board) => board.stats().await?,
-        Engine::Sqlite(_) => read(&app, SqliteBoard::stats).await?,
-    };
+    let stats = app.board.stats().await?;
     let text = crate::metrics::render(&stats)
         .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?;
     Ok((

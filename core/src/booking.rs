@@ -98,6 +98,15 @@ impl BookingKind {
         Self::Crashed,
     ];
 
+    /// The kind of the event a booking of this kind appends: its name, but
+    /// `worker_exited` for the exit of a settled run.
+    pub fn event_kind(self) -> &'static str {
+        match self {
+            Self::Settled => "worker_exited",
+            other => other.as_str(),
+        }
+    }
+
     /// The event kind and run outcome name.
     pub fn as_str(self) -> &'static str {
         match self {

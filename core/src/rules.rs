@@ -81,9 +81,40 @@ pub struct Completion {
     pub completed_at: i64,
 }
 
+/// What becomes of one column: left as it is, set, or cleared.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Change<T> {
+    #[default]
+    Keep,
+    Set(T),
+    Clear,
+}
+
+impl<T> Change<T> {
+    /// True when the column is left as it is.
+    pub fn is_keep(&self) -> bool {
+        matches!(self, Self::Keep)
+    }
+
+    /// The column's new value (`Some(None)`: cleared), unless it is kept.
+    pub fn value(&self) -> Option<Option<&T>> {
+        match self {
+            Self::Keep => None,
+            Self::Set(value) => Some(Some(value)),
+            Self::Clear => Some(None),
+        }
+    }
+
+    /// Set to `value` when there is one, else cleared.
+    pub fn to(value: Option<T>) -> Self {
+        value.map_or(Self::Clear, Self::Set)
+    }
+}
+
 /// One change of one card, decided here and applied by a board in one
 /// transaction, in this order: close the open run, release the claim, set
-/// the task's columns, append the events. `None` leaves a column as it is.
+/// the task's columns, append the events. `None` (and [`Change::Keep`])
+/// leaves a column as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Transition {
     pub close_run: Option<RunClose>,
@@ -91,15 +122,15 @@ pub struct Transition {
     pub release_claim: bool,
     pub status: Option<TaskStatus>,
     pub consecutive_failures: Option<u32>,
-    pub last_failure_error: Option<Option<String>>,
-    /// The card is not claimed before this time (`Some(None)` clears it).
-    pub not_before: Option<Option<i64>>,
+    pub last_failure_error: Change<String>,
+    /// The card is not claimed before this time.
+    pub not_before: Change<i64>,
     pub completion: Option<Completion>,
     pub events: Vec<NewEvent>,
     /// Changes to the provider walls (see [`crate::walls`]).
     pub walls: Vec<WallChange>,
-    /// The operator's hold (`Some(None)` releases it).
-    pub held: Option<Option<String>>,
+    /// The operator's hold, and why.
+    pub held: Change<String>,
     /// An operator's edit of the card's fields.
     pub edit: Option<CardEdit>,
 }
@@ -129,12 +160,18 @@ impl Transition {
             && !release_claim
             && status.is_none()
             && consecutive_failures.is_none()
-            && last_failure_error.is_none()
-            && not_before.is_none()
+            && last_failure_error.is_keep()
+            && not_before.is_keep()
             && completion.is_none()
             && walls.is_empty()
-            && held.is_none()
+            && held.is_keep()
             && edit.is_none()
+    }
+
+    /// Whether it may give a dispatcher work: a card changes lanes or a run
+    /// ends (a board that wakes its dispatchers wakes them then).
+    pub fn makes_work(&self) -> bool {
+        self.release_claim || self.status.is_some()
     }
 }
 
@@ -144,10 +181,9 @@ pub struct CardEdit {
     pub title: Option<String>,
     pub body: Option<String>,
     pub priority: Option<i64>,
-    /// `Some(None)` clears the assignee.
-    pub assignee: Option<Option<String>>,
-    pub max_retries: Option<Option<u32>>,
-    pub max_runtime_seconds: Option<Option<i64>>,
+    pub assignee: Change<String>,
+    pub max_retries: Change<u32>,
+    pub max_runtime_seconds: Change<i64>,
 }
 
 impl CardEdit {
@@ -157,9 +193,9 @@ impl CardEdit {
             ("title", self.title.is_some()),
             ("body", self.body.is_some()),
             ("priority", self.priority.is_some()),
-            ("assignee", self.assignee.is_some()),
-            ("max_retries", self.max_retries.is_some()),
-            ("max_runtime_seconds", self.max_runtime_seconds.is_some()),
+            ("assignee", !self.assignee.is_keep()),
+            ("max_retries", !self.max_retries.is_keep()),
+            ("max_runtime_seconds", !self.max_runtime_seconds.is_keep()),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))
@@ -368,7 +404,7 @@ fn counted_failure(
     }
     Transition {
         walls: Vec::new(),
-        held: None,
+        held: Change::Keep,
         edit: None,
         close_run: Some(RunClose {
             status: outcome.to_owned(),
@@ -383,8 +419,8 @@ fn counted_failure(
             TaskStatus::Ready
         }),
         consecutive_failures: Some(failures),
-        last_failure_error: Some(Some(error)),
-        not_before: Some(retry_at),
+        last_failure_error: Change::Set(error),
+        not_before: Change::to(retry_at),
         completion: None,
         events,
     }
@@ -504,7 +540,7 @@ fn book_card_exit(
     });
     if booking.kind == BookingKind::Settled {
         let transition = Transition {
-            events: vec![NewEvent::new("worker_exited", run_id, payload)],
+            events: vec![NewEvent::new(booking.kind.event_kind(), run_id, payload)],
             ..Transition::default()
         };
         return (booking, transition);
@@ -523,7 +559,7 @@ fn book_card_exit(
         // A wall that needs a human blocks at once, whatever the count.
         if booking.blocks && transition.status != Some(TaskStatus::Blocked) {
             transition.status = Some(TaskStatus::Blocked);
-            transition.not_before = Some(None);
+            transition.not_before = Change::Clear;
             transition.events.push(NewEvent::new(
                 "gave_up",
                 run_id,
@@ -558,7 +594,7 @@ fn book_card_exit(
     }
     let transition = Transition {
         walls: Vec::new(),
-        held: None,
+        held: Change::Keep,
         edit: None,
         close_run: Some(RunClose {
             status: booking.kind.as_str().to_owned(),
@@ -573,8 +609,8 @@ fn book_card_exit(
             TaskStatus::Ready
         }),
         consecutive_failures: None,
-        last_failure_error: Some(Some(error)),
-        not_before: Some(retry_at),
+        last_failure_error: Change::Set(error),
+        not_before: Change::to(retry_at),
         completion: None,
         events,
     };
@@ -704,7 +740,7 @@ pub fn settle_overrun(
 pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) -> Transition {
     Transition {
         walls: Vec::new(),
-        held: None,
+        held: Change::Keep,
         edit: None,
         close_run: Some(RunClose {
             status: "done".to_owned(),
@@ -715,8 +751,8 @@ pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) ->
         release_claim: true,
         status: Some(TaskStatus::Done),
         consecutive_failures: Some(0),
-        last_failure_error: Some(None),
-        not_before: Some(None),
+        last_failure_error: Change::Clear,
+        not_before: Change::Clear,
         completion: Some(Completion {
             result: result.unwrap_or(summary).to_owned(),
             completed_at: now,
@@ -740,7 +776,7 @@ pub fn block(claim: &Claim, reason: &str) -> Transition {
         }),
         release_claim: true,
         status: Some(TaskStatus::Blocked),
-        not_before: Some(None),
+        not_before: Change::Clear,
         events: vec![NewEvent::new(
             "blocked",
             Some(claim.run_id),
@@ -763,7 +799,7 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
     let landing = requeue_landing(card.open_parents);
     Ok(Transition {
         walls: Vec::new(),
-        held: None,
+        held: Change::Keep,
         edit: None,
         close_run: Some(RunClose {
             status: "reclaimed".to_owned(),
@@ -774,8 +810,8 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
         release_claim: true,
         status: Some(landing),
         consecutive_failures: Some(0),
-        last_failure_error: Some(None),
-        not_before: Some(None),
+        last_failure_error: Change::Clear,
+        not_before: Change::Clear,
         completion: None,
         events: vec![NewEvent::new(
             "reclaimed",
@@ -798,8 +834,8 @@ pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
     Ok(Transition {
         status: Some(landing),
         consecutive_failures: Some(0),
-        last_failure_error: Some(None),
-        not_before: Some(None),
+        last_failure_error: Change::Clear,
+        not_before: Change::Clear,
         events: vec![NewEvent::new(
             "unblocked",
             None,
@@ -816,6 +852,80 @@ pub fn promote(card: &CardState) -> Option<Transition> {
         events: vec![NewEvent::new("promoted", None, Value::Null)],
         ..Transition::default()
     })
+}
+
+/// A card as a claim finds it: what the claim rule reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimCandidate {
+    pub task_id: String,
+    /// Its status; `None` when this build does not know it.
+    pub status: Option<TaskStatus>,
+    /// Somebody holds a claim on it.
+    pub claimed: bool,
+    /// An operator holds it (`kanban hold`).
+    pub held: bool,
+    pub not_before: Option<i64>,
+    pub assignee: Option<String>,
+    pub priority: i64,
+    pub created_at: i64,
+    /// Its place on the board: cards added later have later places.
+    pub place: i64,
+    /// Some parent is neither done nor archived.
+    pub open_parents: bool,
+    pub goal_mode: bool,
+    /// The card ran before: processes of its earlier runs may still live.
+    pub ran_before: bool,
+}
+
+/// What a claim does with a card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClaimVerdict {
+    /// Claim it.
+    Claim,
+    /// A ready card whose parents are not all done: back to `todo`
+    /// ([`reject_claim_for_parents`]).
+    WaitForParents,
+    /// Leave it: not ready, claimed, held, not due yet, another agent's, or
+    /// an id no kanban writes.
+    Pass,
+}
+
+/// Whether a claim takes `card` at `now`: a ready, unclaimed card, not
+/// held, whose parents are done; a dispatcher's claim also waits for its
+/// `not_before` and takes only the cards `filter` admits, while a claim by
+/// hand takes the card it names whatever its time. An id no kanban writes
+/// (`../x`) is never claimed: ids name log files and reach workers'
+/// environments.
+pub fn claim_verdict(
+    card: &ClaimCandidate,
+    now: i64,
+    filter: &crate::ClaimFilter,
+    by_hand: bool,
+) -> ClaimVerdict {
+    let waiting = !by_hand
+        && (card.not_before.is_some_and(|at| at > now) || !filter.admits(card.assignee.as_deref()));
+    if card.status != Some(TaskStatus::Ready)
+        || card.claimed
+        || card.held
+        || waiting
+        || !crate::is_valid_task_id(&card.task_id)
+    {
+        return ClaimVerdict::Pass;
+    }
+    if card.open_parents {
+        ClaimVerdict::WaitForParents
+    } else {
+        ClaimVerdict::Claim
+    }
+}
+
+/// The order claims take ready cards in: higher priority first, then the
+/// oldest, then the first added.
+pub fn claim_order(a: &ClaimCandidate, b: &ClaimCandidate) -> std::cmp::Ordering {
+    b.priority
+        .cmp(&a.priority)
+        .then(a.created_at.cmp(&b.created_at))
+        .then(a.place.cmp(&b.place))
 }
 
 /// A claim attempt on a ready card with an open parent sends it back to
@@ -893,8 +1003,8 @@ pub fn cancel(card: &CardState, reason: &str) -> Result<Transition, BoardError> 
         }),
         release_claim: running,
         status: Some(TaskStatus::Archived),
-        not_before: Some(None),
-        held: Some(None),
+        not_before: Change::Clear,
+        held: Change::Clear,
         events: vec![NewEvent::new(
             "cancelled",
             card.current_run_id.filter(|_| running),
@@ -912,7 +1022,7 @@ pub fn archive(card: &CardState) -> Result<Transition, BoardError> {
     }
     Ok(Transition {
         status: Some(TaskStatus::Archived),
-        not_before: Some(None),
+        not_before: Change::Clear,
         events: vec![NewEvent::new(
             "archived",
             None,
@@ -929,7 +1039,7 @@ pub fn hold(card: &CardState, reason: &str) -> Result<Transition, BoardError> {
         return Err(refuse(card, if card.held { "hold again" } else { "hold" }));
     }
     Ok(Transition {
-        held: Some(Some(reason.to_owned())),
+        held: Change::Set(reason.to_owned()),
         events: vec![NewEvent::new("held", None, json!({"reason": reason}))],
         ..Transition::default()
     })
@@ -942,7 +1052,7 @@ pub fn hold(card: &CardState, reason: &str) -> Result<Transition, BoardError> {
 pub fn lift_wall(card: &CardState, scope: &str, run: Option<i64>) -> Transition {
     let waiting = matches!(card.status, TaskStatus::Ready | TaskStatus::Todo);
     Transition {
-        not_before: waiting.then_some(None),
+        not_before: if waiting { Change::Clear } else { Change::Keep },
         events: vec![crate::events::wall_lifted_by_operator(scope, run)],
         ..Transition::default()
     }
@@ -957,7 +1067,7 @@ pub fn release_hold(card: &CardState) -> Result<Transition, BoardError> {
         )));
     }
     Ok(Transition {
-        held: Some(None),
+        held: Change::Clear,
         events: vec![NewEvent::new("released", None, json!({}))],
         ..Transition::default()
     })

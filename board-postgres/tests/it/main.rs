@@ -5,3 +5,4 @@ mod concurrency;
 mod contract;
 mod durability;
 mod state_machine;
+mod url;

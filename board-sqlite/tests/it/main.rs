@@ -6,6 +6,8 @@ mod contract;
 mod owner_seam;
 mod proof;
 mod state_machine;
+mod steps;
+mod store;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -9,7 +9,9 @@ fn seed_owner_cases_on_a_real_board() {
         let dir = tempfile::tempdir().unwrap();
         case.check(
             |time| crate::board_in(dir.path(), &time),
-            |board, task_id, expires| board.set_lease_expiry(task_id, expires).unwrap(),
+            |board, task_id, expires| {
+                kanban_testkit::block_on(board.set_lease_expiry(task_id, expires)).unwrap()
+            },
         );
     }
 }

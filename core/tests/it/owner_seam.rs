@@ -23,7 +23,7 @@ macro_rules! seed_cases {
         $(
             #[test]
             fn $name() {
-                kanban_testkit::seed_owner_case($id).check(|time| memory_board(Arc::new(time)), |board, task, expires| board.set_lease_expiry(task, expires).unwrap());
+                kanban_testkit::seed_owner_case($id).check(|time| memory_board(Arc::new(time)), |board, task, expires| kanban_testkit::block_on(board.set_lease_expiry(task, expires)).unwrap());
             }
         )*
     };

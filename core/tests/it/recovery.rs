@@ -203,7 +203,7 @@ fn lease_expired_during_the_backoff_blocks_model_reentry_on_a_board_in_memory() 
             .unwrap()
             .claim
     });
-    board.set_lease_expiry(&claim.task_id, 1_600).unwrap();
+    block_on(board.set_lease_expiry(&claim.task_id, 1_600)).unwrap();
     time.set(1_000);
     let env = worker_env(&claim.task_id);
     let mut policy = RecoveryPolicy::from_env(&env, None);

@@ -1,6 +1,7 @@
 //! The board rules, one table each: every engine applies these answers, so
 //! each row here is a row every board honours.
 
+use kanban_core::rules::Change;
 use kanban_core::rules::{
     self, CardState, ExitHistory, FailurePolicy, Overrun, Release, RunRow, Transition,
 };
@@ -293,7 +294,7 @@ fn booking_a_crash_counts_backs_off_and_blocks_at_the_limit() {
         close.error.as_deref().unwrap().ends_with("\"the end\""),
         "the trimmed output tail: {close:?}"
     );
-    let retry_at = t.not_before.flatten().expect("a backoff");
+    let retry_at = t.not_before.value().flatten().copied().expect("a backoff");
     assert!((NOW + 30..=NOW + 37).contains(&retry_at));
     assert_eq!(kinds(&t), ["crashed"]);
     assert_eq!(t.events[0].run_id, Some(7));
@@ -313,7 +314,11 @@ fn booking_a_crash_counts_backs_off_and_blocks_at_the_limit() {
     assert!(booking.blocks);
     assert_eq!(t.status, Some(TaskStatus::Blocked));
     assert_eq!(t.consecutive_failures, Some(2));
-    assert_eq!(t.not_before, Some(None), "a blocked card waits for a human");
+    assert_eq!(
+        t.not_before,
+        Change::Clear,
+        "a blocked card waits for a human"
+    );
     assert_eq!(kinds(&t), ["crashed", "gave_up"]);
     assert_eq!(t.events[1].payload["effective_limit"], 2);
     assert_eq!(t.events[1].payload["limit_source"], "dispatcher");
@@ -348,7 +353,7 @@ fn booking_a_crash_counts_backs_off_and_blocks_at_the_limit() {
         &no_backoff,
         NOW,
     );
-    assert_eq!(t.not_before, Some(None), "no backoff, no hold");
+    assert_eq!(t.not_before, Change::Clear, "no backoff, no hold");
 }
 
 #[test]
@@ -367,7 +372,7 @@ fn booking_walls_and_violations_counts_nothing() {
     assert_eq!(t.consecutive_failures, None, "not counted");
     assert_eq!(
         t.not_before,
-        Some(Some(NOW + 900)),
+        Change::Set(NOW + 900),
         "Retry-After beyond the cooldown"
     );
     assert_eq!(t.status, Some(TaskStatus::Ready));
@@ -383,7 +388,7 @@ fn booking_walls_and_violations_counts_nothing() {
     );
     assert_eq!(
         t.not_before,
-        Some(Some(NOW + 300)),
+        Change::Set(NOW + 300),
         "the cooldown when longer"
     );
 
@@ -399,7 +404,7 @@ fn booking_walls_and_violations_counts_nothing() {
         (BookingKind::ProtocolViolation, false)
     );
     assert_eq!(t.status, Some(TaskStatus::Ready));
-    assert_eq!(t.not_before, Some(None), "no hold after a violation");
+    assert_eq!(t.not_before, Change::Clear, "no hold after a violation");
     let history = ExitHistory {
         recent_outcomes: vec!["protocol_violation".into(), "protocol_violation".into()],
         ..ExitHistory::default()
@@ -425,7 +430,7 @@ fn booking_walls_and_violations_counts_nothing() {
     assert_eq!(booking.kind, BookingKind::TerminalProvider);
     assert_eq!(t.status, Some(TaskStatus::Blocked), "78 blocks at once");
     assert_eq!(t.consecutive_failures, Some(1));
-    assert_eq!(t.not_before, Some(None));
+    assert_eq!(t.not_before, Change::Clear);
     assert!(kinds(&t).contains(&"gave_up"));
 }
 
@@ -558,7 +563,7 @@ fn releasing_a_claim() {
     };
     let t = rules::release_claim(&running(), &claim(), &not_started, &policy, NOW).unwrap();
     assert_eq!(t.consecutive_failures, None, "not counted");
-    assert_eq!(t.not_before, None, "not held back");
+    assert_eq!(t.not_before, Change::Keep, "not held back");
     assert_eq!(t.status, Some(TaskStatus::Ready));
     assert_eq!(t.close_run.as_ref().unwrap().outcome, "released");
     assert_eq!(t.events[0].payload["counted"], false);
@@ -620,7 +625,7 @@ fn terminal_calls_and_operator_moves() {
     ));
     let t = rules::unblock(&card(TaskStatus::Blocked)).unwrap();
     assert_eq!(t.status, Some(TaskStatus::Ready));
-    assert_eq!(t.not_before, Some(None));
+    assert_eq!(t.not_before, Change::Clear);
     let t = rules::unblock(&CardState {
         open_parents: true,
         ..card(TaskStatus::Blocked)
@@ -956,7 +961,7 @@ fn the_backoffs_jitter_is_a_fixed_function_of_the_run() {
     let mut crash = report(ExitWitness::Code(3));
     crash.policy.backoff_base_seconds = 400;
     let (_, t) = rules::book_exit(&running(), &claim(), &ExitHistory::default(), &crash, NOW);
-    assert_eq!(t.not_before, Some(Some(NOW + 483)));
+    assert_eq!(t.not_before, Change::Set(NOW + 483));
 }
 
 #[test]
@@ -1017,7 +1022,7 @@ fn a_block_closes_the_run_releases_the_claim_and_lifts_any_hold() {
     let t = rules::block(&claim(), "needs a key");
     assert_eq!(t.status, Some(TaskStatus::Blocked));
     assert!(t.release_claim);
-    assert_eq!(t.not_before, Some(None));
+    assert_eq!(t.not_before, Change::Clear);
     let close = t.close_run.as_ref().unwrap();
     assert_eq!(
         (
@@ -1041,8 +1046,8 @@ fn operator_moves_reset_what_they_say_and_leave_an_event() {
     let t = rules::unblock(&blocked).unwrap();
     assert_eq!(t.status, Some(TaskStatus::Ready));
     assert_eq!(t.consecutive_failures, Some(0));
-    assert_eq!(t.last_failure_error, Some(None));
-    assert_eq!(t.not_before, Some(None));
+    assert_eq!(t.last_failure_error, Change::Clear);
+    assert_eq!(t.not_before, Change::Clear);
     assert_eq!(kinds(&t), ["unblocked"]);
     assert_eq!(t.events[0].payload["status"], "ready");
     let t = rules::promote(&card(TaskStatus::Todo)).unwrap();
@@ -1065,10 +1070,10 @@ fn operators_cancel_archive_hold_release_and_edit() {
     assert_eq!(t.events[0].kind, "cancelled");
     assert_eq!(t.events[0].run_id, Some(7));
     assert_eq!(t.events[0].payload["was"], "running");
-    assert_eq!(t.held, Some(None));
+    assert_eq!(t.held, Change::Clear);
     assert_eq!(
         t.not_before,
-        Some(None),
+        Change::Clear,
         "a cancelled card waits for nothing"
     );
     for status in [TaskStatus::Ready, TaskStatus::Todo, TaskStatus::Blocked] {
@@ -1093,7 +1098,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
         assert_eq!(result.is_ok(), ok, "{status:?}");
         if let Ok(t) = result {
             assert_eq!(t.status, Some(TaskStatus::Archived));
-            assert_eq!(t.not_before, Some(None));
+            assert_eq!(t.not_before, Change::Clear);
             assert_eq!(t.events[0].kind, "archived");
         }
     }
@@ -1108,7 +1113,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
         assert_eq!(hold(&card(status), "why").is_ok(), ok, "{status:?}");
     }
     let t = hold(&card(TaskStatus::Ready), "why").unwrap();
-    assert_eq!(t.held, Some(Some("why".into())));
+    assert_eq!(t.held, Change::Set("why".into()));
     assert_eq!(t.status, None, "a held card keeps its lane");
     assert_eq!(t.events[0].kind, "held");
     assert_eq!(t.events[0].payload["reason"], "why");
@@ -1117,7 +1122,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
         ..card(TaskStatus::Ready)
     };
     assert!(hold(&held, "again").is_err());
-    assert_eq!(release_hold(&held).unwrap().held, Some(None));
+    assert_eq!(release_hold(&held).unwrap().held, Change::Clear);
     assert_eq!(release_hold(&held).unwrap().events[0].kind, "released");
     assert!(matches!(
         release_hold(&card(TaskStatus::Ready)),
@@ -1127,7 +1132,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
     // that is not blank.
     let change = CardEdit {
         priority: Some(3),
-        assignee: Some(None),
+        assignee: Change::Clear,
         ..CardEdit::default()
     };
     let t = edit(&running(), &change).unwrap();
@@ -1147,9 +1152,9 @@ fn operators_cancel_archive_hold_release_and_edit() {
         title: Some("t".into()),
         body: Some("b".into()),
         priority: Some(1),
-        assignee: Some(Some("a".into())),
-        max_retries: Some(Some(2)),
-        max_runtime_seconds: Some(Some(60)),
+        assignee: Change::Set("a".into()),
+        max_retries: Change::Set(2),
+        max_runtime_seconds: Change::Set(60),
     };
     assert_eq!(
         all.fields(),
@@ -1226,11 +1231,11 @@ fn only_a_change_that_adds_history_alone_is_a_record() {
             ..record.clone()
         },
         Transition {
-            last_failure_error: Some(None),
+            last_failure_error: Change::Clear,
             ..record.clone()
         },
         Transition {
-            not_before: Some(None),
+            not_before: Change::Clear,
             ..record.clone()
         },
         Transition {
@@ -1247,7 +1252,7 @@ fn only_a_change_that_adds_history_alone_is_a_record() {
             ..record.clone()
         },
         Transition {
-            held: Some(None),
+            held: Change::Clear,
             ..record.clone()
         },
         Transition {
@@ -1286,7 +1291,8 @@ fn lifting_a_wall_frees_a_waiting_card_and_only_records_on_the_others() {
     for status in TaskStatus::ALL {
         let transition = rules::lift_wall(&card(status), "provider-a", Some(7));
         let waiting = matches!(status, TaskStatus::Ready | TaskStatus::Todo);
-        assert_eq!(transition.not_before, waiting.then_some(None), "{status:?}");
+        let cleared = if waiting { Change::Clear } else { Change::Keep };
+        assert_eq!(transition.not_before, cleared, "{status:?}");
         assert_eq!(transition.events.len(), 1);
         assert_eq!(transition.events[0].kind, "wall_lifted");
         assert_eq!(transition.events[0].run_id, Some(7));

@@ -567,7 +567,7 @@ impl Scheduler {
 
     /// The invariants checked after every step.
     fn check_step(&mut self) {
-        let audit = self.fleet.board.inner.audit();
+        let audit = crate::block_on(self.fleet.board.inner.audit());
         let mut world = self.world.lock();
         match audit {
             Ok(problems) => {

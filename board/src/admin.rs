@@ -1,0 +1,284 @@
+//! The operator's side of the board: cards, claims by hand, the lifecycle,
+//! and reading it all back.
+
+use kanban_core::rules::{self, CardEdit, CardState, Transition};
+use kanban_core::{
+    BoardError, COMMENTS_SHOWN, CardStatus, Claim, ClaimFilter, ClaimGrant, EventRecord, NewTask,
+    TaskPage, TaskRecord, TaskStatus, TaskView, events,
+};
+
+use crate::StoredBoard;
+use crate::dispatch::claim_card;
+use crate::engine::{Durability, Engine, TxResult};
+use crate::statements::Tx;
+use crate::worker::{apply, existing_card};
+
+/// Creates a card inside the caller's transaction; its id, or the
+/// existing card's for a repeated idempotency key.
+pub(crate) async fn insert_task(tx: &mut Tx<'_>, new: &NewTask, now: i64) -> TxResult<String> {
+    if let Some(key) = &new.idempotency_key
+        && let Some(id) = tx.idempotent_card(key).await?
+    {
+        return Ok(id);
+    }
+    let mut open_parents = false;
+    for parent in &new.parents {
+        match tx.status_of(parent).await? {
+            None => return Err(BoardError::TaskNotFound(parent.clone()).into()),
+            Some(status) => {
+                open_parents |= !matches!(
+                    status,
+                    CardStatus::Known(TaskStatus::Done | TaskStatus::Archived)
+                );
+            }
+        }
+    }
+    let status = rules::initial_status(new.start_blocked, open_parents);
+    let id = tx.new_task_id().await?;
+    tx.insert_task(&id, new, status, now).await?;
+    tx.notify().await?;
+    for event in rules::creation_events(status, &new.parents, new.assignee.as_deref()) {
+        tx.append_event(&id, &event, now).await?;
+    }
+    if let Some(event) = events::scheduled(new) {
+        tx.append_event(&id, &event, now).await?;
+    }
+    Ok(id)
+}
+
+/// The next occurrence of a recurring card that just completed, created in
+/// the same transaction: one card at a time, due one period after this one
+/// was ([`rules::next_occurrence`]).
+pub(crate) async fn recur(tx: &mut Tx<'_>, task_id: &str, now: i64) -> TxResult<()> {
+    let Some((mut next, scheduled_at)) = tx.recurring(task_id).await? else {
+        return Ok(());
+    };
+    let every = next.every_seconds.unwrap_or(1);
+    let due = rules::next_occurrence(scheduled_at, every, now);
+    next.not_before = Some(due);
+    let id = Box::pin(insert_task(tx, &next, now)).await?;
+    tx.append_event(task_id, &events::recurred(&id, due), now)
+        .await
+}
+
+impl<E: Engine> StoredBoard<E> {
+    /// Applies one of core's operator rules to a card, in one transaction.
+    async fn operate(
+        &self,
+        task_id: &str,
+        rule: impl Fn(&CardState, i64) -> Result<Transition, BoardError> + Send + Sync + 'static,
+    ) -> Result<(), BoardError> {
+        let task_id = task_id.to_owned();
+        let rule = std::sync::Arc::new(rule);
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (task_id, rule) = (task_id.clone(), rule.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let card = existing_card(tx, &task_id).await?;
+                    let transition = rule(&card, now)?;
+                    apply(tx, &task_id, &transition, now).await
+                })
+            })
+            .await
+    }
+
+    pub async fn create_task(&self, new: &NewTask) -> Result<String, BoardError> {
+        events::check_new_task(new)?;
+        let new = new.clone();
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let new = new.clone();
+                Box::pin(async move { insert_task(&mut Tx::new(sql), &new, now).await })
+            })
+            .await
+    }
+
+    /// Claims one card by hand: whatever its time, if core's rule lets it.
+    pub async fn claim_task(
+        &self,
+        task_id: &str,
+        ttl_seconds: i64,
+        claim_lock: &str,
+    ) -> Result<Option<ClaimGrant>, BoardError> {
+        let (task_id, claim_lock) = (task_id.to_owned(), claim_lock.to_owned());
+        let db = self.engine.name().to_owned();
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (task_id, lock, db) = (task_id.clone(), claim_lock.clone(), db.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let Some(card) = tx.claim_candidate(&task_id).await? else {
+                        return Ok(None);
+                    };
+                    let verdict = rules::claim_verdict(&card, now, &ClaimFilter::any(), true);
+                    claim_card(tx, &db, &card, verdict, ttl_seconds, &lock, now).await
+                })
+            })
+            .await
+    }
+
+    pub async fn unblock(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, |card, _| rules::unblock(card)).await
+    }
+
+    pub async fn cancel(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let reason = reason.to_owned();
+        self.operate(task_id, move |card, _| rules::cancel(card, &reason))
+            .await
+    }
+
+    pub async fn archive(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, |card, _| rules::archive(card)).await
+    }
+
+    pub async fn hold(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let reason = reason.to_owned();
+        self.operate(task_id, move |card, _| rules::hold(card, &reason))
+            .await
+    }
+
+    pub async fn release_hold(&self, task_id: &str) -> Result<(), BoardError> {
+        self.operate(task_id, |card, _| rules::release_hold(card))
+            .await
+    }
+
+    pub async fn edit(&self, task_id: &str, edit: &CardEdit) -> Result<(), BoardError> {
+        let edit = edit.clone();
+        self.operate(task_id, move |card, _| rules::edit(card, &edit))
+            .await
+    }
+
+    pub async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError> {
+        let reason = reason.to_owned();
+        self.operate(task_id, move |card, now| rules::reclaim(card, &reason, now))
+            .await
+    }
+
+    /// Deletes done and archived cards whose last event is older than
+    /// `before`, with their runs, events, comments and links; their ids.
+    /// Run ids stay unique after it: a fencing token is never handed out
+    /// twice.
+    pub async fn prune(&self, before: i64, dry_run: bool) -> Result<Vec<String>, BoardError> {
+        self.engine
+            .write(Durability::Synced, move |sql, _| {
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let ids = tx.prunable(before).await?;
+                    if !dry_run {
+                        for id in &ids {
+                            tx.delete_card(id).await?;
+                        }
+                    }
+                    Ok(ids)
+                })
+            })
+            .await
+    }
+
+    pub async fn add_comment(
+        &self,
+        task_id: &str,
+        author: &str,
+        text: &str,
+    ) -> Result<(), BoardError> {
+        let text = events::check_comment(text)?;
+        let (task_id, author, text) = (task_id.to_owned(), author.to_owned(), text.to_owned());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (task_id, author, text) = (task_id.clone(), author.clone(), text.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    existing_card(tx, &task_id).await?;
+                    tx.insert_comment(&task_id, &author, &text, now).await?;
+                    let event = events::commented(None, &author);
+                    tx.append_event(&task_id, &event, now).await
+                })
+            })
+            .await
+    }
+
+    /// Lifts the wall of `scope` by hand; the card that met it last (its
+    /// source, `TASK#RUN`) gets what core's rule says.
+    pub async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError> {
+        let scope = scope.to_owned();
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let scope = scope.clone();
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let Some(source) = tx.take_wall(&scope).await? else {
+                        return Ok(false);
+                    };
+                    let (task_id, run) = source.split_once('#').unwrap_or((source.as_str(), ""));
+                    if let Some(card) = tx.card_state(task_id).await? {
+                        let transition = rules::lift_wall(&card, &scope, run.parse().ok());
+                        apply(tx, task_id, &transition, now).await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .await
+    }
+
+    pub async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError> {
+        let task_id = task_id.to_owned();
+        self.engine
+            .read(move |sql| {
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    tx.task_view(&task_id, COMMENTS_SHOWN)
+                        .await?
+                        .ok_or_else(|| BoardError::TaskNotFound(task_id.clone()).into())
+                })
+            })
+            .await
+    }
+
+    pub async fn list_tasks(
+        &self,
+        status: Option<TaskStatus>,
+    ) -> Result<Vec<TaskRecord>, BoardError> {
+        self.engine
+            .read(move |sql| Box::pin(async move { Tx::new(sql).tasks(status).await }))
+            .await
+    }
+
+    pub async fn list_page(
+        &self,
+        status: Option<TaskStatus>,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<TaskPage, BoardError> {
+        // One row more than the page says whether a next page follows.
+        let rows = self
+            .engine
+            .read(move |sql| {
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    tx.page(status, after.unwrap_or(0), limit.saturating_add(1))
+                        .await
+                })
+            })
+            .await?;
+        Ok(TaskPage::from_rows(rows, limit))
+    }
+
+    /// The newest `limit` events of the whole board, newest last.
+    pub async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError> {
+        let mut events = self
+            .engine
+            .read(move |sql| Box::pin(async move { Tx::new(sql).recent_events(limit).await }))
+            .await?;
+        events.reverse();
+        Ok(events)
+    }
+
+    /// The exit code the worker holding `claim` booked, else 1.
+    pub async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
+        Ok(self
+            .booked_result(claim)
+            .await?
+            .map_or(1, |result| result.exit_code))
+    }
+}

@@ -1,0 +1,1324 @@
+//! The board's tables, read and written: every statement both engines run,
+//! written once (each in words both dialects read alike, `$N` bound in the
+//! order they first appear), with the words that differ taken from the
+//! engine's [`Dialect`].
+
+use std::collections::HashMap;
+
+use kanban_core::lease::{LeaseView, RunLease, TaskLease};
+use kanban_core::rules::{CardState, Change, ClaimCandidate, NewEvent, RunRow, Transition};
+use kanban_core::walls::{Wall, WallChange, WallKind};
+use kanban_core::{
+    BoardError, BoardStats, CardStatus, Claim, ClaimFilter, CommentRecord, EventRecord, NewTask,
+    ProofIdentity, RunRecord, RunningWorker, TaskRecord, TaskStatus, TaskView, TickDurations,
+    WorkerProcess,
+};
+use serde_json::Value;
+
+use crate::args;
+use crate::engine::{Param, Row, Sql, Turns, TxResult};
+
+const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
+    claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
+    consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds, \
+    held_reason, every_seconds";
+const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
+    started_at, ended_at, outcome, summary, error, worker_started_at";
+const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
+const WALL_COLUMNS: &str =
+    "scope, kind, route, since, until, reason, source, hits, failed_probes, probe_run";
+/// A parent that is neither done nor archived keeps its children waiting.
+const OPEN_PARENT: &str = "EXISTS (SELECT 1 FROM task_links l JOIN tasks p ON p.id = l.parent_id \
+    WHERE l.child_id = t.id AND p.status NOT IN ('done', 'archived'))";
+
+/// A run to open: what a claim writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOpening {
+    pub task_id: String,
+    pub claim_lock: String,
+    pub expires: i64,
+    pub started_at: i64,
+    /// The lease's length, kept with the run for its heartbeats.
+    pub ttl: i64,
+    /// Who the run is for (the card's assignee).
+    pub profile: Option<String>,
+}
+
+/// A lane of the board, as a page lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// The cards of one status: in claim order; done cards newest first.
+    Status(TaskStatus),
+    /// The cards of statuses this build does not know, oldest first.
+    Unknown,
+}
+
+/// The newest event of each of some cards: its kind and time.
+pub type LastEvents = HashMap<String, (String, i64)>;
+
+/// The query of the rows a lease proof and a fence read, one `$1`: the
+/// card's id. An engine's proof runs it on a connection of its own.
+pub fn lease_query(identity: ProofIdentity) -> String {
+    let bound = match identity {
+        ProofIdentity::BoundOwner(_) => {
+            "(SELECT e.payload FROM task_events e WHERE e.task_id = t.id AND e.kind = 'worker_bound'
+               ORDER BY e.id DESC LIMIT 1)"
+        }
+        _ => "NULL",
+    };
+    format!(
+        "SELECT t.status, t.worker_pid, t.current_run_id, t.claim_lock, t.claim_expires,
+                r.id, r.ended_at, r.worker_pid, r.claim_expires, {bound}
+           FROM tasks t LEFT JOIN task_runs r ON r.id = t.current_run_id WHERE t.id = $1"
+    )
+}
+
+/// The lease view of [`lease_query`]'s row (none: no such card).
+pub fn lease_from_row(row: Option<&Row>) -> TxResult<LeaseView> {
+    let Some(row) = row else {
+        return Ok(LeaseView {
+            task: None,
+            run: None,
+            newest_bound: None,
+        });
+    };
+    let run = match row.opt_int(5)? {
+        None => None,
+        Some(_) => Some(RunLease {
+            ended_at: row.opt_int(6)?,
+            worker_pid: row.opt_int(7)?,
+            claim_expires: row.opt_int(8)?,
+        }),
+    };
+    let newest_bound = row.json(9)?.map(|payload| {
+        (
+            payload["pid"].as_i64().unwrap_or(-1),
+            payload["claim_lock"].as_str().unwrap_or("").to_owned(),
+        )
+    });
+    Ok(LeaseView {
+        task: Some(TaskLease {
+            status: row.opt_text(0)?.unwrap_or_default(),
+            worker_pid: row.opt_int(1)?,
+            current_run_id: row.opt_int(2)?,
+            claim_lock: row.opt_text(3)?,
+            claim_expires: row.opt_int(4)?,
+        }),
+        run,
+        newest_bound,
+    })
+}
+
+fn limit(rows: usize) -> i64 {
+    i64::try_from(rows).unwrap_or(i64::MAX)
+}
+
+/// A card read from the columns [`TASK_COLUMNS`] names, from column `at` on.
+fn task_at(row: &Row, at: usize) -> TxResult<TaskRecord> {
+    Ok(TaskRecord {
+        id: row.text(at)?,
+        title: row.text(at + 1)?,
+        body: row.opt_text(at + 2)?,
+        assignee: row.opt_text(at + 3)?,
+        status: CardStatus::parse(&row.text(at + 4)?),
+        priority: row.opt_int(at + 5)?.unwrap_or(0),
+        created_at: row.int(at + 6)?,
+        claim_lock: row.opt_text(at + 7)?,
+        claim_expires: row.opt_int(at + 8)?,
+        current_run_id: row.opt_int(at + 9)?,
+        worker_pid: row.opt_int(at + 10)?,
+        goal_mode: row.flag(at + 11)?,
+        goal_max_turns: row.opt_count(at + 12)?,
+        max_retries: row.opt_count(at + 13)?,
+        consecutive_failures: row.count(at + 14)?,
+        result: row.opt_text(at + 15)?,
+        not_before: row.opt_int(at + 16)?,
+        last_failure_error: row.opt_text(at + 17)?,
+        last_heartbeat_at: row.opt_int(at + 18)?,
+        max_runtime_seconds: row.opt_int(at + 19)?,
+        held_reason: row.opt_text(at + 20)?,
+        every_seconds: row.opt_int(at + 21)?,
+    })
+}
+
+fn task(row: &Row) -> TxResult<TaskRecord> {
+    task_at(row, 0)
+}
+
+fn run(row: &Row) -> TxResult<RunRecord> {
+    Ok(RunRecord {
+        id: row.int(0)?,
+        task_id: row.text(1)?,
+        status: row.text(2)?,
+        claim_lock: row.opt_text(3)?,
+        claim_expires: row.opt_int(4)?,
+        worker_pid: row.opt_int(5)?,
+        started_at: row.int(6)?,
+        ended_at: row.opt_int(7)?,
+        outcome: row.opt_text(8)?,
+        summary: row.opt_text(9)?,
+        error: row.opt_text(10)?,
+        worker_started_at: row.opt_int(11)?,
+    })
+}
+
+fn event(row: &Row) -> TxResult<EventRecord> {
+    Ok(EventRecord {
+        id: row.int(0)?,
+        task_id: row.text(1)?,
+        run_id: row.opt_int(2)?,
+        kind: row.text(3)?,
+        payload: row.json(4)?.unwrap_or(Value::Null),
+        created_at: row.int(5)?,
+    })
+}
+
+/// A wall; a kind this build does not know reads as a credential wall
+/// (the wider one: it holds more, never less).
+fn wall(row: &Row) -> TxResult<Wall> {
+    Ok(Wall {
+        scope: row.text(0)?,
+        kind: WallKind::parse(&row.text(1)?).unwrap_or(WallKind::Credential),
+        route: row.text(2)?,
+        since: row.int(3)?,
+        until: row.int(4)?,
+        reason: row.text(5)?,
+        source: row.text(6)?,
+        hits: row.count(7)?,
+        failed_probes: row.count(8)?,
+        probe_run: row.opt_int(9)?,
+    })
+}
+
+/// What a claim reads of a card (the `tasks t` of [`Tx::candidates`]).
+fn candidate_query(place: &str) -> String {
+    format!(
+        "SELECT t.id, t.status, t.claim_lock IS NOT NULL, t.held_reason IS NOT NULL, t.not_before,
+                t.assignee, t.priority, t.created_at, t.{place}, {OPEN_PARENT}, t.goal_mode,
+                EXISTS (SELECT 1 FROM task_runs r WHERE r.task_id = t.id)
+           FROM tasks t"
+    )
+}
+
+fn candidate(row: &Row) -> TxResult<ClaimCandidate> {
+    Ok(ClaimCandidate {
+        task_id: row.text(0)?,
+        status: TaskStatus::parse(&row.text(1)?),
+        claimed: row.flag(2)?,
+        held: row.flag(3)?,
+        not_before: row.opt_int(4)?,
+        assignee: row.opt_text(5)?,
+        priority: row.opt_int(6)?.unwrap_or(0),
+        created_at: row.int(7)?,
+        place: row.int(8)?,
+        open_parents: row.flag(9)?,
+        goal_mode: row.flag(10)?,
+        ran_before: row.flag(11)?,
+    })
+}
+
+fn rows<T>(found: Vec<Row>, map: impl Fn(&Row) -> TxResult<T>) -> TxResult<Vec<T>> {
+    found.iter().map(map).collect()
+}
+
+/// The statuses this build knows, as an SQL list.
+fn known_statuses() -> String {
+    let names: Vec<String> = TaskStatus::ALL
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect();
+    names.join(", ")
+}
+
+/// One transaction's reads and writes of the board's rows.
+pub(crate) struct Tx<'t> {
+    sql: &'t mut dyn Sql,
+}
+
+impl<'t> Tx<'t> {
+    pub(crate) fn new(sql: &'t mut dyn Sql) -> Self {
+        Self { sql }
+    }
+
+    async fn one(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Option<Row>> {
+        Ok(self.sql.rows(query, params).await?.into_iter().next())
+    }
+
+    async fn value(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Row> {
+        self.one(query, params).await?.ok_or_else(|| {
+            BoardError::Storage(format!("a query of one row returned none: {query}")).into()
+        })
+    }
+
+    async fn flag(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<bool> {
+        self.value(query, params).await?.flag(0)
+    }
+
+    /// The dialect's words for `lock`, in a write; nothing in a read.
+    fn locking(&self, lock: fn(&'static crate::Dialect) -> &'static str) -> &'static str {
+        if self.sql.writing() {
+            lock(self.sql.dialect())
+        } else {
+            ""
+        }
+    }
+
+    /// Where a read of a card to change it locks the card's row.
+    fn lock_card(&self) -> &'static str {
+        self.locking(|dialect| dialect.lock_card)
+    }
+
+    pub(crate) fn require_sync(&mut self) -> TxResult<()> {
+        self.sql.require_sync()
+    }
+
+    pub(crate) async fn notify(&mut self) -> TxResult<()> {
+        self.sql.notify().await
+    }
+
+    /// The board's counts, for metrics. The bookings' event kinds are
+    /// core's; the board only counts them. A value that is not JSON, or
+    /// not a number, counts for nothing and never fails the read.
+    pub(crate) async fn stats(&mut self, now: i64) -> TxResult<BoardStats> {
+        let dialect = self.sql.dialect();
+        let (text, number) = (dialect.json_text, dialect.json_number);
+        let kinds: Vec<String> = kanban_core::BookingKind::ALL
+            .iter()
+            .map(|kind| kind.event_kind().to_owned())
+            .collect();
+        let exits = format!(
+            "SELECT COALESCE({}, 'none'), COUNT(*) FROM task_events WHERE kind {} GROUP BY 1 ORDER BY 1",
+            text("payload", "exit_code"),
+            (dialect.any)(1)
+        );
+        let attempts = number("payload", "recovery_attempts");
+        let counts = [
+            format!(
+                "SELECT CAST(SUM({attempts}) AS BIGINT) FROM task_events WHERE kind = 'worker_result'"
+            ),
+            format!(
+                "SELECT COUNT(*) FROM task_events e JOIN task_runs r ON r.id = e.run_id
+                  WHERE e.kind = 'worker_result' AND {} > 0 AND r.outcome = 'completed'",
+                number("e.payload", "recovery_attempts")
+            ),
+            format!(
+                "SELECT COUNT(*) FROM task_events WHERE kind = 'reclaimed'
+                    AND COALESCE({}, 'false') NOT IN ('true', '1')",
+                text("payload", "manual")
+            ),
+            "SELECT COUNT(*) FROM task_events WHERE kind = 'stale_write_rejected'".to_owned(),
+            "SELECT COUNT(*) FROM provider_walls".to_owned(),
+        ];
+        let mut found = Vec::new();
+        for query in &counts {
+            found.push(self.value(query, &[]).await?.opt_int(0)?.unwrap_or(0));
+        }
+        let walls_holding = "SELECT COUNT(*) FROM provider_walls WHERE until > $1";
+        let ticks =
+            "SELECT bucket, CAST(SUM(count) AS BIGINT) FROM dispatcher_ticks GROUP BY bucket";
+        let mut tick_buckets = vec![0; kanban_core::TICK_BUCKETS_MS.len() + 1];
+        let mut tick_sum_ms = 0;
+        for row in self.sql.rows(ticks, &[]).await? {
+            match (row.int(0)?, row.opt_int(1)?.unwrap_or(0)) {
+                (-1, sum) => tick_sum_ms = sum,
+                (bucket, count) => {
+                    if let Some(slot) = usize::try_from(bucket)
+                        .ok()
+                        .and_then(|at| tick_buckets.get_mut(at))
+                    {
+                        *slot = count;
+                    }
+                }
+            }
+        }
+        Ok(BoardStats {
+            cards_by_status: self.pairs("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status", &[]).await?,
+            runs_by_outcome: self
+                .pairs("SELECT COALESCE(outcome, 'running'), COUNT(*) FROM task_runs GROUP BY 1 ORDER BY 1", &[])
+                .await?,
+            exits_by_code: self.pairs(&exits, args![kinds.as_slice()]).await?,
+            recovery_attempts: found[0],
+            recovered_runs: found[1],
+            stale_releases: found[2],
+            stale_writes_rejected: found[3],
+            walls: found[4],
+            walls_holding: self.value(walls_holding, args![now]).await?.int(0)?,
+            tick_buckets,
+            tick_sum_ms,
+        })
+    }
+
+    async fn pairs(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Vec<(String, i64)>> {
+        rows(self.sql.rows(query, params).await?, |row| {
+            Ok((row.text(0)?, row.int(1)?))
+        })
+    }
+
+    /// The rows of a card a rule reads; a status this build does not know
+    /// is [`BoardError::UnknownStatus`]: no rule changes such a card.
+    pub(crate) async fn card_state(&mut self, task_id: &str) -> TxResult<Option<CardState>> {
+        let query = format!(
+            "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
+                    t.consecutive_failures, t.max_retries, {OPEN_PARENT}, t.held_reason IS NOT NULL
+               FROM tasks t WHERE t.id = $1{}",
+            self.lock_card()
+        );
+        let Some(row) = self.one(&query, args![task_id]).await? else {
+            return Ok(None);
+        };
+        let status = row.text(0)?;
+        let Some(status) = TaskStatus::parse(&status) else {
+            let task_id = task_id.to_owned();
+            return Err(BoardError::UnknownStatus { task_id, status }.into());
+        };
+        Ok(Some(CardState {
+            task_id: task_id.to_owned(),
+            status,
+            current_run_id: row.opt_int(1)?,
+            claim_lock: row.opt_text(2)?,
+            claim_expires: row.opt_int(3)?,
+            worker_pid: row.opt_int(4)?,
+            consecutive_failures: row.count(5)?,
+            max_retries: row.opt_count(6)?,
+            open_parents: row.flag(7)?,
+            held: row.flag(8)?,
+        }))
+    }
+
+    /// The rows a fence reads (the card's row locked, in a write).
+    pub(crate) async fn lease_view(&mut self, task_id: &str) -> TxResult<LeaseView> {
+        let query = format!(
+            "{}{}",
+            lease_query(ProofIdentity::AnyProcess),
+            self.lock_card()
+        );
+        let row = self.one(&query, args![task_id]).await?;
+        lease_from_row(row.as_ref())
+    }
+
+    pub(crate) async fn task(&mut self, task_id: &str) -> TxResult<Option<TaskRecord>> {
+        let query = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1");
+        self.one(&query, args![task_id])
+            .await?
+            .as_ref()
+            .map(task)
+            .transpose()
+    }
+
+    /// A card with its parents, runs, events and newest `comments`.
+    pub(crate) async fn task_view(
+        &mut self,
+        task_id: &str,
+        comments: usize,
+    ) -> TxResult<Option<TaskView>> {
+        let Some(card) = self.task(task_id).await? else {
+            return Ok(None);
+        };
+        let runs_of = format!("SELECT {RUN_COLUMNS} FROM task_runs WHERE task_id = $1 ORDER BY id");
+        let runs = rows(self.sql.rows(&runs_of, args![task_id]).await?, run)?;
+        let events_of =
+            format!("SELECT {EVENT_COLUMNS} FROM task_events WHERE task_id = $1 ORDER BY id");
+        let events = rows(self.sql.rows(&events_of, args![task_id]).await?, event)?;
+        let parents_of = "SELECT parent_id FROM task_links WHERE child_id = $1 ORDER BY parent_id";
+        let parents = rows(self.sql.rows(parents_of, args![task_id]).await?, |row| {
+            row.text(0)
+        })?;
+        let newest = self
+            .sql
+            .rows(
+                "SELECT id, author, body, created_at FROM task_comments
+                  WHERE task_id = $1 ORDER BY id DESC LIMIT $2",
+                args![task_id, limit(comments)],
+            )
+            .await?;
+        let mut comments = rows(newest, |row| {
+            Ok(CommentRecord {
+                id: row.int(0)?,
+                author: row.text(1)?,
+                body: row.text(2)?,
+                created_at: row.int(3)?,
+            })
+        })?;
+        comments.reverse();
+        let task = card;
+        Ok(Some(TaskView {
+            task,
+            parents,
+            runs,
+            events,
+            comments,
+        }))
+    }
+
+    pub(crate) async fn run_row(&mut self, claim: &Claim) -> TxResult<Option<RunRow>> {
+        let row = self
+            .one(
+                "SELECT ended_at IS NOT NULL, outcome FROM task_runs WHERE id = $1 AND task_id = $2",
+                args![claim.run_id, &claim.task_id],
+            )
+            .await?;
+        row.map(|row| {
+            Ok(RunRow {
+                ended: row.flag(0)?,
+                outcome: row.opt_text(1)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Whether the claim's run exists with the claim's lock.
+    pub(crate) async fn run_owned(&mut self, claim: &Claim) -> TxResult<bool> {
+        self.flag(
+            "SELECT EXISTS (SELECT 1 FROM task_runs WHERE id = $1 AND task_id = $2 AND claim_lock = $3)",
+            args![claim.run_id, &claim.task_id, &claim.claim_lock],
+        )
+        .await
+    }
+
+    /// The lease length kept with the claim's run.
+    pub(crate) async fn lease_ttl(&mut self, claim: &Claim) -> TxResult<Option<i64>> {
+        let row = self
+            .one(
+                "SELECT lease_ttl FROM task_runs WHERE id = $1",
+                args![claim.run_id],
+            )
+            .await?;
+        Ok(row.map(|row| row.opt_int(0)).transpose()?.flatten())
+    }
+
+    /// The payload of the newest event of `kind` of one run.
+    pub(crate) async fn latest_payload(
+        &mut self,
+        task_id: &str,
+        run_id: i64,
+        kind: &str,
+    ) -> TxResult<Option<Value>> {
+        let row = self
+            .one(
+                "SELECT payload FROM task_events WHERE task_id = $1 AND run_id = $2 AND kind = $3
+                  ORDER BY id DESC LIMIT 1",
+                args![task_id, run_id, kind],
+            )
+            .await?;
+        Ok(row.map(|row| row.json(0)).transpose()?.flatten())
+    }
+
+    /// Outcomes of a card's closed runs, newest first.
+    pub(crate) async fn recent_outcomes(
+        &mut self,
+        task_id: &str,
+        count: usize,
+    ) -> TxResult<Vec<String>> {
+        let found = self
+            .sql
+            .rows(
+                "SELECT outcome FROM task_runs WHERE task_id = $1 AND ended_at IS NOT NULL
+                  ORDER BY id DESC LIMIT $2",
+                args![task_id, limit(count)],
+            )
+            .await?;
+        rows(found, |row| Ok(row.opt_text(0)?.unwrap_or_default()))
+    }
+
+    /// The walls of `scope` and those `run_id` probes. Two writers booking
+    /// exits of one scope take turns, so that neither arms or lifts a wall
+    /// from a stale read of it: the scope's turn covers a wall not armed
+    /// yet, the row lock one that stands.
+    pub(crate) async fn walls_of(
+        &mut self,
+        scope: Option<&str>,
+        run_id: i64,
+    ) -> TxResult<Vec<Wall>> {
+        if let Some(scope) = scope {
+            self.sql.take_turns(Turns::WallScope, scope).await?;
+        }
+        let query = format!(
+            "SELECT {WALL_COLUMNS} FROM provider_walls WHERE scope = $1 OR probe_run = $2{}",
+            self.locking(|dialect| dialect.lock_rows)
+        );
+        rows(
+            self.sql
+                .rows(&query, args![scope.unwrap_or(""), run_id])
+                .await?,
+            wall,
+        )
+    }
+
+    pub(crate) async fn walls(&mut self) -> TxResult<Vec<Wall>> {
+        let query = format!("SELECT {WALL_COLUMNS} FROM provider_walls ORDER BY until, scope");
+        rows(self.sql.rows(&query, &[]).await?, wall)
+    }
+
+    pub(crate) async fn running_workers(&mut self, db: &str) -> TxResult<Vec<RunningWorker>> {
+        let found = self
+            .sql
+            .rows(
+                "SELECT t.id, t.current_run_id, t.claim_lock, t.worker_pid, t.claim_expires,
+                        t.last_heartbeat_at, t.worker_started_at, r.started_at, t.max_runtime_seconds,
+                        r.worker_seal, t.assignee
+                   FROM tasks t JOIN task_runs r ON r.id = t.current_run_id
+                  WHERE t.status = 'running' AND t.claim_lock IS NOT NULL
+                  ORDER BY t.current_run_id",
+                &[],
+            )
+            .await?;
+        rows(found, |row| {
+            Ok(RunningWorker {
+                claim: Claim {
+                    task_id: row.text(0)?,
+                    db: db.to_owned(),
+                    run_id: row.int(1)?,
+                    claim_lock: row.text(2)?,
+                    board: None,
+                },
+                worker_pid: row.opt_int(3)?,
+                claim_expires: row.opt_int(4)?,
+                last_heartbeat_at: row.opt_int(5)?,
+                worker_started_at: row.opt_int(6)?,
+                run_started_at: row.int(7)?,
+                max_runtime_seconds: row.opt_int(8)?,
+                seal_digest: row.opt_text(9)?,
+                assignee: row.opt_text(10)?,
+            })
+        })
+    }
+
+    /// Ready cards through the lane index, at most `count`, leaving out by
+    /// index what core's claim rule passes over for `filter` at `now` and
+    /// what another writer holds this instant; the rule decides on each.
+    pub(crate) async fn ready_candidates(
+        &mut self,
+        filter: &ClaimFilter,
+        now: i64,
+        count: usize,
+    ) -> TxResult<Vec<ClaimCandidate>> {
+        let dialect = self.sql.dialect();
+        let admitted: Option<Vec<String>> = filter
+            .assignees
+            .as_ref()
+            .map(|set| set.iter().cloned().collect());
+        // Two statements, each prepared once: for every card, and for the
+        // cards of some assignees.
+        let (assignees, rows_at) = match admitted {
+            Some(_) => (
+                format!("AND COALESCE(t.assignee, '') {}", (dialect.any)(2)),
+                3,
+            ),
+            None => (String::new(), 2),
+        };
+        let query = format!(
+            "{} WHERE t.status = 'ready' AND t.claim_lock IS NULL AND t.held_reason IS NULL
+                 AND (t.not_before IS NULL OR t.not_before <= $1) {assignees}
+               ORDER BY t.priority DESC, t.created_at ASC, t.{} ASC LIMIT ${rows_at}{}",
+            candidate_query(dialect.place),
+            dialect.place,
+            self.locking(|dialect| dialect.skip_locked)
+        );
+        let found = match &admitted {
+            Some(admitted) => {
+                let admitted: &[String] = admitted;
+                self.sql
+                    .rows(&query, args![now, admitted, limit(count)])
+                    .await?
+            }
+            None => self.sql.rows(&query, args![now, limit(count)]).await?,
+        };
+        rows(found, candidate)
+    }
+
+    /// One card for a claim by hand; `None` while another writer holds it.
+    pub(crate) async fn claim_candidate(
+        &mut self,
+        task_id: &str,
+    ) -> TxResult<Option<ClaimCandidate>> {
+        let dialect = self.sql.dialect();
+        let query = format!(
+            "{} WHERE t.id = $1{}",
+            candidate_query(dialect.place),
+            self.locking(|dialect| dialect.skip_locked)
+        );
+        if let Some(row) = self.one(&query, args![task_id]).await? {
+            return candidate(&row).map(Some);
+        }
+        if self
+            .flag(
+                "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
+                args![task_id],
+            )
+            .await?
+        {
+            return Ok(None);
+        }
+        Err(BoardError::TaskNotFound(task_id.to_owned()).into())
+    }
+
+    /// The `todo` cards whose parents are all done (another writer's are
+    /// promoted on a later tick).
+    pub(crate) async fn promotable(&mut self) -> TxResult<Vec<String>> {
+        let dialect = self.sql.dialect();
+        let query = format!(
+            "SELECT t.id FROM tasks t WHERE t.status = 'todo' AND NOT {OPEN_PARENT}
+              ORDER BY t.{}{}",
+            dialect.place,
+            self.locking(|dialect| dialect.skip_locked)
+        );
+        rows(self.sql.rows(&query, &[]).await?, |row| row.text(0))
+    }
+
+    pub(crate) async fn any_todo(&mut self) -> TxResult<bool> {
+        self.flag(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'todo')",
+            &[],
+        )
+        .await
+    }
+
+    /// The newest card (not archived) of an idempotency key; two creates
+    /// with one key take turns, so that the second finds the first's card.
+    pub(crate) async fn idempotent_card(&mut self, key: &str) -> TxResult<Option<String>> {
+        self.sql.take_turns(Turns::IdempotencyKey, key).await?;
+        let query = format!(
+            "SELECT id FROM tasks WHERE idempotency_key = $1 AND status <> 'archived'
+              ORDER BY created_at DESC, {} DESC LIMIT 1",
+            self.sql.dialect().place
+        );
+        self.one(&query, args![key])
+            .await?
+            .map(|row| row.text(0))
+            .transpose()
+    }
+
+    pub(crate) async fn status_of(&mut self, task_id: &str) -> TxResult<Option<CardStatus>> {
+        let row = self
+            .one("SELECT status FROM tasks WHERE id = $1", args![task_id])
+            .await?;
+        row.map(|row| Ok(CardStatus::parse(&row.text(0)?)))
+            .transpose()
+    }
+
+    /// Every card, or those of one status, oldest first.
+    pub(crate) async fn tasks(&mut self, status: Option<TaskStatus>) -> TxResult<Vec<TaskRecord>> {
+        let query = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE CAST($1 AS TEXT) IS NULL OR status = $1
+              ORDER BY created_at, {}",
+            self.sql.dialect().place
+        );
+        let status = status.map(TaskStatus::as_str);
+        rows(self.sql.rows(&query, args![status]).await?, task)
+    }
+
+    /// Cards after place `after` in the order they were added, with their
+    /// places: a range of an index, read only as far as the page goes.
+    pub(crate) async fn page(
+        &mut self,
+        status: Option<TaskStatus>,
+        after: i64,
+        count: usize,
+    ) -> TxResult<Vec<(i64, TaskRecord)>> {
+        let place = self.sql.dialect().place;
+        let query = format!(
+            "SELECT {place}, {TASK_COLUMNS} FROM tasks
+              WHERE (CAST($1 AS TEXT) IS NULL OR status = $1) AND {place} > $2
+              ORDER BY {place} LIMIT $3"
+        );
+        let status = status.map(TaskStatus::as_str);
+        let found = self
+            .sql
+            .rows(&query, args![status, after, limit(count)])
+            .await?;
+        rows(found, |row| Ok((row.int(0)?, task_at(row, 1)?)))
+    }
+
+    /// The newest `count` events of the board, newest first.
+    pub(crate) async fn recent_events(&mut self, count: usize) -> TxResult<Vec<EventRecord>> {
+        let query = format!("SELECT {EVENT_COLUMNS} FROM task_events ORDER BY id DESC LIMIT $1");
+        rows(self.sql.rows(&query, args![limit(count)]).await?, event)
+    }
+
+    /// A recurring card's fields for its next occurrence, and when it was
+    /// scheduled.
+    pub(crate) async fn recurring(&mut self, task_id: &str) -> TxResult<Option<(NewTask, i64)>> {
+        let row = self
+            .one(
+                "SELECT title, body, assignee, priority, max_retries, goal_mode, goal_max_turns,
+                        max_runtime_seconds, every_seconds, COALESCE(scheduled_at, created_at)
+                   FROM tasks WHERE id = $1 AND every_seconds IS NOT NULL",
+                args![task_id],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let next = NewTask {
+            title: row.text(0)?,
+            body: row.opt_text(1)?,
+            assignee: row.opt_text(2)?,
+            priority: row.opt_int(3)?.unwrap_or(0),
+            max_retries: row.opt_count(4)?,
+            goal_mode: row.flag(5)?,
+            goal_max_turns: row.opt_count(6)?,
+            max_runtime_seconds: row.opt_int(7)?,
+            every_seconds: row.opt_int(8)?,
+            ..NewTask::default()
+        };
+        Ok(Some((next, row.int(9)?)))
+    }
+
+    /// Done and archived cards whose last event is older than `before`.
+    pub(crate) async fn prunable(&mut self, before: i64) -> TxResult<Vec<String>> {
+        let found = self
+            .sql
+            .rows(
+                "SELECT t.id FROM tasks t
+                  WHERE t.status IN ('done', 'archived')
+                    AND COALESCE((SELECT MAX(e.created_at) FROM task_events e WHERE e.task_id = t.id),
+                                 t.completed_at, t.created_at) < $1
+                  ORDER BY t.created_at",
+                args![before],
+            )
+            .await?;
+        rows(found, |row| row.text(0))
+    }
+
+    /// Whether a wall of `scopes` bars a probe by `run_id` at `now`: its
+    /// reset time not come, or another running run probing it. The walls'
+    /// rows stay locked to the commit: a second writer probing the same
+    /// wall waits, then reads this probe.
+    pub(crate) async fn probe_barred(
+        &mut self,
+        scopes: &[String],
+        now: i64,
+        run_id: i64,
+    ) -> TxResult<bool> {
+        let dialect = self.sql.dialect();
+        let lock = format!(
+            "SELECT 1 FROM provider_walls WHERE scope {} ORDER BY scope{}",
+            (dialect.any)(1),
+            self.locking(|dialect| dialect.lock_rows)
+        );
+        self.sql.rows(&lock, args![scopes]).await?;
+        let query = format!(
+            "SELECT EXISTS (SELECT 1 FROM provider_walls w
+              WHERE w.scope {}
+                AND (w.until > $2
+                     OR (w.probe_run IS NOT NULL AND w.probe_run <> $3
+                         AND EXISTS (SELECT 1 FROM tasks t
+                                      WHERE t.current_run_id = w.probe_run
+                                        AND t.status = 'running' AND t.claim_lock IS NOT NULL))))",
+            (dialect.any)(1)
+        );
+        self.flag(&query, args![scopes, now, run_id]).await
+    }
+
+    /// How many cards a lane holds, and its first `count`.
+    pub(crate) async fn lane(
+        &mut self,
+        lane: Lane,
+        count: usize,
+    ) -> TxResult<(usize, Vec<TaskRecord>)> {
+        let dialect = self.sql.dialect();
+        let place = dialect.place;
+        let (filter, order) = match lane {
+            // The newest done cards: found by walking the table back from
+            // its newest row, which meets them soon (no index orders done
+            // cards by age, and one would cost every claim a page).
+            Lane::Status(TaskStatus::Done) => {
+                ("status = 'done'".to_owned(), format!("{place} DESC"))
+            }
+            Lane::Status(status) => (
+                format!("status = '{}'", status.as_str()),
+                format!("priority DESC, created_at ASC, {place} ASC"),
+            ),
+            Lane::Unknown => (
+                format!("status NOT IN ({})", known_statuses()),
+                place.to_owned(),
+            ),
+        };
+        let total = self
+            .value(&format!("SELECT COUNT(*) FROM tasks WHERE {filter}"), &[])
+            .await?
+            .int(0)?;
+        let table = match lane {
+            Lane::Status(TaskStatus::Done) if total > 1000 => dialect.done_scan,
+            _ => "tasks",
+        };
+        let query =
+            format!("SELECT {TASK_COLUMNS} FROM {table} WHERE {filter} ORDER BY {order} LIMIT $1");
+        let cards = rows(self.sql.rows(&query, args![limit(count)]).await?, task)?;
+        Ok((usize::try_from(total).unwrap_or(0), cards))
+    }
+
+    pub(crate) async fn last_events(&mut self, ids: &[String]) -> TxResult<LastEvents> {
+        let query = format!(
+            "SELECT e.task_id, e.kind, e.created_at FROM task_events e
+              WHERE e.id IN (SELECT MAX(id) FROM task_events WHERE task_id {} GROUP BY task_id)",
+            (self.sql.dialect().any)(1)
+        );
+        let found = self.sql.rows(&query, args![ids]).await?;
+        found
+            .iter()
+            .map(|row| Ok((row.text(0)?, (row.text(1)?, row.int(2)?))))
+            .collect()
+    }
+
+    /// Every violation of the board's structural invariants found.
+    pub(crate) async fn audit(&mut self) -> TxResult<Vec<String>> {
+        let mut problems = Vec::new();
+        for (what, query) in AUDIT {
+            let found = rows(self.sql.rows(query, &[]).await?, |row| row.text(0))?;
+            problems.extend(found.into_iter().map(|at| format!("{what}: {at}")));
+        }
+        Ok(problems)
+    }
+}
+
+/// A board's structural invariants, each a query of the places that break
+/// it: a running card holds a claim and points at its one open run; no
+/// other card holds a claim or an open run; a closed run has an outcome.
+const AUDIT: [(&str, &str); 5] = [
+    (
+        "a running card without a claim or an open current run",
+        "SELECT t.id FROM tasks t WHERE t.status = 'running' AND (t.claim_lock IS NULL
+           OR t.claim_expires IS NULL OR NOT EXISTS (SELECT 1 FROM task_runs r
+           WHERE r.id = t.current_run_id AND r.task_id = t.id AND r.ended_at IS NULL))",
+    ),
+    (
+        "a card with more than one open run",
+        "SELECT task_id FROM task_runs WHERE ended_at IS NULL GROUP BY task_id HAVING COUNT(*) > 1",
+    ),
+    (
+        "an open run that is not its card's current run",
+        "SELECT r.task_id || ' run ' || CAST(r.id AS TEXT) FROM task_runs r JOIN tasks t ON t.id = r.task_id
+          WHERE r.ended_at IS NULL AND (t.status <> 'running' OR t.current_run_id IS DISTINCT FROM r.id)",
+    ),
+    (
+        "a card that is not running but holds a claim",
+        "SELECT id FROM tasks WHERE status <> 'running'
+          AND (current_run_id IS NOT NULL OR claim_lock IS NOT NULL OR claim_expires IS NOT NULL)",
+    ),
+    (
+        "a closed run without an outcome",
+        "SELECT task_id || ' run ' || CAST(id AS TEXT) FROM task_runs WHERE ended_at IS NOT NULL AND outcome IS NULL",
+    ),
+];
+
+/// A column a transition sets, and its value.
+type Set<'a> = (&'static str, Param<'a>);
+
+/// The column of a [`Change`]: its new value, unless it is kept.
+fn change<'a, T>(sets: &mut Vec<Set<'a>>, column: &'static str, change: &'a Change<T>)
+where
+    Param<'a>: From<&'a T>,
+{
+    if let Some(value) = change.value() {
+        sets.push((column, value.map_or(Param::Null, Param::from)));
+    }
+}
+
+impl<'a> From<&'a i64> for Param<'a> {
+    fn from(value: &'a i64) -> Self {
+        Self::Int(*value)
+    }
+}
+
+impl<'a> From<&'a u32> for Param<'a> {
+    fn from(value: &'a u32) -> Self {
+        Self::Int(i64::from(*value))
+    }
+}
+
+/// The columns `transition` sets on the card.
+fn card_columns(transition: &Transition) -> Vec<Set<'_>> {
+    let mut sets: Vec<Set<'_>> = Vec::new();
+    if let Some(status) = transition.status {
+        sets.push(("status", Param::Text(status.as_str())));
+    }
+    if let Some(failures) = transition.consecutive_failures {
+        sets.push(("consecutive_failures", Param::from(failures)));
+    }
+    change(
+        &mut sets,
+        "last_failure_error",
+        &transition.last_failure_error,
+    );
+    change(&mut sets, "not_before", &transition.not_before);
+    change(&mut sets, "held_reason", &transition.held);
+    if let Some(edit) = &transition.edit {
+        if let Some(title) = &edit.title {
+            sets.push(("title", Param::Text(title)));
+        }
+        if let Some(body) = &edit.body {
+            sets.push(("body", Param::Text(body)));
+        }
+        if let Some(priority) = edit.priority {
+            sets.push(("priority", Param::Int(priority)));
+        }
+        change(&mut sets, "assignee", &edit.assignee);
+        change(&mut sets, "max_retries", &edit.max_retries);
+        change(&mut sets, "max_runtime_seconds", &edit.max_runtime_seconds);
+    }
+    if let Some(completion) = &transition.completion {
+        sets.push(("result", Param::Text(&completion.result)));
+        sets.push(("completed_at", Param::Int(completion.completed_at)));
+    }
+    sets
+}
+
+impl Tx<'_> {
+    /// Applies a transition: closes the open run, releases the claim, sets
+    /// the card's columns, changes walls, appends the events.
+    pub(crate) async fn apply(
+        &mut self,
+        task_id: &str,
+        transition: &Transition,
+        now: i64,
+    ) -> TxResult<()> {
+        if let Some(close) = &transition.close_run {
+            self.sql
+                .execute(
+                    "UPDATE task_runs SET ended_at = $1, status = $2, outcome = $3, summary = $4, error = $5
+                      WHERE id = (SELECT current_run_id FROM tasks WHERE id = $6) AND ended_at IS NULL",
+                    args![now, &close.status, &close.outcome, close.summary.as_deref(), close.error.as_deref(), task_id],
+                )
+                .await?;
+        }
+        if transition.release_claim {
+            self.sql
+                .execute(
+                    "UPDATE tasks SET current_run_id = NULL, claim_lock = NULL, claim_expires = NULL,
+                                      worker_pid = NULL, worker_started_at = NULL
+                      WHERE id = $1",
+                    args![task_id],
+                )
+                .await?;
+        }
+        let sets = card_columns(transition);
+        if !sets.is_empty() {
+            let assignments: Vec<String> = sets
+                .iter()
+                .enumerate()
+                .map(|(index, (column, _))| format!("{column} = ${}", index + 1))
+                .collect();
+            let mut values: Vec<Param<'_>> = sets.iter().map(|(_, value)| *value).collect();
+            values.push(Param::Text(task_id));
+            let query = format!(
+                "UPDATE tasks SET {} WHERE id = ${}",
+                assignments.join(", "),
+                values.len()
+            );
+            self.sql.execute(&query, &values).await?;
+        }
+        for change in &transition.walls {
+            self.apply_wall(change).await?;
+        }
+        for event in &transition.events {
+            self.append_event(task_id, event, now).await?;
+        }
+        Ok(())
+    }
+
+    async fn apply_wall(&mut self, change: &WallChange) -> TxResult<()> {
+        match change {
+            WallChange::Arm(wall) => {
+                let query = format!(
+                    "INSERT INTO provider_walls ({WALL_COLUMNS})
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                     ON CONFLICT (scope) DO UPDATE SET kind = excluded.kind, route = excluded.route,
+                        since = excluded.since, until = excluded.until, reason = excluded.reason,
+                        source = excluded.source, hits = excluded.hits,
+                        failed_probes = excluded.failed_probes, probe_run = excluded.probe_run"
+                );
+                let values = args![
+                    &wall.scope,
+                    wall.kind.as_str(),
+                    &wall.route,
+                    wall.since,
+                    wall.until,
+                    &wall.reason,
+                    &wall.source,
+                    wall.hits,
+                    wall.failed_probes,
+                    wall.probe_run,
+                ];
+                self.sql.execute(&query, values).await?;
+            }
+            WallChange::Lift { scope } => {
+                self.sql
+                    .execute("DELETE FROM provider_walls WHERE scope = $1", args![scope])
+                    .await?;
+            }
+            WallChange::ProbeEnded { scope } => {
+                self.sql
+                    .execute(
+                        "UPDATE provider_walls SET probe_run = NULL WHERE scope = $1",
+                        args![scope],
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn append_event(
+        &mut self,
+        task_id: &str,
+        event: &NewEvent,
+        now: i64,
+    ) -> TxResult<()> {
+        let payload = (!event.payload.is_null()).then_some(&event.payload);
+        self.sql
+            .execute(
+                "INSERT INTO task_events (task_id, run_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                args![task_id, event.run_id, &event.kind, payload, now],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A fresh card id no card has: `t_` and eight hex digits.
+    pub(crate) async fn new_task_id(&mut self) -> TxResult<String> {
+        loop {
+            let mut bytes = [0_u8; 4];
+            getrandom::fill(&mut bytes).map_err(|error| {
+                BoardError::Storage(format!("no randomness for a card id: {error}"))
+            })?;
+            let candidate: String = std::iter::once("t_".to_owned())
+                .chain(bytes.iter().map(|byte| format!("{byte:02x}")))
+                .collect();
+            let taken = self
+                .flag(
+                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
+                    args![&candidate],
+                )
+                .await?;
+            if !taken {
+                return Ok(candidate);
+            }
+        }
+    }
+
+    /// Inserts a card, and its links to its parents.
+    pub(crate) async fn insert_task(
+        &mut self,
+        id: &str,
+        new: &NewTask,
+        status: TaskStatus,
+        now: i64,
+    ) -> TxResult<()> {
+        let scheduled_at = new.every_seconds.map(|_| new.not_before.unwrap_or(now));
+        self.sql
+            .execute(
+                "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
+                                    max_retries, goal_mode, goal_max_turns, max_runtime_seconds,
+                                    not_before, every_seconds, scheduled_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                args![
+                    id,
+                    &new.title,
+                    new.body.as_deref(),
+                    new.assignee.as_deref(),
+                    status.as_str(),
+                    new.priority,
+                    now,
+                    new.idempotency_key.as_deref(),
+                    new.max_retries,
+                    new.goal_mode,
+                    new.goal_max_turns,
+                    new.max_runtime_seconds,
+                    new.not_before,
+                    new.every_seconds,
+                    scheduled_at,
+                ],
+            )
+            .await?;
+        for parent in &new.parents {
+            self.sql
+                .execute(
+                    "INSERT INTO task_links (parent_id, child_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    args![parent, id],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn insert_comment(
+        &mut self,
+        task_id: &str,
+        author: &str,
+        body: &str,
+        now: i64,
+    ) -> TxResult<()> {
+        self.sql
+            .execute(
+                "INSERT INTO task_comments (task_id, author, body, created_at) VALUES ($1, $2, $3, $4)",
+                args![task_id, author, body, now],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Sets the lease of the claim's card and run, and the heartbeat time.
+    pub(crate) async fn set_lease(
+        &mut self,
+        claim: &Claim,
+        expires: i64,
+        heartbeat: Option<i64>,
+    ) -> TxResult<()> {
+        for (table, key) in [
+            ("tasks", Param::Text(&claim.task_id)),
+            ("task_runs", Param::Int(claim.run_id)),
+        ] {
+            let query = format!(
+                "UPDATE {table} SET claim_expires = $1, last_heartbeat_at = COALESCE($2, last_heartbeat_at)
+                  WHERE id = $3"
+            );
+            self.sql
+                .execute(&query, &[Param::Int(expires), Param::from(heartbeat), key])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Records a worker on the claim's card (while it runs under the claim)
+    /// and run; false when the card no longer runs under it.
+    pub(crate) async fn record_spawn(
+        &mut self,
+        claim: &Claim,
+        process: &WorkerProcess,
+    ) -> TxResult<bool> {
+        let pid = i64::from(process.pid);
+        let changed = self
+            .sql
+            .execute(
+                "UPDATE tasks SET worker_pid = $1, worker_started_at = $2
+                  WHERE id = $3 AND status = 'running' AND current_run_id = $4 AND claim_lock = $5",
+                args![
+                    pid,
+                    process.started_at,
+                    &claim.task_id,
+                    claim.run_id,
+                    &claim.claim_lock
+                ],
+            )
+            .await?;
+        if changed != 1 {
+            return Ok(false);
+        }
+        self.sql
+            .execute(
+                "UPDATE task_runs SET worker_pid = $1, worker_started_at = $2, worker_seal = $3 WHERE id = $4",
+                args![pid, process.started_at, process.seal_digest.as_deref(), claim.run_id],
+            )
+            .await?;
+        Ok(true)
+    }
+
+    /// Opens a run; its id.
+    pub(crate) async fn open_run(&mut self, opening: &RunOpening) -> TxResult<i64> {
+        self.sql
+            .insert_id(
+                "INSERT INTO task_runs (task_id, profile, status, claim_lock, claim_expires, started_at, lease_ttl)
+                 VALUES ($1, $2, 'running', $3, $4, $5, $6)",
+                args![
+                    &opening.task_id,
+                    opening.profile.as_deref(),
+                    &opening.claim_lock,
+                    opening.expires,
+                    opening.started_at,
+                    opening.ttl,
+                ],
+            )
+            .await
+    }
+
+    /// Gives the card to the opened run, if it is still ready and unclaimed:
+    /// the claim's compare-and-set.
+    pub(crate) async fn take_card(&mut self, opening: &RunOpening, run_id: i64) -> TxResult<bool> {
+        let taken = self
+            .sql
+            .execute(
+                "UPDATE tasks SET status = 'running', claim_lock = $1, claim_expires = $2, current_run_id = $3,
+                                  started_at = COALESCE(started_at, $4), last_heartbeat_at = NULL
+                  WHERE id = $5 AND status = 'ready' AND claim_lock IS NULL",
+                args![&opening.claim_lock, opening.expires, run_id, opening.started_at, &opening.task_id],
+            )
+            .await?;
+        Ok(taken == 1)
+    }
+
+    pub(crate) async fn add_ticks(&mut self, host: &str, ticks: &TickDurations) -> TxResult<()> {
+        let add = "INSERT INTO dispatcher_ticks (host, bucket, count) VALUES ($1, $2, $3)
+                   ON CONFLICT (host, bucket) DO UPDATE SET count = dispatcher_ticks.count + excluded.count";
+        let counts = ticks
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(bucket, count)| (limit(bucket), *count));
+        for (bucket, count) in counts.chain([(-1, ticks.sum_ms)]) {
+            if count > 0 || bucket < 0 {
+                let count = i64::try_from(count).unwrap_or(i64::MAX);
+                self.sql.execute(add, args![host, bucket, count]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `run_id` the probe of the walls of `scopes`.
+    pub(crate) async fn set_probe(&mut self, scopes: &[String], run_id: i64) -> TxResult<()> {
+        let query = format!(
+            "UPDATE provider_walls SET probe_run = $1 WHERE scope {}",
+            (self.sql.dialect().any)(2)
+        );
+        self.sql.execute(&query, args![run_id, scopes]).await?;
+        Ok(())
+    }
+
+    /// Deletes the wall of `scope`; its source (`TASK#RUN`), if it stood.
+    pub(crate) async fn take_wall(&mut self, scope: &str) -> TxResult<Option<String>> {
+        let source = self
+            .one(
+                "SELECT source FROM provider_walls WHERE scope = $1",
+                args![scope],
+            )
+            .await?
+            .map(|row| row.text(0))
+            .transpose()?;
+        self.sql
+            .execute("DELETE FROM provider_walls WHERE scope = $1", args![scope])
+            .await?;
+        Ok(source)
+    }
+
+    /// Deletes a card with its runs, events, comments and links.
+    pub(crate) async fn delete_card(&mut self, task_id: &str) -> TxResult<()> {
+        for query in [
+            "DELETE FROM task_events WHERE task_id = $1",
+            "DELETE FROM task_comments WHERE task_id = $1",
+            "DELETE FROM task_runs WHERE task_id = $1",
+            "DELETE FROM task_links WHERE child_id = $1 OR parent_id = $1",
+            "DELETE FROM tasks WHERE id = $1",
+        ] {
+            self.sql.execute(query, args![task_id]).await?;
+        }
+        Ok(())
+    }
+
+    /// Sets both lease expiries of a card's current run (tests, operators).
+    pub(crate) async fn set_lease_expiry(&mut self, task_id: &str, expires: i64) -> TxResult<()> {
+        self.sql
+            .execute(
+                "UPDATE task_runs SET claim_expires = $1
+                  WHERE id = (SELECT current_run_id FROM tasks WHERE id = $2)",
+                args![expires, task_id],
+            )
+            .await?;
+        self.sql
+            .execute(
+                "UPDATE tasks SET claim_expires = $1 WHERE id = $2",
+                args![expires, task_id],
+            )
+            .await?;
+        Ok(())
+    }
+}
