@@ -257,6 +257,43 @@ enum Stopped {
 }
 
 impl ExecAgent {
+    /// The turn's outcome, from how it ended and what the agent printed.
+    fn settle(&self, stopped: Option<Stopped>, exit: AgentExit, text: &str) -> TurnOutcome {
+        match stopped {
+            Some(Stopped::Deadline(limit)) => {
+                Ok(Some(deadline_result(limit, &self.config.session_id)))
+            }
+            Some(Stopped::By(StopReason::RunLimit)) => Ok(Some(TurnResult {
+                turn_exit_reason: Some("run_limit_exceeded".to_owned()),
+                ..deadline_result(Duration::ZERO, &self.config.session_id)
+            })),
+            Some(Stopped::By(_)) => {
+                settle_turn(text, AgentExit::Interrupted, &self.config.session_id)
+            }
+            None => match exit {
+                // `sh -c` could not find or execute the command and the
+                // agent never answered: the setup failed, not the card.
+                AgentExit::Code(code @ (126 | 127))
+                    if matches!(parse_result_line(text), ResultLine::Absent) =>
+                {
+                    Err(TurnError {
+                        environment: true,
+                        ..TurnError::new(format!(
+                            "cannot run the agent `{}`: the shell exited {code} ({})",
+                            self.config.command,
+                            if code == 127 {
+                                "command not found"
+                            } else {
+                                "not executable"
+                            }
+                        ))
+                    })
+                }
+                _ => settle_turn(text, exit, &self.config.session_id),
+            },
+        }
+    }
+
     /// An agent that reports to, and is stopped through, `activity`.
     pub fn new(config: ExecAgentConfig, activity: Arc<Activity>) -> Self {
         Self { config, activity }
@@ -440,38 +477,6 @@ impl TurnRunner for ExecAgent {
                 String::from_utf8_lossy(lock(&tail).bytes.make_contiguous()).into_owned()
             })
             .unwrap_or_default();
-        match stopped {
-            Some(Stopped::Deadline(limit)) => {
-                Ok(Some(deadline_result(limit, &self.config.session_id)))
-            }
-            Some(Stopped::By(StopReason::RunLimit)) => Ok(Some(TurnResult {
-                turn_exit_reason: Some("run_limit_exceeded".to_owned()),
-                ..deadline_result(Duration::ZERO, &self.config.session_id)
-            })),
-            Some(Stopped::By(_)) => {
-                settle_turn(&text, AgentExit::Interrupted, &self.config.session_id)
-            }
-            None => match exit {
-                // `sh -c` could not find or execute the command and the
-                // agent never answered: the setup failed, not the card.
-                AgentExit::Code(code @ (126 | 127))
-                    if matches!(parse_result_line(&text), ResultLine::Absent) =>
-                {
-                    Err(TurnError {
-                        environment: true,
-                        ..TurnError::new(format!(
-                            "cannot run the agent `{}`: the shell exited {code} ({})",
-                            self.config.command,
-                            if code == 127 {
-                                "command not found"
-                            } else {
-                                "not executable"
-                            }
-                        ))
-                    })
-                }
-                _ => settle_turn(&text, exit, &self.config.session_id),
-            },
-        }
+        self.settle(stopped, exit, &text)
     }
 }

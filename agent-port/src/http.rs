@@ -573,6 +573,28 @@ impl HttpAgent {
         }))
     }
 
+    /// Runs the model's tool calls and adds their answers to the history.
+    async fn run_tools(&mut self, calls: &[(String, String, String)]) {
+        for (id, name, arguments) in calls {
+            let outcome = match &self.tools {
+                Some(tools) => tools.call(name, arguments).await,
+                None => crate::tools::ToolOutcome {
+                    text: "no board tools outside a claimed card".into(),
+                    is_error: true,
+                    terminal: false,
+                },
+            };
+            let content = if outcome.is_error {
+                json!({"error": outcome.text}).to_string()
+            } else {
+                outcome.text
+            };
+            self.messages.push(
+                json!({"role": "tool", "tool_call_id": id, "name": name, "content": content}),
+            );
+        }
+    }
+
     async fn turn(&mut self, input: &TurnInput) -> TurnOutcome {
         self.messages
             .push(json!({"role": "user", "content": input.message}));
@@ -624,24 +646,7 @@ impl HttpAgent {
                     ..TurnResult::default()
                 });
             }
-            for (id, name, arguments) in &answer.tool_calls {
-                let outcome = match &self.tools {
-                    Some(tools) => tools.call(name, arguments).await,
-                    None => crate::tools::ToolOutcome {
-                        text: "no board tools outside a claimed card".into(),
-                        is_error: true,
-                        terminal: false,
-                    },
-                };
-                let content = if outcome.is_error {
-                    json!({"error": outcome.text}).to_string()
-                } else {
-                    outcome.text
-                };
-                self.messages.push(
-                    json!({"role": "tool", "tool_call_id": id, "name": name, "content": content}),
-                );
-            }
+            self.run_tools(&answer.tool_calls).await;
             tracing::debug!(target: "kanban::agent", "model iteration {iteration}/{limit} made {} tool call(s)", answer.tool_calls.len());
         }
         // Out of budget: a terminal settlement, never retried in place.

@@ -3,8 +3,8 @@
 
 use kanban_core::rules::{self, CardEdit, CardState, Transition};
 use kanban_core::{
-    BoardError, COMMENTS_SHOWN, CardStatus, Claim, ClaimFilter, ClaimGrant, EventRecord, NewTask,
-    TaskPage, TaskRecord, TaskStatus, TaskView, events,
+    BoardError, COMMENTS_SHOWN, CardStatus, Claim, ClaimFilter, ClaimGrant, EventRecord, ExitCode,
+    NewTask, TaskPage, TaskRecord, TaskStatus, TaskView, events,
 };
 
 use crate::StoredBoard;
@@ -274,11 +274,10 @@ impl<E: Engine> StoredBoard<E> {
         Ok(events)
     }
 
-    /// The exit code the worker holding `claim` booked, else 1.
+    /// The exit code the worker holding `claim` booked, else a failure's.
     pub async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError> {
-        Ok(self
-            .booked_result(claim)
-            .await?
-            .map_or(1, |result| result.exit_code))
+        let booked = self.booked_result(claim).await?;
+        let exit = booked.map_or(ExitCode::Failure, |result| result.exit_code);
+        Ok(exit.code())
     }
 }

@@ -10,6 +10,16 @@
 //! spawns one command and reads `getrusage(RUSAGE_CHILDREN)`: the peak
 //! resident set of that command alone, not of the benchmark.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the length rule is for src/: a test or a benchmark reads best whole"
+)]
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests and benchmarks read their knobs from the environment and drive real processes and files"
+)]
+
 use std::path::Path;
 use std::process::Command;
 

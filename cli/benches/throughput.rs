@@ -19,6 +19,16 @@
 //! machine's speed of that moment; the median of several pairs is what the
 //! target is read against, and the pairs' range is printed beside it.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the length rule is for src/: a test or a benchmark reads best whole"
+)]
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests and benchmarks read their knobs from the environment and drive real processes and files"
+)]
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

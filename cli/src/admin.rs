@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::ExitCode;
 use kanban_core::rules::Change;
 use kanban_core::{Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
@@ -22,7 +23,7 @@ use crate::output::{
 };
 use crate::runtime::block_on;
 
-pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
+pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let path = board_path(global, env)?;
     if postgres_url(&path).is_some() {
         // Connecting creates the schema (or upgrades an older one).
@@ -32,7 +33,7 @@ pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32
             board.name(),
             kanban_board_postgres::SCHEMA_VERSION
         );
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
     let existed = path.exists();
     let board = SqliteBoard::create(&path, Arc::new(SystemClock))?;
@@ -42,10 +43,10 @@ pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32
         "created board"
     };
     outln!("{verb}: {}", board.path().display());
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
-pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<i32> {
+pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let path = board_path(global, env)?;
     if postgres_url(&path).is_some() {
         // Every open upgrades a PostgreSQL board, in one transaction under
@@ -56,7 +57,7 @@ pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<
             board.name(),
             kanban_board_postgres::SCHEMA_VERSION
         );
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
     let upgrade = SqliteBoard::upgrade(&path, Arc::new(SystemClock))?;
     match &upgrade.backup {
@@ -73,10 +74,14 @@ pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<
             backup.display()
         ),
     }
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
-pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> anyhow::Result<i32> {
+pub(crate) fn add(
+    global: &GlobalArgs,
+    env: &Environment,
+    args: &AddArgs,
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let now = SystemClock.now();
@@ -107,7 +112,7 @@ pub(crate) fn add(global: &GlobalArgs, env: &Environment, args: &AddArgs) -> any
     } else {
         outln!("{id}");
     }
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 fn parse_status(raw: &str) -> anyhow::Result<TaskStatus> {
@@ -131,7 +136,7 @@ pub(crate) fn operate(
     env: &Environment,
     id: &str,
     operation: Operation<'_>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     let done = match operation {
         Operation::Cancel(reason) => {
@@ -152,7 +157,7 @@ pub(crate) fn operate(
         }
     };
     outln!("{id} {done}");
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// With an agents file, an assignee must name one of its agents: a typo is
@@ -181,7 +186,11 @@ fn check_assignee(
 }
 
 /// `kanban edit ID …`.
-pub(crate) fn edit(global: &GlobalArgs, env: &Environment, args: &EditArgs) -> anyhow::Result<i32> {
+pub(crate) fn edit(
+    global: &GlobalArgs,
+    env: &Environment,
+    args: &EditArgs,
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let change = kanban_core::rules::CardEdit {
@@ -196,7 +205,7 @@ pub(crate) fn edit(global: &GlobalArgs, env: &Environment, args: &EditArgs) -> a
     };
     block_on(board.edit(&args.id, &change))?;
     outln!("{} edited: {}", args.id, change.fields().join(", "));
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// `kanban prune --older-than D [--dry-run]`: the cards and their logs.
@@ -205,7 +214,7 @@ pub(crate) fn prune(
     env: &Environment,
     older_than: i64,
     dry_run: bool,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     let before = SystemClock.now().saturating_sub(older_than);
     let ids = block_on(board.prune(before, dry_run))?;
@@ -227,7 +236,7 @@ pub(crate) fn prune(
         "{verb} {} card(s) done or archived with no activity for {older_than}s",
         ids.len()
     );
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 pub(crate) fn list(
@@ -236,7 +245,7 @@ pub(crate) fn list(
     status: Option<&str>,
     archived: bool,
     as_json: bool,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let status = status.map(parse_status).transpose()?;
     let board = open_board_for_reading(global, env)?;
     let mut tasks = block_on(board.list_tasks(status))?;
@@ -250,7 +259,7 @@ pub(crate) fn list(
             "{}",
             serde_json::Value::Array(tasks.iter().map(task_json).collect())
         );
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
     let rows: Vec<Vec<String>> = tasks
         .iter()
@@ -278,25 +287,29 @@ pub(crate) fn list(
             walls.len()
         );
     }
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// `kanban walls`: the provider walls of the board.
-pub(crate) fn walls(global: &GlobalArgs, env: &Environment, as_json: bool) -> anyhow::Result<i32> {
+pub(crate) fn walls(
+    global: &GlobalArgs,
+    env: &Environment,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
     let walls = block_on(board.walls())?;
     let now = SystemClock.now();
     if as_json {
         let rows: Vec<serde_json::Value> = walls.iter().map(|wall| wall_json(wall, now)).collect();
         outln!("{}", serde_json::Value::Array(rows));
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
     if walls.is_empty() {
         outln!("no provider walls: every agent's cards may be claimed");
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
     out!("{}", walls_table(&walls, now));
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// `kanban comment TASK TEXT`: a human's comment, outside any run.
@@ -306,7 +319,7 @@ pub(crate) fn comment(
     task: &str,
     text: &str,
     author: Option<&str>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     let author = author
         .map(str::trim)
@@ -315,7 +328,7 @@ pub(crate) fn comment(
         .unwrap_or("human");
     block_on(board.add_comment(task, author, text))?;
     outln!("{task} commented");
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// `kanban walls --lift SCOPE`.
@@ -323,11 +336,11 @@ pub(crate) fn lift_wall(
     global: &GlobalArgs,
     env: &Environment,
     scope: &str,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     if block_on(board.lift_wall(scope))? {
         outln!("lifted the wall on {scope}: its cards may be claimed at once");
-        Ok(0)
+        Ok(ExitCode::Success)
     } else {
         bail!("no provider wall on {scope:?}; `kanban walls` lists them")
     }
@@ -347,7 +360,7 @@ pub(crate) fn show(
     env: &Environment,
     id: &str,
     as_json: bool,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
     let view = block_on(board.show_task(id))?;
     let now = SystemClock.now();
@@ -367,7 +380,7 @@ pub(crate) fn show(
             "walls": met.iter().map(|wall| wall_json(wall, now)).collect::<Vec<_>>(),
         });
         outln!("{value}");
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
     let task = &view.task;
     outln!("{}  {}", visible_line(&task.id), visible_line(&task.title));
@@ -397,8 +410,25 @@ pub(crate) fn show(
         outln!("result: {}", short(result, 200));
     }
     outln!("\nruns:");
-    let runs: Vec<Vec<String>> = view
-        .runs
+    out!("{}", runs_table(&view.runs));
+    outln!("\nevents:");
+    out!("{}", events_table(&view.events, now));
+    if !view.comments.is_empty() {
+        outln!("\ncomments (newest last):");
+        for comment in &view.comments {
+            outln!(
+                "  {} {}: {}",
+                human_time(comment.created_at, now),
+                visible_line(&comment.author),
+                visible(&comment.body)
+            );
+        }
+    }
+    Ok(ExitCode::Success)
+}
+
+fn runs_table(runs: &[kanban_core::RunRecord]) -> String {
+    let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
             vec![
@@ -413,24 +443,7 @@ pub(crate) fn show(
             ]
         })
         .collect();
-    out!(
-        "{}",
-        table(&["RUN", "STATUS", "OUTCOME", "LOCK", "SUMMARY"], &runs)
-    );
-    outln!("\nevents:");
-    out!("{}", events_table(&view.events, now));
-    if !view.comments.is_empty() {
-        outln!("\ncomments (newest last):");
-        for comment in &view.comments {
-            outln!(
-                "  {} {}: {}",
-                human_time(comment.created_at, now),
-                visible_line(&comment.author),
-                visible(&comment.body)
-            );
-        }
-    }
-    Ok(0)
+    table(&["RUN", "STATUS", "OUTCOME", "LOCK", "SUMMARY"], &rows)
 }
 
 fn events_table(events: &[kanban_core::EventRecord], now: i64) -> String {
@@ -460,7 +473,7 @@ pub(crate) fn events(
     env: &Environment,
     id: &str,
     as_json: bool,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
     let view = block_on(board.show_task(id))?;
     if as_json {
@@ -470,7 +483,7 @@ pub(crate) fn events(
     } else {
         out!("{}", events_table(&view.events, SystemClock.now()));
     }
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// A lock naming this host and process, so an operator can tell claims apart.
@@ -484,7 +497,7 @@ pub(crate) fn claim(
     id: &str,
     ttl: Option<i64>,
     as_json: bool,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     let ttl = claim_ttl_seconds(ttl, env).map_err(anyhow::Error::msg)?;
     let Some(grant) = block_on(board.claim_task(id, ttl, &crate::supervisor::hand_claim_lock()))?
@@ -508,17 +521,21 @@ pub(crate) fn claim(
         }
         outln!("export {}={}", vars::BOARD, shell_quote(&slug));
     }
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
-pub(crate) fn unblock(global: &GlobalArgs, env: &Environment, id: &str) -> anyhow::Result<i32> {
+pub(crate) fn unblock(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     block_on(board.unblock(id))?;
     outln!(
         "{id} unblocked: {}",
         block_on(board.show_task(id))?.task.status.as_str()
     );
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 pub(crate) fn reclaim(
@@ -526,14 +543,14 @@ pub(crate) fn reclaim(
     env: &Environment,
     id: &str,
     reason: &str,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     block_on(board.reclaim(id, reason))?;
     outln!(
         "{id} reclaimed: {}",
         block_on(board.show_task(id))?.task.status.as_str()
     );
-    Ok(0)
+    Ok(ExitCode::Success)
 }
 
 /// A card's status as `ls` and `show` say it: held, waiting, recurring.

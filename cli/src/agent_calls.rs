@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use kanban_board_sqlite::SystemClock;
+use kanban_core::ExitCode;
 use kanban_core::{BIND_PATIENCE, Claim, Environment};
 
 use crate::board_path::{OpenBoard, open_claim_board};
@@ -20,7 +21,7 @@ use crate::runtime::block_on;
 use crate::worker_calls::{Call, CallError, Done, SOCKET_VAR, ask_worker, perform};
 
 /// The exit code of a board call the environment failed.
-const ENVIRONMENT: i32 = 75;
+const ENVIRONMENT: ExitCode = ExitCode::TempFail;
 
 /// Where an agent's calls go: to its worker while one answers, else to
 /// the board, opened once.
@@ -64,14 +65,18 @@ impl<'a> Route<'a> {
 
 /// Runs one fenced call, waiting out a lapsed lease and passing board
 /// faults: the dispatcher renews a live worker's lease within a tick.
-fn fenced(env: &Environment, call: &Call, done: impl FnOnce(&Claim, Done)) -> anyhow::Result<i32> {
+fn fenced(
+    env: &Environment,
+    call: &Call,
+    done: impl FnOnce(&Claim, Done),
+) -> anyhow::Result<ExitCode> {
     let mut route = Route::new(env)?;
     let started = Instant::now();
     loop {
         let error = match route.call(call) {
             Ok(value) => {
                 done(&route.claim, value);
-                return Ok(0);
+                return Ok(ExitCode::Success);
             }
             Err(CallError::Refused(message)) => return Err(anyhow::anyhow!(message)),
             Err(CallError::Unopenable(message)) => {
@@ -94,7 +99,7 @@ pub(crate) fn complete(
     env: &Environment,
     summary: &str,
     result: Option<String>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let call = Call::Complete {
         summary: summary.to_owned(),
         result,
@@ -102,21 +107,21 @@ pub(crate) fn complete(
     fenced(env, &call, |claim, _| outln!("{} completed", claim.task_id))
 }
 
-pub(crate) fn block(env: &Environment, reason: &str) -> anyhow::Result<i32> {
+pub(crate) fn block(env: &Environment, reason: &str) -> anyhow::Result<ExitCode> {
     let call = Call::Block {
         reason: reason.to_owned(),
     };
     fenced(env, &call, |claim, _| outln!("{} blocked", claim.task_id))
 }
 
-pub(crate) fn heartbeat(env: &Environment, note: Option<String>) -> anyhow::Result<i32> {
+pub(crate) fn heartbeat(env: &Environment, note: Option<String>) -> anyhow::Result<ExitCode> {
     let mut route = Route::new(env)?;
     // A heartbeat is not worth waiting for: one refused is simply not made.
     match route.call(&Call::Heartbeat { note }) {
         Ok(done) => {
             let expires = done.lease_expires.unwrap_or_default();
             outln!("{} lease extended to {expires}", route.claim.task_id);
-            Ok(0)
+            Ok(ExitCode::Success)
         }
         Err(CallError::Lapsed(_)) => {
             errln!("the lease lapsed; the dispatcher renews it while this worker lives");
@@ -130,7 +135,7 @@ pub(crate) fn heartbeat(env: &Environment, note: Option<String>) -> anyhow::Resu
     }
 }
 
-pub(crate) fn comment(env: &Environment, text: &str) -> anyhow::Result<i32> {
+pub(crate) fn comment(env: &Environment, text: &str) -> anyhow::Result<ExitCode> {
     let author = env
         .get_trimmed("KANBAN_AUTHOR")
         .unwrap_or("worker")

@@ -137,78 +137,8 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
     })?;
     let mut agents = BTreeMap::new();
     for (name, entry) in shape.agents {
-        let problem = |what: String| format!("{where_}: agent {name}: {what}");
-        if !is_agent_name(&name) {
-            return Err(format!(
-                "{where_}: {name:?} cannot name an agent: use letters, digits, '_', '-' and '.'"
-            ));
-        }
-        let spec = match (entry.command, entry.http) {
-            (Some(command), None) => command,
-            // `http:` before the URL, as `--agent` takes it, is allowed too.
-            (None, Some(http))
-                if http.starts_with("http:http://") || http.starts_with("http:https://") =>
-            {
-                http
-            }
-            (None, Some(http)) => format!("http:{http}"),
-            _ => {
-                return Err(problem(
-                    "give exactly one of `command` (a command run once per turn) and `http` (an OpenAI-compatible endpoint)".to_owned(),
-                ));
-            }
-        };
-        validate_agent(Some(&spec), env).map_err(&problem)?;
-        let mut args = Vec::new();
-        if let Some(limit) = &entry.turn_timeout {
-            parse_limit(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;
-            args.extend(["--turn-timeout".to_owned(), limit.clone()]);
-        }
-        if let Some(delays) = &entry.recovery_delays {
-            let valid = delays
-                .split(',')
-                .all(|delay| delay.trim().parse::<u64>().is_ok());
-            if !valid {
-                return Err(problem(format!(
-                    "recovery_delays {delays:?}: give whole seconds separated by commas (15,45,90)"
-                )));
-            }
-            args.extend(["--recovery-delays".to_owned(), delays.clone()]);
-        }
-        if entry.max_in_progress == Some(0) {
-            return Err(problem("max_in_progress is at least 1".to_owned()));
-        }
-        if let Some((key, _)) = entry.env.iter().find(|(key, value)| {
-            key.is_empty() || key.contains(['=', '\0']) || value.contains('\0')
-        }) {
-            return Err(problem(format!(
-                "env key {key:?}: a variable's name is not empty and holds no `=` (and neither name nor value a NUL)"
-            )));
-        }
-        if let Some(provider) = &entry.provider {
-            if spec.starts_with("http:") {
-                return Err(problem(
-                    "provider is for command agents: an HTTP agent's provider is its endpoint and key".to_owned(),
-                ));
-            }
-            if !kanban_core::walls::is_declarable_provider(provider) {
-                return Err(problem(format!(
-                    "provider {provider:?}: name the provider the agent calls (like \"anthropic:team\"); `agent:` names are the agents' own"
-                )));
-            }
-        }
-        agents.insert(
-            name,
-            AgentCommand {
-                spec,
-                args,
-                env: entry.env.into_iter().collect(),
-                max_in_progress: entry
-                    .max_in_progress
-                    .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
-                provider: entry.provider.map(|provider| provider.trim().to_owned()),
-            },
-        );
+        let agent = agent_of(&where_, &name, entry, env)?;
+        agents.insert(name, agent);
     }
     if let Some(default) = &shape.default
         && !agents.contains_key(default)
@@ -222,6 +152,87 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
         path: path.to_owned(),
         agents,
         default: shape.default,
+    })
+}
+
+/// One agent of an agents file, checked.
+fn agent_of(
+    where_: &std::path::Display<'_>,
+    name: &str,
+    entry: EntryShape,
+    env: &Environment,
+) -> Result<AgentCommand, String> {
+    let problem = |what: String| format!("{where_}: agent {name}: {what}");
+    if !is_agent_name(name) {
+        return Err(format!(
+            "{where_}: {name:?} cannot name an agent: use letters, digits, '_', '-' and '.'"
+        ));
+    }
+    let spec = match (entry.command, entry.http) {
+        (Some(command), None) => command,
+        // `http:` before the URL, as `--agent` takes it, is allowed too.
+        (None, Some(http))
+            if http.starts_with("http:http://") || http.starts_with("http:https://") =>
+        {
+            http
+        }
+        (None, Some(http)) => format!("http:{http}"),
+        _ => {
+            return Err(problem(
+                "give exactly one of `command` (a command run once per turn) and `http` (an OpenAI-compatible endpoint)".to_owned(),
+            ));
+        }
+    };
+    validate_agent(Some(&spec), env).map_err(&problem)?;
+    let mut args = Vec::new();
+    if let Some(limit) = &entry.turn_timeout {
+        parse_limit(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;
+        args.extend(["--turn-timeout".to_owned(), limit.clone()]);
+    }
+    if let Some(delays) = &entry.recovery_delays {
+        let valid = delays
+            .split(',')
+            .all(|delay| delay.trim().parse::<u64>().is_ok());
+        if !valid {
+            return Err(problem(format!(
+                "recovery_delays {delays:?}: give whole seconds separated by commas (15,45,90)"
+            )));
+        }
+        args.extend(["--recovery-delays".to_owned(), delays.clone()]);
+    }
+    if entry.max_in_progress == Some(0) {
+        return Err(problem("max_in_progress is at least 1".to_owned()));
+    }
+    if let Some((key, _)) = entry
+        .env
+        .iter()
+        .find(|(key, value)| key.is_empty() || key.contains(['=', '\0']) || value.contains('\0'))
+    {
+        return Err(problem(format!(
+            "env key {key:?}: a variable's name is not empty and holds no `=` (and neither name nor value a NUL)"
+        )));
+    }
+    if let Some(provider) = &entry.provider {
+        if spec.starts_with("http:") {
+            return Err(problem(
+                "provider is for command agents: an HTTP agent's provider is its endpoint and key"
+                    .to_owned(),
+            ));
+        }
+        if !kanban_core::walls::is_declarable_provider(provider) {
+            return Err(problem(format!(
+                "provider {provider:?}: name the provider the agent calls (like \"anthropic:team\"); `agent:` names are the agents' own"
+            )));
+        }
+    }
+    Ok(AgentCommand {
+        spec,
+        args,
+        env: entry.env.into_iter().collect(),
+        max_in_progress: entry
+            .max_in_progress
+            .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
+        provider: entry.provider.map(|provider| provider.trim().to_owned()),
     })
 }
 

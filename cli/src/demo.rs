@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
+use kanban_core::ExitCode;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{BoardAdmin, BookingKind, DispatchSettings, NewTask, RunMode};
 
@@ -29,10 +30,52 @@ const CARDS: [(&str, &str); 6] = [
     ("update the dependency list", "ok"),
 ];
 
+/// The demo's dispatcher: simulated agents, short delays, until idle.
+fn demo_plan(path: &Path, env: &kanban_core::Environment) -> anyhow::Result<DispatchPlan> {
+    let exe = std::env::current_exe()?;
+    let sim = format!("'{}' sim-agent", exe.display());
+    let agents = crate::dispatch::Agents {
+        by_route: [
+            (String::new(), AgentCommand::bare(sim.clone())),
+            (METERED.to_owned(), AgentCommand::bare(sim)),
+        ]
+        .into(),
+        unassigned: None,
+    };
+    Ok(DispatchPlan {
+        db: path.to_owned(),
+        folder: path.parent().unwrap_or(Path::new(".")).to_owned(),
+        board_slug: "demo".to_owned(),
+        mode: RunMode::UntilIdle,
+        settings: DispatchSettings {
+            ttl_seconds: 120,
+            max_in_progress: 3,
+            failure_policy: FailurePolicy::default(),
+            interval: Duration::from_secs(1),
+            grace: Duration::from_secs(5),
+            max_runtime_seconds: None,
+            routes: agents
+                .by_route
+                .iter()
+                .map(|(route, agent)| (route.clone(), agent_route(route, agent, env)))
+                .collect(),
+            unassigned_route: None,
+        },
+        agents,
+        worker_args: vec![
+            "--recovery-delays".to_owned(),
+            "1".to_owned(),
+            "--grace".to_owned(),
+            "2".to_owned(),
+        ],
+        worker_env: vec![("HERMES_KANBAN_TURN_RECOVERY".to_owned(), "3".to_owned())],
+    })
+}
+
 pub(crate) fn demo(
     board_file: Option<PathBuf>,
     interrupt: Arc<AtomicUsize>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let path = match board_file {
         Some(path) if std::fs::symlink_metadata(&path).is_ok() => {
@@ -75,45 +118,8 @@ pub(crate) fn demo(
         ids.push(block_on(board.create_task(&new))?);
     }
     drop(board);
-    let exe = std::env::current_exe()?;
-    let sim = format!("'{}' sim-agent", exe.display());
-    let agents = crate::dispatch::Agents {
-        by_route: [
-            (String::new(), AgentCommand::bare(sim.clone())),
-            (METERED.to_owned(), AgentCommand::bare(sim)),
-        ]
-        .into(),
-        unassigned: None,
-    };
     let env = kanban_core::Environment::default();
-    let plan = DispatchPlan {
-        db: path.clone(),
-        folder: path.parent().unwrap_or(Path::new(".")).to_owned(),
-        board_slug: "demo".to_owned(),
-        mode: RunMode::UntilIdle,
-        settings: DispatchSettings {
-            ttl_seconds: 120,
-            max_in_progress: 3,
-            failure_policy: FailurePolicy::default(),
-            interval: Duration::from_secs(1),
-            grace: Duration::from_secs(5),
-            max_runtime_seconds: None,
-            routes: agents
-                .by_route
-                .iter()
-                .map(|(route, agent)| (route.clone(), agent_route(route, agent, &env)))
-                .collect(),
-            unassigned_route: None,
-        },
-        agents,
-        worker_args: vec![
-            "--recovery-delays".to_owned(),
-            "1".to_owned(),
-            "--grace".to_owned(),
-            "2".to_owned(),
-        ],
-        worker_env: vec![("HERMES_KANBAN_TURN_RECOVERY".to_owned(), "3".to_owned())],
-    };
+    let plan = demo_plan(&path, &env)?;
     let code = crate::dispatch::run(&plan, &env, &interrupt)?;
     let board = SqliteBoard::open(&path, Arc::new(SystemClock))?;
     let rows = summary_rows(&board, &ids)?;

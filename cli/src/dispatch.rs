@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kanban_board_sqlite::SystemClock;
+use kanban_core::ExitCode;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
-    BoardError, DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment,
-    EnvironmentFault, RunMode, claim_ttl_seconds,
+    DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, EnvironmentFault,
+    RunMode, claim_ttl_seconds,
 };
 use nix::fcntl::{Flock, FlockArg};
 
@@ -188,7 +189,7 @@ pub(crate) fn run(
     plan: &DispatchPlan,
     env: &Environment,
     interrupt: &Arc<AtomicUsize>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // The blocking threads run the board's calls, and a SQLite board
@@ -210,68 +211,20 @@ pub(crate) fn run(
     ));
     let board = match opened {
         Ok(board) => board,
-        Err(error) => {
-            let fault = match error.downcast_ref::<BoardError>() {
-                Some(board_error) => EnvironmentFault::from_board(board_error)
-                    .unwrap_or_else(|| EnvironmentFault::Configuration(board_error.to_string())),
-                None => EnvironmentFault::Configuration(format!("{error:#}")),
-            };
-            return Ok(refuse_to_start(&fault));
-        }
+        Err(error) => return Ok(refuse_to_start(&crate::fault::of_setup(&error))),
     };
-    // One dispatcher per SQLite board (a file lock); a PostgreSQL board
-    // takes several at once, on one host or many: its claims skip each
-    // other's rows, and each dispatcher signals its own host's workers only.
-    let (_lock, watch) = match &board.engine {
-        Engine::Sqlite(sqlite) => {
-            let lock = match take_lock(sqlite.path(), plan.mode != RunMode::Once, interrupt) {
-                Ok(lock) => lock,
-                Err(error) => {
-                    return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
-                        "{error:#}"
-                    ))));
-                }
-            };
-            let Some(lock) = lock else {
-                return Ok(0);
-            };
-            let watch = kanban_board_sqlite::ChangeWatch::open(sqlite.path())
-                .ok()
-                .map(BoardWatch::Sqlite);
-            (Some(lock), watch)
-        }
-        Engine::Postgres(pg) => (None, Some(BoardWatch::Postgres(pg.watch()))),
+    let (_lock, watch, logs) = match hold_board(&board, plan, interrupt) {
+        Ok(Some(held)) => held,
+        // Another dispatcher holds the board (`--once`).
+        Ok(None) => return Ok(ExitCode::Success),
+        Err(fault) => return Ok(refuse_to_start(&fault)),
     };
-    let logs = board.folder.join("logs");
-    let made = {
-        use std::os::unix::fs::DirBuilderExt;
-        // Logs hold what agents said: the owner's alone.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&logs)
-    };
-    if let Err(error) = made {
-        return Ok(refuse_to_start(&EnvironmentFault::Configuration(format!(
-            "cannot create the log folder {}: {error}; make the board's folder writable",
-            logs.display()
-        ))));
-    }
     let exe = std::env::current_exe().context("cannot find the kanban binary to run workers")?;
     let board_name = board.name();
     let board = board.into_shared(Arc::new(TokioOffload));
     let worker_env = plan.worker_env.clone();
     // What no agent may read reaches a worker on its standard input.
-    let mut secrets = Vec::new();
-    if let Some(password) = env
-        .get(crate::worker_secrets::PASSWORD_VAR)
-        .filter(|p| !p.is_empty())
-    {
-        secrets.push((
-            crate::worker_secrets::PASSWORD_VAR.to_owned(),
-            password.to_owned(),
-        ));
-    }
+    let mut secrets = crate::worker_secrets::from_dispatcher(env);
     // Workers make their board calls here, on the board this dispatcher
     // holds open; without the socket each opens the board itself.
     // The listener registers with the runtime's reactor as it is made.
@@ -309,16 +262,7 @@ pub(crate) fn run(
         supervisor: supervisor.clone(),
         clock: Arc::new(SystemClock),
         wakeups: supervisor,
-        notes: Arc::new(|event: &kanban_core::DispatchEvent| match event {
-            // What each tick decided and why: `-v` and `-vv`, on stderr.
-            kanban_core::DispatchEvent::Tick { .. } => {
-                tracing::info!(target: "kanban::dispatch", "{event}");
-            }
-            kanban_core::DispatchEvent::ClaimPlan { .. } => {
-                tracing::debug!(target: "kanban::dispatch", "{event}");
-            }
-            _ => say(&event.to_string()),
-        }),
+        notes: Arc::new(note),
     };
     let mut dispatcher = Dispatcher::new(ports, plan.settings.clone());
     let end = runtime.block_on(dispatcher.run(plan.mode));
@@ -336,12 +280,73 @@ pub(crate) fn run(
     Ok(end.exit_code())
 }
 
+/// What a dispatcher holds while it runs: a SQLite board's lock, a watch
+/// on the board's changes, its log folder.
+type Held = (Option<Flock<File>>, Option<BoardWatch>, PathBuf);
+
+/// Takes what a dispatcher holds while it runs: a SQLite board's lock,
+/// a watch on the board's changes and its log folder. `None` when another
+/// dispatcher holds the board and this one was not to wait for it.
+fn hold_board(
+    board: &crate::board_path::OpenBoard,
+    plan: &DispatchPlan,
+    interrupt: &Arc<AtomicUsize>,
+) -> Result<Option<Held>, EnvironmentFault> {
+    // One dispatcher per SQLite board (a file lock); a PostgreSQL board
+    // takes several at once, on one host or many: its claims skip each
+    // other's rows, and each dispatcher signals its own host's workers only.
+    let (lock, watch) = match &board.engine {
+        Engine::Sqlite(sqlite) => {
+            let lock = take_lock(sqlite.path(), plan.mode != RunMode::Once, interrupt)
+                .map_err(|error| EnvironmentFault::Configuration(format!("{error:#}")))?;
+            let Some(lock) = lock else {
+                return Ok(None);
+            };
+            let watch = kanban_board_sqlite::ChangeWatch::open(sqlite.path())
+                .ok()
+                .map(BoardWatch::Sqlite);
+            (Some(lock), watch)
+        }
+        Engine::Postgres(pg) => (None, Some(BoardWatch::Postgres(pg.watch()))),
+    };
+    let logs = board.folder.join("logs");
+    let made = {
+        use std::os::unix::fs::DirBuilderExt;
+        // Logs hold what agents said: the owner's alone.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&logs)
+    };
+    if let Err(error) = made {
+        return Err(EnvironmentFault::Configuration(format!(
+            "cannot create the log folder {}: {error}; make the board's folder writable",
+            logs.display()
+        )));
+    }
+    Ok(Some((lock, watch, logs)))
+}
+
+/// Tells the dispatcher's log what it did.
+fn note(event: &kanban_core::DispatchEvent) {
+    match event {
+        // What each tick decided and why: `-v` and `-vv`, on stderr.
+        kanban_core::DispatchEvent::Tick { .. } => {
+            tracing::info!(target: "kanban::dispatch", "{event}");
+        }
+        kanban_core::DispatchEvent::ClaimPlan { .. } => {
+            tracing::debug!(target: "kanban::dispatch", "{event}");
+        }
+        _ => say(&event.to_string()),
+    }
+}
+
 /// How long a leaving dispatcher waits for the calls it took to be
 /// answered: a call waiting out a busy board takes at most about this long.
 const LINK_CLOSING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(35);
 
 /// Says why the dispatcher cannot start; returns its exit code.
-fn refuse_to_start(fault: &EnvironmentFault) -> i32 {
+fn refuse_to_start(fault: &EnvironmentFault) -> ExitCode {
     errln!("error: {fault}; nothing was claimed");
     DispatchEnd::Halted(fault.clone()).exit_code()
 }

@@ -272,13 +272,29 @@ async fn answer_worker(
 }
 
 /// Makes `call` with `claim` on `board`.
-async fn perform(board: &dyn AnyBoard, claim: &Claim, call: LinkCall) -> LinkAnswer {
+/// What a worker's call may reach of a board, checked by the compiler:
+/// core's worker port (every write fenced by the worker's own claim) and the
+/// view of its card; never the dispatcher's or an operator's calls, which
+/// would let a worker reach past its fence.
+#[async_trait]
+trait WorkersBoard: Board {
+    async fn card_view(&self, task_id: &str) -> Result<TaskView, BoardError>;
+}
+
+#[async_trait]
+impl<B: AnyBoard + ?Sized> WorkersBoard for B {
+    async fn card_view(&self, task_id: &str) -> Result<TaskView, BoardError> {
+        self.show_task(task_id).await
+    }
+}
+
+async fn perform<B: WorkersBoard + ?Sized>(board: &B, claim: &Claim, call: LinkCall) -> LinkAnswer {
     let done = |result: Result<(), BoardError>| match result {
         Ok(()) => LinkAnswer::Done,
         Err(error) => LinkAnswer::Failed { error },
     };
     match call {
-        LinkCall::ShowTask { bind } => match board.show_task(&claim.task_id).await {
+        LinkCall::ShowTask { bind } => match board.card_view(&claim.task_id).await {
             // A card is shown over the link only to the run holding it;
             // anybody else reads the board the way it always could.
             Ok(view)
@@ -760,6 +776,164 @@ mod tests {
         SqliteBoard::create(dir.join(name), Arc::new(SystemClock)).unwrap()
     }
 
+    async fn every_call_goes_over_the_link(
+        served: &SqliteBoard,
+        socket: &str,
+        clock: &Arc<dyn Clock>,
+        env: &Environment,
+    ) {
+        // A claim on the dispatcher's board: every call over the link.
+        let claim = claimed_card(served, "linked").await;
+        let linked = LinkedBoard::connect(socket, &claim, clock.clone(), env)
+            .await
+            .unwrap();
+        // The view comes with the pid bound: the worker's own bind of
+        // that pid is done already, another pid's is a call of its own.
+        assert_eq!(linked.show_task(4242).await.unwrap().task.id, claim.task_id);
+        assert_eq!(bound_pids(served, &claim), [4242]);
+        linked.bind_worker(&claim, 4242).await.unwrap();
+        assert_eq!(bound_pids(served, &claim), [4242]);
+        linked.bind_worker(&claim, 4343).await.unwrap();
+        linked.bind_worker(&claim, 4242).await.unwrap();
+        assert_eq!(bound_pids(served, &claim), [4242, 4343, 4242]);
+        assert!(linked.heartbeat(&claim, None).await.unwrap() > 0);
+        linked
+            .prove_claim(&claim, ProofIdentity::BoundOwner(4242))
+            .await
+            .unwrap();
+        linked.comment(&claim, "agent", "hello").await.unwrap();
+        // Refusals keep their kind on the way back.
+        let mut stale = claim.clone();
+        stale.claim_lock = "someone:2:else".into();
+        let refused = linked.complete(&stale, "not mine", None).await;
+        assert!(
+            matches!(refused, Err(BoardError::LeaseLost { .. })),
+            "{refused:?}"
+        );
+        let unproven = linked.prove_claim(&stale, ProofIdentity::AnyProcess).await;
+        assert!(unproven.is_err(), "{unproven:?}");
+        linked.complete(&claim, "done", None).await.unwrap();
+        assert_eq!(linked.run_status(&claim).await.unwrap(), RunStatus::Done);
+        assert!(linked.linked().await, "every call went over the link");
+        assert!(
+            !linked.own.initialized(),
+            "the worker never opened the board"
+        );
+        assert_eq!(status(served, &claim), TaskStatus::Done);
+    }
+
+    async fn another_boards_claim_is_made_on_that_board(
+        served: &SqliteBoard,
+        other: &SqliteBoard,
+        socket: &str,
+        clock: &Arc<dyn Clock>,
+        env: &Environment,
+    ) {
+        // A claim on another board is not the dispatcher's to make: the
+        // worker makes it on that board itself.
+        let elsewhere_claim = claimed_card(other, "elsewhere").await;
+        let elsewhere = LinkedBoard::connect(socket, &elsewhere_claim, clock.clone(), env)
+            .await
+            .unwrap();
+        elsewhere
+            .complete(&elsewhere_claim, "done", None)
+            .await
+            .unwrap();
+        assert!(!elsewhere.linked().await);
+        assert_eq!(status(other, &elsewhere_claim), TaskStatus::Done);
+        assert_eq!(
+            crate::runtime::block_on(served.show_task(&elsewhere_claim.task_id)).err(),
+            Some(BoardError::TaskNotFound(elsewhere_claim.task_id.clone())),
+            "nothing reached the dispatcher's board"
+        );
+    }
+
+    async fn a_dispatcher_that_leaves_hands_the_worker_to_the_board(
+        served: &SqliteBoard,
+        clock: &Arc<dyn Clock>,
+        env: &Environment,
+    ) {
+        // The dispatcher leaves mid-run: the worker is told so and goes
+        // on, on the board.
+        let (leaving, leave) = dispatcher(served);
+        let left_claim = claimed_card(served, "left").await;
+        let left = LinkedBoard::connect(&leaving, &left_claim, clock.clone(), env)
+            .await
+            .unwrap();
+        left.bind_worker(&left_claim, 8).await.unwrap();
+        assert!(left.linked().await);
+        leave
+            .send(Stop::Close)
+            .unwrap_or_else(|_| panic!("stopped"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left.complete(&left_claim, "done", None).await.unwrap();
+        assert!(!left.linked().await);
+        assert_eq!(status(served, &left_claim), TaskStatus::Done);
+    }
+
+    async fn a_dispatcher_that_dies_hands_the_worker_to_the_board(
+        served: &SqliteBoard,
+        socket: &str,
+        stop: tokio::sync::oneshot::Sender<Stop>,
+        clock: &Arc<dyn Clock>,
+        env: &Environment,
+    ) {
+        // The dispatcher dies mid-run: the worker goes on, on the board.
+        let orphan_claim = claimed_card(served, "orphaned").await;
+        let orphan = LinkedBoard::connect(socket, &orphan_claim, clock.clone(), env)
+            .await
+            .unwrap();
+        orphan.bind_worker(&orphan_claim, 7).await.unwrap();
+        assert!(orphan.linked().await);
+        stop.send(Stop::Kill).unwrap_or_else(|_| panic!("stopped"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        orphan.heartbeat(&orphan_claim, None).await.unwrap();
+        orphan.complete(&orphan_claim, "done", None).await.unwrap();
+        assert!(!orphan.linked().await);
+        assert_eq!(status(served, &orphan_claim), TaskStatus::Done);
+        assert!(
+            LinkedBoard::connect(socket, &orphan_claim, clock.clone(), env)
+                .await
+                .is_none(),
+            "nobody listens there any more"
+        );
+    }
+
+    async fn a_lost_answer_is_not_made_twice(
+        served: &SqliteBoard,
+        clock: Arc<dyn Clock>,
+        env: &Environment,
+    ) {
+        // An answer lost on the way (a dispatcher killed mid-call): the
+        // write failed, is not made a second way, and what follows goes
+        // to the board.
+        let lost_claim = claimed_card(served, "lost").await;
+        let lost = LinkedBoard::connect(&one_that_hangs_up(), &lost_claim, clock.clone(), env)
+            .await
+            .unwrap();
+        let failed = lost.complete(&lost_claim, "done", None).await;
+        assert!(
+            matches!(&failed, Err(BoardError::Storage(why)) if why.contains("hung up")),
+            "{failed:?}"
+        );
+        assert_eq!(status(served, &lost_claim), TaskStatus::Running);
+        lost.complete(&lost_claim, "done", None).await.unwrap();
+        assert_eq!(status(served, &lost_claim), TaskStatus::Done);
+        // A read whose answer was lost is asked of the board instead.
+        let reread_claim = claimed_card(served, "reread").await;
+        let reread = LinkedBoard::connect(&one_that_hangs_up(), &reread_claim, clock, env)
+            .await
+            .unwrap();
+        assert_eq!(
+            reread.show_task(7).await.unwrap().task.id,
+            reread_claim.task_id
+        );
+        reread
+            .prove_claim(&reread_claim, ProofIdentity::AnyProcess)
+            .await
+            .unwrap();
+    }
+
     #[test]
     fn a_workers_calls_go_to_its_dispatcher_and_to_the_board_itself_when_they_cannot() {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -773,128 +947,15 @@ mod tests {
         let env = Environment::default();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         runtime.block_on(async {
-            // A claim on the dispatcher's board: every call over the link.
-            let claim = claimed_card(&served, "linked").await;
-            let linked = LinkedBoard::connect(&socket, &claim, clock.clone(), &env)
-                .await
-                .unwrap();
-            // The view comes with the pid bound: the worker's own bind of
-            // that pid is done already, another pid's is a call of its own.
-            assert_eq!(linked.show_task(4242).await.unwrap().task.id, claim.task_id);
-            assert_eq!(bound_pids(&served, &claim), [4242]);
-            linked.bind_worker(&claim, 4242).await.unwrap();
-            assert_eq!(bound_pids(&served, &claim), [4242]);
-            linked.bind_worker(&claim, 4343).await.unwrap();
-            linked.bind_worker(&claim, 4242).await.unwrap();
-            assert_eq!(bound_pids(&served, &claim), [4242, 4343, 4242]);
-            assert!(linked.heartbeat(&claim, None).await.unwrap() > 0);
-            linked
-                .prove_claim(&claim, ProofIdentity::BoundOwner(4242))
-                .await
-                .unwrap();
-            linked.comment(&claim, "agent", "hello").await.unwrap();
-            // Refusals keep their kind on the way back.
-            let mut stale = claim.clone();
-            stale.claim_lock = "someone:2:else".into();
-            let refused = linked.complete(&stale, "not mine", None).await;
-            assert!(
-                matches!(refused, Err(BoardError::LeaseLost { .. })),
-                "{refused:?}"
-            );
-            let unproven = linked.prove_claim(&stale, ProofIdentity::AnyProcess).await;
-            assert!(unproven.is_err(), "{unproven:?}");
-            linked.complete(&claim, "done", None).await.unwrap();
-            assert_eq!(linked.run_status(&claim).await.unwrap(), RunStatus::Done);
-            assert!(linked.linked().await, "every call went over the link");
-            assert!(
-                !linked.own.initialized(),
-                "the worker never opened the board"
-            );
-            assert_eq!(status(&served, &claim), TaskStatus::Done);
-
-            // A claim on another board is not the dispatcher's to make: the
-            // worker makes it on that board itself.
-            let elsewhere_claim = claimed_card(&other, "elsewhere").await;
-            let elsewhere = LinkedBoard::connect(&socket, &elsewhere_claim, clock.clone(), &env)
-                .await
-                .unwrap();
-            elsewhere
-                .complete(&elsewhere_claim, "done", None)
-                .await
-                .unwrap();
-            assert!(!elsewhere.linked().await);
-            assert_eq!(status(&other, &elsewhere_claim), TaskStatus::Done);
-            assert_eq!(
-                crate::runtime::block_on(served.show_task(&elsewhere_claim.task_id)).err(),
-                Some(BoardError::TaskNotFound(elsewhere_claim.task_id.clone())),
-                "nothing reached the dispatcher's board"
-            );
-
-            // The dispatcher leaves mid-run: the worker is told so and goes
-            // on, on the board.
-            let (leaving, leave) = dispatcher(&served);
-            let left_claim = claimed_card(&served, "left").await;
-            let left = LinkedBoard::connect(&leaving, &left_claim, clock.clone(), &env)
-                .await
-                .unwrap();
-            left.bind_worker(&left_claim, 8).await.unwrap();
-            assert!(left.linked().await);
-            leave
-                .send(Stop::Close)
-                .unwrap_or_else(|_| panic!("stopped"));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            left.complete(&left_claim, "done", None).await.unwrap();
-            assert!(!left.linked().await);
-            assert_eq!(status(&served, &left_claim), TaskStatus::Done);
-
-            // The dispatcher dies mid-run: the worker goes on, on the board.
-            let orphan_claim = claimed_card(&served, "orphaned").await;
-            let orphan = LinkedBoard::connect(&socket, &orphan_claim, clock.clone(), &env)
-                .await
-                .unwrap();
-            orphan.bind_worker(&orphan_claim, 7).await.unwrap();
-            assert!(orphan.linked().await);
-            stop.send(Stop::Kill).unwrap_or_else(|_| panic!("stopped"));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            orphan.heartbeat(&orphan_claim, None).await.unwrap();
-            orphan.complete(&orphan_claim, "done", None).await.unwrap();
-            assert!(!orphan.linked().await);
-            assert_eq!(status(&served, &orphan_claim), TaskStatus::Done);
-            assert!(
-                LinkedBoard::connect(&socket, &orphan_claim, clock.clone(), &env)
-                    .await
-                    .is_none(),
-                "nobody listens there any more"
-            );
-
-            // An answer lost on the way (a dispatcher killed mid-call): the
-            // write failed, is not made a second way, and what follows goes
-            // to the board.
-            let lost_claim = claimed_card(&served, "lost").await;
-            let lost = LinkedBoard::connect(&one_that_hangs_up(), &lost_claim, clock.clone(), &env)
-                .await
-                .unwrap();
-            let failed = lost.complete(&lost_claim, "done", None).await;
-            assert!(
-                matches!(&failed, Err(BoardError::Storage(why)) if why.contains("hung up")),
-                "{failed:?}"
-            );
-            assert_eq!(status(&served, &lost_claim), TaskStatus::Running);
-            lost.complete(&lost_claim, "done", None).await.unwrap();
-            assert_eq!(status(&served, &lost_claim), TaskStatus::Done);
-            // A read whose answer was lost is asked of the board instead.
-            let reread_claim = claimed_card(&served, "reread").await;
-            let reread = LinkedBoard::connect(&one_that_hangs_up(), &reread_claim, clock, &env)
-                .await
-                .unwrap();
-            assert_eq!(
-                reread.show_task(7).await.unwrap().task.id,
-                reread_claim.task_id
-            );
-            reread
-                .prove_claim(&reread_claim, ProofIdentity::AnyProcess)
-                .await
-                .unwrap();
+            every_call_goes_over_the_link(&served, &socket, &clock, &env).await;
+            another_boards_claim_is_made_on_that_board(&served, &other, &socket, &clock, &env)
+                .await;
+            a_dispatcher_that_leaves_hands_the_worker_to_the_board(&served, &clock, &env).await;
+            a_dispatcher_that_dies_hands_the_worker_to_the_board(
+                &served, &socket, stop, &clock, &env,
+            )
+            .await;
+            a_lost_answer_is_not_made_twice(&served, clock, &env).await;
         });
     }
 

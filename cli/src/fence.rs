@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use kanban_core::ExitCode;
 use kanban_core::{Environment, NotLive, ProofIdentity, ProofRequest, vars};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -69,12 +70,12 @@ impl<'a> FenceProver<'a> {
 
 /// `kanban fence check`: exit 0 while the claim is live and its token the
 /// newest; 1 otherwise, saying why on stderr.
-pub(crate) fn check(env: &Environment, quiet: bool) -> anyhow::Result<i32> {
+pub(crate) fn check(env: &Environment, quiet: bool) -> anyhow::Result<ExitCode> {
     let request = match request(env) {
         Ok(request) => request,
         Err(stale) => {
             errln!("kanban fence: stale: {stale}");
-            return Ok(1);
+            return Ok(ExitCode::Failure);
         }
     };
     match FenceProver::new(env).verdict(&request) {
@@ -85,14 +86,14 @@ pub(crate) fn check(env: &Environment, quiet: bool) -> anyhow::Result<i32> {
                     request.run_id.as_deref().unwrap_or("")
                 );
             }
-            Ok(0)
+            Ok(ExitCode::Success)
         }
         Err(reason) => {
             errln!(
                 "kanban fence: stale: {} ({reason}); refusing the side effect",
                 reason.code()
             );
-            Ok(1)
+            Ok(ExitCode::Failure)
         }
     }
 }
@@ -113,7 +114,7 @@ pub(crate) fn run(
         Ok(request) => request,
         Err(stale) => {
             errln!("kanban fence: stale: {stale}; {program} was not run");
-            return Ok(1);
+            return Ok(ExitCode::Failure.code());
         }
     };
     let mut prover = FenceProver::new(env);
@@ -122,7 +123,7 @@ pub(crate) fn run(
             "kanban fence: stale: {} ({reason}); {program} was not run",
             reason.code()
         );
-        return Ok(1);
+        return Ok(ExitCode::Failure.code());
     }
     let mut child = Command::new(program)
         .args(args)
@@ -140,7 +141,7 @@ pub(crate) fn run(
         }
         if interrupt.load(Ordering::SeqCst) != 0 {
             stop(&mut child, group);
-            return Ok(130);
+            return Ok(ExitCode::Interrupted.code());
         }
         if Instant::now() >= next_proof {
             if let Err(reason) = prover.verdict(&request) {
@@ -149,7 +150,7 @@ pub(crate) fn run(
                     "kanban fence: the claim was lost while {program} ran ({}: {reason}); it was stopped",
                     reason.code()
                 );
-                return Ok(1);
+                return Ok(ExitCode::Failure.code());
             }
             next_proof = Instant::now() + PROOF_EVERY;
         }

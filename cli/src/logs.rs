@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use kanban_core::ExitCode;
 use kanban_core::{Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
@@ -46,7 +47,7 @@ pub(crate) fn logs(
     run: Option<i64>,
     follow: bool,
     interrupt: &Arc<AtomicUsize>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
     // The card must exist: a typo names no file, and says so.
     let view = block_on(board.show_task(task))?;
@@ -67,7 +68,7 @@ pub(crate) fn logs(
         match section {
             Some(section) if !follow => {
                 out!("{}", visible(&section));
-                return Ok(0);
+                return Ok(ExitCode::Success);
             }
             Some(_) => {}
             None => bail!(
@@ -90,23 +91,42 @@ pub(crate) fn logs(
     };
     out!("{}", visible(&print(&shown)));
     if !follow {
-        return Ok(0);
+        return Ok(ExitCode::Success);
     }
-    // Follow: print what is appended until the card no longer runs (the run
-    // asked for, or any) and nothing more came for a second, or Ctrl-C. It
-    // goes on from what was read, not from the end: a write since is not
-    // skipped, nor a truncation since missed.
-    let mut offset = bytes.len() as u64;
+    follow_log(
+        &board,
+        task,
+        run,
+        &current,
+        file,
+        bytes.len() as u64,
+        interrupt,
+    )
+}
+
+/// Follows a card's log from `offset`: prints what is appended until the
+/// card no longer runs (the run asked for, or any) and nothing more came for
+/// a second, or Ctrl-C. It goes on from what was read, not from the end: a
+/// write since is not skipped, nor a truncation since missed.
+fn follow_log(
+    board: &crate::board_path::OpenBoard,
+    task: &str,
+    run: Option<i64>,
+    current: &Path,
+    mut file: std::fs::File,
+    mut offset: u64,
+    interrupt: &Arc<AtomicUsize>,
+) -> anyhow::Result<ExitCode> {
     let mut quiet_since = Instant::now();
     let mut pending = String::new();
     loop {
         if interrupt.load(Ordering::SeqCst) != 0 {
-            return Ok(0);
+            return Ok(ExitCode::Success);
         }
         std::thread::sleep(FOLLOW_EVERY);
         // As `tail -F`: a log cut short, or replaced by another file (it
         // rotated), is read again from its start.
-        if let Some(reopened) = started_over(&current, &file, offset) {
+        if let Some(reopened) = started_over(current, &file, offset) {
             errln!(
                 "kanban: {}: {}; following it from its start",
                 current.display(),
@@ -129,7 +149,7 @@ pub(crate) fn logs(
                 for line in lines.split_inclusive('\n') {
                     // Following one run: the next run's marker ends it.
                     if run.is_some() && line.starts_with("[kanban-dispatch] run ") {
-                        return Ok(0);
+                        return Ok(ExitCode::Success);
                     }
                     out!("{}", visible(line));
                 }
@@ -145,7 +165,7 @@ pub(crate) fn logs(
             if !pending.is_empty() {
                 out!("{}", visible(&pending));
             }
-            return Ok(0);
+            return Ok(ExitCode::Success);
         }
     }
 }

@@ -12,6 +12,7 @@ mod demo;
 mod dispatch;
 mod dispatch_link;
 mod duration;
+mod fault;
 mod fence;
 mod logs;
 mod mcp;
@@ -37,6 +38,7 @@ use std::sync::atomic::AtomicUsize;
 
 use clap::{CommandFactory, Parser};
 use kanban_core::Environment;
+use kanban_core::ExitCode;
 
 use crate::admin::Operation;
 use crate::args::{Cli, Command, FenceCommand};
@@ -106,18 +108,20 @@ fn main() {
     let interrupt = Arc::new(AtomicUsize::new(0));
     let json = json_requested(&cli.command);
     let code = match run(cli, &env, &interrupt) {
-        Ok(code) => code,
+        Ok(Ended::Exit(code)) => code.code(),
+        // `fence run` ends as its command did.
+        Ok(Ended::Passed(status)) => status,
         // With --json, scripts get the error as JSON too.
         Err(error) if json => {
             errln!(
                 "{}",
                 serde_json::json!({"error": format!("{error:#}"), "exit_code": 1})
             );
-            1
+            ExitCode::Failure.code()
         }
         Err(error) => {
             errln!("error: {error:#}");
-            1
+            ExitCode::Failure.code()
         }
     };
     std::process::exit(code);
@@ -185,7 +189,23 @@ fn dispatch_agents(
     Ok(agents)
 }
 
-fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<i32> {
+/// How a command ended: with one of kanban's exit codes, or with the
+/// status of a command it ran and passes on.
+enum Ended {
+    Exit(ExitCode),
+    Passed(i32),
+}
+
+fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<Ended> {
+    if let Command::Fence(FenceCommand::Run { command }) = &cli.command {
+        runtime::install_signal_handlers(interrupt)?;
+        return fence::run(env, command, interrupt).map(Ended::Passed);
+    }
+    command(cli, env, interrupt).map(Ended::Exit)
+}
+
+#[expect(clippy::too_many_lines, reason = "a table: one arm per command")]
+fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
     match cli.command {
         Command::Init => admin::init(global, env),
@@ -250,9 +270,9 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
         }
         Command::Prove(args) => prove::prove(global, env, &args),
         Command::Fence(FenceCommand::Check { quiet }) => fence::check(env, quiet),
-        Command::Fence(FenceCommand::Run { command }) => {
-            runtime::install_signal_handlers(interrupt)?;
-            fence::run(env, &command, interrupt)
+        // Ended by `run`, which passes its command's status on.
+        Command::Fence(FenceCommand::Run { .. }) => {
+            anyhow::bail!("kanban fence run passes its command's status on: it is run by `run`")
         }
         Command::Dispatch(args) => {
             runtime::install_signal_handlers(interrupt)?;
@@ -263,7 +283,7 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
                 Ok(agents) => agents,
                 Err(problem) => {
                     errln!("error: {problem}; nothing was claimed");
-                    return Ok(78);
+                    return Ok(ExitCode::ConfigFail);
                 }
             };
             let plan = match dispatch::DispatchPlan::from_args(&args, agents, db, folder, slug, env)
@@ -271,7 +291,7 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
                 Ok(plan) => plan,
                 Err(problem) => {
                     errln!("error: {problem}; nothing was claimed");
-                    return Ok(78);
+                    return Ok(ExitCode::ConfigFail);
                 }
             };
             dispatch::run(&plan, env, interrupt)
@@ -292,13 +312,13 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
             let mut bytes = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "kanban", &mut bytes);
             out!("{}", String::from_utf8_lossy(&bytes));
-            Ok(0)
+            Ok(ExitCode::Success)
         }
         Command::Man => {
             let mut bytes = Vec::new();
             clap_mangen::Man::new(Cli::command()).render(&mut bytes)?;
             out!("{}", String::from_utf8_lossy(&bytes));
-            Ok(0)
+            Ok(ExitCode::Success)
         }
     }
 }

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use kanban_agent_port::{BoardTools, MCP_MAX_LINE_BYTES, McpServer, unreadable_line_answer};
 use kanban_board_sqlite::SystemClock;
+use kanban_core::ExitCode;
 use kanban_core::{Claim, Environment};
 
 use crate::runtime::block_on;
 
-pub(crate) fn mcp(env: &Environment) -> anyhow::Result<i32> {
+pub(crate) fn mcp(env: &Environment) -> anyhow::Result<ExitCode> {
     let claim =
         Claim::from_env(env).context("kanban mcp serves the board tools of a claimed card")?;
     let board = crate::runtime::block_on(crate::board_path::open_claim_board(
@@ -28,7 +29,7 @@ pub(crate) fn mcp(env: &Environment) -> anyhow::Result<i32> {
     let mut stdin = std::io::stdin().lock();
     loop {
         let answer = match read_line(&mut stdin)? {
-            Line::End => return Ok(0),
+            Line::End => return Ok(ExitCode::Success),
             Line::TooLong => Some(unreadable_line_answer(true)),
             Line::Text(bytes) => match String::from_utf8(bytes) {
                 Ok(line) => block_on(server.handle_line(&line)),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::bail;
 use kanban_board_postgres::PgBoard;
 use kanban_board_sqlite::{LeaseProver, SystemClock};
+use kanban_core::ExitCode;
 use kanban_core::{Clock, Environment, NotLive, ProofIdentity, ProofRequest};
 use serde_json::json;
 
@@ -57,7 +58,7 @@ pub(crate) fn prove(
     global: &GlobalArgs,
     env: &Environment,
     args: &ProveArgs,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let mut request = ProofRequest::from_env(env);
     // Flags override the carrier. A blank --task is "not a worker" and never
     // falls back to the environment.
@@ -91,5 +92,9 @@ pub(crate) fn prove(
         (Ok(()), false) => outln!("live"),
         (Err(reason), false) => outln!("not live: {} ({reason})", reason.code()),
     }
-    Ok(if verdict.is_ok() { 0 } else { 1 })
+    Ok(if verdict.is_ok() {
+        ExitCode::Success
+    } else {
+        ExitCode::Failure
+    })
 }

@@ -26,6 +26,7 @@ use kanban_board_sqlite::{ChangeWatch, SystemClock};
 
 use crate::board_path::{Engine, OpenBoard};
 use crate::supervisor::BoardWatch;
+use kanban_core::ExitCode;
 use kanban_core::{BoardError, Clock, NewTask, TaskStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -183,7 +184,7 @@ pub(crate) fn serve(
     listen: SocketAddr,
     token: Option<String>,
     interrupt: &Arc<AtomicUsize>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     if !loopback(&listen) && token.is_none() {
         anyhow::bail!(
             "--listen {listen} is reachable from other machines: give --token TOKEN (or KANBAN_SERVE_TOKEN) so only those who know it get in, or listen on 127.0.0.1"
@@ -232,9 +233,9 @@ pub(crate) fn serve(
         anyhow::Ok(())
     })?;
     Ok(if interrupt.load(Ordering::SeqCst) != 0 {
-        130
+        ExitCode::Interrupted
     } else {
-        0
+        ExitCode::Success
     })
 }
 

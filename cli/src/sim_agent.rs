@@ -4,6 +4,7 @@
 use std::io::Read;
 
 use kanban_core::Environment;
+use kanban_core::ExitCode;
 use serde_json::{Value, json};
 
 use crate::agent_calls;
@@ -33,7 +34,7 @@ fn failure(reason: &str, error: &str) -> Value {
 
 fn finish(env: &Environment, summary: &str) -> Value {
     match agent_calls::complete(env, summary, None) {
-        Ok(0) => json!({"completed": true, "final_response": summary}),
+        Ok(ExitCode::Success) => json!({"completed": true, "final_response": summary}),
         // The board failed, not the card: a transient failure, as the agent
         // protocol asks.
         Ok(_) => failure("server_error", "the board could not take the terminal call"),
@@ -43,7 +44,7 @@ fn finish(env: &Environment, summary: &str) -> Value {
     }
 }
 
-pub(crate) fn sim_agent(env: &Environment) -> anyhow::Result<i32> {
+pub(crate) fn sim_agent(env: &Environment) -> anyhow::Result<ExitCode> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
     let request: Value = serde_json::from_str(input.trim()).unwrap_or(Value::Null);
@@ -76,5 +77,5 @@ pub(crate) fn sim_agent(env: &Environment) -> anyhow::Result<i32> {
         (_, _) => finish(env, &format!("{behaviour} card finished on turn {turn}")),
     };
     outln_or_drop!("{result}");
-    Ok(0)
+    Ok(ExitCode::Success)
 }

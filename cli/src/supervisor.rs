@@ -405,6 +405,69 @@ impl ProcessSupervisor {
     }
 }
 
+/// Opens a card's worker log for a new run (rotated when it grew too long,
+/// the run's marker written): the worker's stdout and stderr.
+fn open_run_log(
+    log: &Path,
+    run_id: i64,
+) -> Result<(std::fs::File, std::fs::File), EnvironmentFault> {
+    rotate_log(log);
+    let unwritable = |error: std::io::Error| {
+        EnvironmentFault::Configuration(format!(
+            "cannot write the worker log {}: {error}; make the log folder writable",
+            log.display()
+        ))
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log)
+        .map_err(unwritable)?;
+    writeln!(file, "\n{}", run_marker(run_id)).map_err(unwritable)?;
+    let stdout = file.try_clone().map_err(unwritable)?;
+    Ok((stdout, file))
+}
+
+impl ProcessSupervisor {
+    /// The command that starts a worker on `claim` with `agent`, its
+    /// output going to `log` (stdout, stderr): the claim in its environment,
+    /// its secrets kept for its standard input.
+    fn worker_command(
+        &self,
+        claim: &Claim,
+        agent: &AgentCommand,
+        goal_mode: bool,
+        log: (std::fs::File, std::fs::File),
+    ) -> tokio::process::Command {
+        let (stdout, file) = log;
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
+            .arg("worker")
+            .args(&self.worker_args)
+            .args(["--agent", agent.spec.as_str()])
+            .args(&agent.args)
+            .envs(agent.env.iter().map(|(k, v)| (k, v)))
+            .envs(claim.to_env_pairs())
+            .env(vars::BOARD, &self.board_slug)
+            .envs(self.worker_env.iter().map(|(k, v)| (k, v)))
+            .env(crate::worker_secrets::SECRETS_VAR, "stdin")
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(stdout)
+            .stderr(file);
+        // Whatever of them this dispatcher's own environment holds stays
+        // out of the worker's: a process of the same user can read it.
+        for name in crate::worker_secrets::SECRET_VARS {
+            command.env_remove(name);
+        }
+        if goal_mode {
+            command.env(vars::GOAL_MODE, "1");
+        }
+        command
+    }
+}
+
 #[async_trait]
 impl Supervisor for ProcessSupervisor {
     fn host(&self) -> &str {
@@ -445,45 +508,9 @@ impl Supervisor for ProcessSupervisor {
             )));
         };
         let log = self.log_path(&claim.task_id);
-        rotate_log(&log);
-        let unwritable = |error: std::io::Error| {
-            EnvironmentFault::Configuration(format!(
-                "cannot write the worker log {}: {error}; make the log folder writable",
-                log.display()
-            ))
-        };
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&log)
-            .map_err(unwritable)?;
-        writeln!(file, "\n{}", run_marker(claim.run_id)).map_err(unwritable)?;
-        let stdout = file.try_clone().map_err(unwritable)?;
+        let (stdout, file) = open_run_log(&log, claim.run_id)?;
         let seal = random_hex();
-        let mut command = tokio::process::Command::new(&self.exe);
-        command
-            .arg("worker")
-            .args(&self.worker_args)
-            .args(["--agent", agent.spec.as_str()])
-            .args(&agent.args)
-            .envs(agent.env.iter().map(|(k, v)| (k, v)))
-            .envs(claim.to_env_pairs())
-            .env(vars::BOARD, &self.board_slug)
-            .envs(self.worker_env.iter().map(|(k, v)| (k, v)))
-            .env(crate::worker_secrets::SECRETS_VAR, "stdin")
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(stdout)
-            .stderr(file);
-        // Whatever of them this dispatcher's own environment holds stays
-        // out of the worker's: a process of the same user can read it.
-        for name in crate::worker_secrets::SECRET_VARS {
-            command.env_remove(name);
-        }
-        if goal_mode {
-            command.env(vars::GOAL_MODE, "1");
-        }
+        let mut command = self.worker_command(claim, agent, goal_mode, (stdout, file));
         let mut child = command.spawn().map_err(|error| {
             EnvironmentFault::Configuration(format!(
                 "cannot start a worker ({}): {error}",
@@ -654,15 +681,7 @@ impl Supervisor for ProcessSupervisor {
         }
         RunLog {
             trailer_code: trailer.as_ref().map(|trailer| trailer.code),
-            fault: trailer
-                .and_then(|trailer| trailer.fault)
-                .map(|(configuration, text)| {
-                    if configuration {
-                        EnvironmentFault::Configuration(text)
-                    } else {
-                        EnvironmentFault::Transient(text)
-                    }
-                }),
+            fault: trailer.and_then(|trailer| trailer.fault),
             output_tail: output_tail(&since),
         }
     }

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use kanban_board_sqlite::SystemClock;
+use kanban_core::ExitCode;
 use kanban_core::{Clock, Environment, TaskStatus};
 
 use crate::args::GlobalArgs;
@@ -89,7 +90,7 @@ pub(crate) fn watch(
     env: &Environment,
     interval: Duration,
     once: bool,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let terminal = std::io::stdout().is_terminal();
     loop {
         // Opened anew for each view: a board of the seed system is read
@@ -104,7 +105,7 @@ pub(crate) fn watch(
             outln!("{view}");
         }
         if once {
-            return Ok(0);
+            return Ok(ExitCode::Success);
         }
         std::thread::sleep(interval.max(Duration::from_millis(100)));
     }

@@ -11,6 +11,7 @@ use kanban_agent_port::{
     HttpAgentConfig, TaskBrief,
 };
 use kanban_board_sqlite::SystemClock;
+use kanban_core::ExitCode;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
     Board, BoardError, Claim, Environment, EnvironmentFault, Frame, GoalSpec, Judge, ProofIdentity,
@@ -36,7 +37,7 @@ const ORPHANS_PATIENCE: Duration = Duration::from_secs(2);
 
 /// How a worker process ended.
 struct WorkerEnd {
-    code: i32,
+    code: ExitCode,
     reply: String,
     /// A fault of the environment that kept the worker from its card.
     fault: Option<EnvironmentFault>,
@@ -45,7 +46,7 @@ struct WorkerEnd {
 impl WorkerEnd {
     fn fault(fault: EnvironmentFault) -> Self {
         Self {
-            code: 75,
+            code: ExitCode::TempFail,
             reply: String::new(),
             fault: Some(fault),
         }
@@ -53,7 +54,11 @@ impl WorkerEnd {
 }
 
 /// Runs the worker and writes its two closing lines; returns the exit code.
-pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<AtomicUsize>) -> i32 {
+pub(crate) fn worker(
+    env: &Environment,
+    args: &WorkerArgs,
+    interrupt: Arc<AtomicUsize>,
+) -> ExitCode {
     // The seal, the dispatcher's socket and the board's password come on
     // standard input from a dispatcher: never in this process's environment.
     let env = &crate::worker_secrets::receive(env).unwrap_or_else(|problem| {
@@ -83,7 +88,7 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
     let end = ended.unwrap_or_else(|error| {
         errln!("error: {error:#}");
         WorkerEnd {
-            code: 1,
+            code: ExitCode::Failure,
             reply: String::new(),
             fault: None,
         }
@@ -95,13 +100,10 @@ pub(crate) fn worker(env: &Environment, args: &WorkerArgs, interrupt: Arc<Atomic
         .as_ref()
         .is_some_and(|reaper| reaper.end_all(ORPHANS_PATIENCE));
     let trailer = Trailer {
-        code: end.code,
+        code: end.code.code(),
         seal,
         alone,
-        fault: end.fault.map(|fault| {
-            let configuration = matches!(fault, EnvironmentFault::Configuration(_));
-            (configuration, fault.to_string())
-        }),
+        fault: end.fault,
     };
     errln!("\n{}", trailer.lines());
     end.code
@@ -195,9 +197,200 @@ impl Sleeper for StoppableSleeper {
     }
 }
 
-fn environment_fault(error: &BoardError) -> EnvironmentFault {
-    EnvironmentFault::from_board(error)
-        .unwrap_or_else(|| EnvironmentFault::Transient(error.to_string()))
+/// The board this worker makes its calls on: its dispatcher's, through the
+/// link, or the board itself; a fault of the environment when neither.
+async fn hold_board(
+    claim: &Claim,
+    agent: &str,
+    clock: Arc<SystemClock>,
+    env: &Environment,
+) -> Result<WorkerBoard, EnvironmentFault> {
+    // An exec agent's worker makes its board calls through its dispatcher,
+    // which holds the board open; an HTTP agent's tools need the whole board.
+    let socket = env
+        .get_trimmed(LINK_VAR)
+        .filter(|_| !agent.starts_with("http:"));
+    let linked = match socket {
+        Some(socket) => LinkedBoard::connect(socket, claim, clock.clone(), env).await,
+        None => None,
+    };
+    match linked {
+        Some(linked) => {
+            tracing::debug!("board calls go to the dispatcher");
+            Ok(WorkerBoard::Linked(Arc::new(linked)))
+        }
+        None => match open_claim_board(claim, clock, env).await {
+            Ok(board) => Ok(WorkerBoard::Own(board.into_shared(Arc::new(TokioOffload)))),
+            Err(error) => {
+                errln!("error: {error:#}");
+                Err(crate::fault::of_setup(&error))
+            }
+        },
+    }
+}
+
+/// The agent of this worker's turns: an HTTP agent with the board's tools,
+/// or a command run once per turn, whose board calls come back here.
+#[expect(clippy::too_many_arguments, reason = "the parts of one worker, named")]
+fn make_runner(
+    agent: &str,
+    env: &Environment,
+    args: &WorkerArgs,
+    held: &WorkerBoard,
+    claim: &Claim,
+    brief: TaskBrief,
+    session_id: String,
+    activity: &Arc<Activity>,
+) -> anyhow::Result<Box<dyn TurnRunner>> {
+    Ok(if agent.starts_with("http:") {
+        let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
+        // The HTTP agent's tools use the board this worker holds open.
+        let WorkerBoard::Own(tool_board) = held else {
+            anyhow::bail!("an HTTP agent's worker holds its board itself");
+        };
+        let tool_board: Arc<dyn kanban_agent_port::ToolBoard> = tool_board.clone();
+        let tools = BoardTools::new(tool_board, claim.clone(), "worker");
+        Box::new(HttpAgent::new(
+            config,
+            Some(&brief),
+            Some(tools),
+            session_id,
+            activity.clone(),
+        ))
+    } else {
+        let mut agent_vars = agent_env(Some(claim), env);
+        let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
+        // The agent's board calls come back here, to the board this worker
+        // holds open; without the socket they open the board themselves.
+        match CallServer::bind() {
+            Ok(server) => {
+                agent_vars.push(server.env_pair());
+                // The agent's calls and fence proofs need no credentials of
+                // its own now; a password it is not handed cannot reach its
+                // output (and the card's log) by an `env` or a crash dump.
+                agent_env_remove.push("PGPASSWORD".to_owned());
+                tokio::spawn(server.serve(held.board(), claim.clone()));
+            }
+            Err(error) => {
+                tracing::debug!("agents open the board for their calls: no socket ({error})");
+            }
+        }
+        Box::new(ExecAgent::new(
+            ExecAgentConfig {
+                command: agent.to_owned(),
+                task: brief,
+                env: agent_vars,
+                env_remove: agent_env_remove,
+                session_id,
+                interrupt_grace: args.grace,
+                forward_output: true,
+                turn_timeout: Some(args.turn_timeout),
+            },
+            activity.clone(),
+        ))
+    })
+}
+
+/// How the worker ends after its card's life: its exit code and reply, or
+/// a fault of the environment that kept it from its card.
+fn worker_end(report: kanban_core::WorkerLifeReport) -> WorkerEnd {
+    if let Some(error) = &report.bind_error {
+        errln!("error: cannot start work: {error}");
+        let lost = matches!(error, BoardError::LeaseLost { reason, .. } if !reason.only_expired());
+        if !lost && !matches!(error, BoardError::TaskNotFound(_)) {
+            return WorkerEnd::fault(EnvironmentFault::blocking(error));
+        }
+    }
+    let code = report.exit_code();
+    let Some(run) = report.run else {
+        return WorkerEnd {
+            code,
+            reply: String::new(),
+            fault: None,
+        };
+    };
+    tracing::info!(
+        "worker done: exit {} after {} turns, {} in-place recoveries",
+        run.exit_code,
+        run.turns,
+        run.recovery_attempts
+    );
+    if let Err(error) = &run.last
+        && error.environment
+    {
+        // The agent could not even be started: the dispatcher's setup, not the card.
+        return WorkerEnd::fault(EnvironmentFault::Configuration(error.message.clone()));
+    }
+    WorkerEnd {
+        code,
+        reply: reply_of(&run.last),
+        fault: None,
+    }
+}
+
+/// What the turns need of the card and the worker's settings.
+fn worker_setup(
+    claim: &Claim,
+    view: &TaskView,
+    pid: u32,
+    env: &Environment,
+    args: &WorkerArgs,
+) -> WorkerSetup {
+    let task = &view.task;
+    let goal_mode = task.goal_mode || env.get_trimmed(vars::GOAL_MODE) == Some("1");
+    let mut settings = WorkerSettings::from_env(env);
+    settings.recovery_delays_seconds = args.recovery_delays.clone();
+    WorkerSetup {
+        claim: claim.clone(),
+        pid,
+        identity: ProofIdentity::BoundOwner(pid),
+        goal: goal_mode
+            .then(|| GoalSpec::new(&task.title, task.body.as_deref(), task.goal_max_turns)),
+        settings,
+    }
+}
+
+/// The card as its agent is told it: the newest comments with it.
+fn brief_of(view: &TaskView, claim: &Claim) -> TaskBrief {
+    let task = &view.task;
+    TaskBrief {
+        id: task.id.clone(),
+        title: task.title.clone(),
+        body: task.body.clone().unwrap_or_default(),
+        fence_token: Some(claim.run_id),
+        comments: view
+            .comments
+            .iter()
+            .rev()
+            .take(BRIEF_COMMENTS)
+            .rev()
+            .cloned()
+            .collect(),
+    }
+}
+
+/// The goal loop's judge, when there is one. It makes no board call: it
+/// needs neither the seal that signs this worker's trailer nor the board's
+/// password.
+fn judge_of(args: &WorkerArgs, claim: &Claim, env: &Environment) -> Option<CommandJudge> {
+    args.judge.clone().map(|command| CommandJudge {
+        env_remove: vec![
+            SEAL_VAR.to_owned(),
+            LINK_VAR.to_owned(),
+            "PGPASSWORD".to_owned(),
+        ],
+        ..CommandJudge::new(command, agent_env(Some(claim), env))
+    })
+}
+
+/// The first turn's message: the card's title, and its body when it has one.
+fn first_message(task: &kanban_core::TaskRecord) -> String {
+    match &task.body {
+        Some(body) if !body.trim().is_empty() => {
+            format!("work kanban task {}: {}\n\n{body}", task.id, task.title)
+        }
+        _ => format!("work kanban task {}: {}", task.id, task.title),
+    }
 }
 
 async fn run_worker_process(
@@ -212,31 +405,9 @@ async fn run_worker_process(
         );
     };
     let clock = Arc::new(SystemClock);
-    // An exec agent's worker makes its board calls through its dispatcher,
-    // which holds the board open; an HTTP agent's tools need the whole board.
-    let socket = env
-        .get_trimmed(LINK_VAR)
-        .filter(|_| !agent.starts_with("http:"));
-    let linked = match socket {
-        Some(socket) => LinkedBoard::connect(socket, &claim, clock.clone(), env).await,
-        None => None,
-    };
-    let held = match linked {
-        Some(linked) => {
-            tracing::debug!("board calls go to the dispatcher");
-            WorkerBoard::Linked(Arc::new(linked))
-        }
-        None => match open_claim_board(&claim, clock.clone(), env).await {
-            Ok(board) => WorkerBoard::Own(board.into_shared(Arc::new(TokioOffload))),
-            Err(error) => {
-                errln!("error: {error:#}");
-                let fault = match error.downcast_ref::<BoardError>() {
-                    Some(error) => environment_fault(error),
-                    None => EnvironmentFault::Configuration(format!("{error:#}")),
-                };
-                return Ok(WorkerEnd::fault(fault));
-            }
-        },
+    let held = match hold_board(&claim, &agent, clock.clone(), env).await {
+        Ok(held) => held,
+        Err(fault) => return Ok(WorkerEnd::fault(fault)),
     };
     let board = held.board();
     let pid = std::process::id();
@@ -247,7 +418,7 @@ async fn run_worker_process(
         }
         Err(error) => {
             errln!("error: {error}");
-            return Ok(WorkerEnd::fault(environment_fault(&error)));
+            return Ok(WorkerEnd::fault(EnvironmentFault::blocking(&error)));
         }
     };
     let interval = Duration::from_secs(heartbeat_interval_seconds(claim_ttl(&view, &claim)));
@@ -257,100 +428,19 @@ async fn run_worker_process(
         .or(args.max_runtime)
         .and_then(|seconds| u64::try_from(seconds).ok())
         .map(Duration::from_secs);
-    let goal_mode = task.goal_mode || env.get_trimmed(vars::GOAL_MODE) == Some("1");
-    let mut settings = WorkerSettings::from_env(env);
-    settings.recovery_delays_seconds = args.recovery_delays.clone();
-    let setup = WorkerSetup {
-        claim: claim.clone(),
-        pid,
-        identity: ProofIdentity::BoundOwner(pid),
-        goal: goal_mode
-            .then(|| GoalSpec::new(&task.title, task.body.as_deref(), task.goal_max_turns)),
-        settings,
-    };
-    let brief = TaskBrief {
-        id: task.id.clone(),
-        title: task.title.clone(),
-        body: task.body.clone().unwrap_or_default(),
-        fence_token: Some(claim.run_id),
-        comments: view
-            .comments
-            .iter()
-            .rev()
-            .take(BRIEF_COMMENTS)
-            .rev()
-            .cloned()
-            .collect(),
-    };
+    let setup = worker_setup(&claim, &view, pid, env, args);
+    let brief = brief_of(&view, &claim);
     let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
-    let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
-        let config = HttpAgentConfig::parse(&agent, env).map_err(anyhow::Error::msg)?;
-        // The HTTP agent's tools use the board this worker holds open.
-        let WorkerBoard::Own(tool_board) = &held else {
-            anyhow::bail!("an HTTP agent's worker holds its board itself");
-        };
-        let tool_board: Arc<dyn kanban_agent_port::ToolBoard> = tool_board.clone();
-        let tools = BoardTools::new(tool_board, claim.clone(), "worker");
-        Box::new(HttpAgent::new(
-            config,
-            Some(&brief),
-            Some(tools),
-            session_id,
-            activity.clone(),
-        ))
-    } else {
-        let mut agent_vars = agent_env(Some(&claim), env);
-        let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
-        // The agent's board calls come back here, to the board this worker
-        // holds open; without the socket they open the board themselves.
-        match CallServer::bind() {
-            Ok(server) => {
-                agent_vars.push(server.env_pair());
-                // The agent's calls and fence proofs need no credentials of
-                // its own now; a password it is not handed cannot reach its
-                // output (and the card's log) by an `env` or a crash dump.
-                agent_env_remove.push("PGPASSWORD".to_owned());
-                tokio::spawn(server.serve(board.clone(), claim.clone()));
-            }
-            Err(error) => {
-                tracing::debug!("agents open the board for their calls: no socket ({error})");
-            }
-        }
-        Box::new(ExecAgent::new(
-            ExecAgentConfig {
-                command: agent,
-                task: brief,
-                env: agent_vars,
-                env_remove: agent_env_remove,
-                session_id,
-                interrupt_grace: args.grace,
-                forward_output: true,
-                turn_timeout: Some(args.turn_timeout),
-            },
-            activity.clone(),
-        ))
-    };
-    let judge = args.judge.clone().map(|command| CommandJudge {
-        // The judge makes no board call: it needs neither the seal that
-        // signs this worker's trailer nor the board's password.
-        env_remove: vec![
-            SEAL_VAR.to_owned(),
-            LINK_VAR.to_owned(),
-            "PGPASSWORD".to_owned(),
-        ],
-        ..CommandJudge::new(command, agent_env(Some(&claim), env))
-    });
+    let mut runner = make_runner(
+        &agent, env, args, &held, &claim, brief, session_id, &activity,
+    )?;
+    let judge = judge_of(args, &claim, env);
     let sleeper = StoppableSleeper {
         activity: activity.clone(),
     };
     let mut emit = |line: &str| errln!("{line}");
-    let message = match &task.body {
-        Some(body) if !body.trim().is_empty() => {
-            format!("work kanban task {}: {}\n\n{body}", task.id, task.title)
-        }
-        _ => format!("work kanban task {}: {}", task.id, task.title),
-    };
+    let message = first_message(&task);
     let mut ports = WorkerPorts {
         board: &*board,
         runner: runner.as_mut(),
@@ -374,40 +464,7 @@ async fn run_worker_process(
         worker: Some(setup),
     };
     let report = run_worker(frame, pid, &mut ports, &life).await;
-    if let Some(error) = &report.bind_error {
-        errln!("error: cannot start work: {error}");
-        let lost = matches!(error, BoardError::LeaseLost { reason, .. } if !reason.only_expired());
-        if !lost && !matches!(error, BoardError::TaskNotFound(_)) {
-            return Ok(WorkerEnd::fault(environment_fault(error)));
-        }
-    }
-    let code = report.exit_code().code();
-    let Some(run) = report.run else {
-        return Ok(WorkerEnd {
-            code,
-            reply: String::new(),
-            fault: None,
-        });
-    };
-    tracing::info!(
-        "worker done: exit {} after {} turns, {} in-place recoveries",
-        run.exit_code,
-        run.turns,
-        run.recovery_attempts
-    );
-    if let Err(error) = &run.last
-        && error.environment
-    {
-        // The agent could not even be started: the dispatcher's setup, not the card.
-        return Ok(WorkerEnd::fault(EnvironmentFault::Configuration(
-            error.message.clone(),
-        )));
-    }
-    Ok(WorkerEnd {
-        code,
-        reply: reply_of(&run.last),
-        fault: None,
-    })
+    Ok(worker_end(report))
 }
 
 /// One turn outside any board: no claim, no recovery.
@@ -416,7 +473,7 @@ pub(crate) fn one_turn(
     agent: &str,
     message: &str,
     interrupt: Arc<AtomicUsize>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -458,5 +515,5 @@ pub(crate) fn one_turn(
     };
     outln_or_drop!("{}", reply_of(&outcome));
     errln!("session_id: {session}");
-    Ok(outcome_exit_code(&outcome, false).code())
+    Ok(outcome_exit_code(&outcome, false))
 }

@@ -63,6 +63,16 @@ fn decode(env: &Environment, line: &[u8]) -> Result<Environment, String> {
     Ok(env)
 }
 
+/// The secrets of the dispatcher's own environment its workers need: the
+/// board's password.
+pub(crate) fn from_dispatcher(env: &Environment) -> Vec<(String, String)> {
+    env.get(PASSWORD_VAR)
+        .filter(|password| !password.is_empty())
+        .map(|password| (PASSWORD_VAR.to_owned(), password.to_owned()))
+        .into_iter()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,9 +2,8 @@
 
 use async_trait::async_trait;
 
-use crate::claim::Claim;
+use crate::data::{BoardError, CardStatus, Claim, TaskStatus};
 use crate::env::{Environment, vars};
-use crate::ports::BoardError;
 
 /// The lease a claim gets when nobody asks for another.
 pub const DEFAULT_CLAIM_TTL_SECONDS: i64 = 15 * 60;
@@ -42,113 +41,6 @@ pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> Result<i64
 /// two heartbeats may be lost before it lapses, and at least once a minute.
 pub fn heartbeat_interval_seconds(ttl_seconds: i64) -> u64 {
     u64::try_from((ttl_seconds / 3).clamp(1, 60)).unwrap_or(60)
-}
-
-/// The lanes a card moves through.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskStatus {
-    Todo,
-    Ready,
-    Running,
-    Blocked,
-    Done,
-    Archived,
-}
-
-impl TaskStatus {
-    /// Every status.
-    pub const ALL: [TaskStatus; 6] = [
-        Self::Todo,
-        Self::Ready,
-        Self::Running,
-        Self::Blocked,
-        Self::Done,
-        Self::Archived,
-    ];
-
-    /// The name stored on the board.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Todo => "todo",
-            Self::Ready => "ready",
-            Self::Running => "running",
-            Self::Blocked => "blocked",
-            Self::Done => "done",
-            Self::Archived => "archived",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(raw: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|status| status.as_str() == raw)
-    }
-}
-
-/// A card's status as stored: one of [`TaskStatus`], or one this build
-/// does not know (written by the seed system or by a newer build), kept
-/// exactly as written. A card of a status this build does not know is
-/// listed and shown as it is, and never claimed or changed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CardStatus {
-    Known(TaskStatus),
-    Unknown(String),
-}
-
-impl CardStatus {
-    /// Reads a stored status; any text is one.
-    pub fn parse(raw: &str) -> Self {
-        TaskStatus::parse(raw).map_or_else(|| Self::Unknown(raw.to_owned()), Self::Known)
-    }
-
-    /// The name stored on the board.
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::Known(status) => status.as_str(),
-            Self::Unknown(raw) => raw,
-        }
-    }
-
-    /// The status, when this build knows it.
-    pub fn known(&self) -> Option<TaskStatus> {
-        match self {
-            Self::Known(status) => Some(*status),
-            Self::Unknown(_) => None,
-        }
-    }
-}
-
-impl From<TaskStatus> for CardStatus {
-    fn from(status: TaskStatus) -> Self {
-        Self::Known(status)
-    }
-}
-
-impl PartialEq<TaskStatus> for CardStatus {
-    fn eq(&self, other: &TaskStatus) -> bool {
-        self.known() == Some(*other)
-    }
-}
-
-impl std::fmt::Display for CardStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl serde::Serialize for CardStatus {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for CardStatus {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = String::deserialize(deserializer)?;
-        Ok(Self::parse(&raw))
-    }
 }
 
 /// A card to create.

@@ -1,6 +1,8 @@
 //! How a dispatcher books a worker's exit: one table, beside the exit mapping,
 //! so the worker and the dispatcher cannot drift apart.
 
+use crate::data::{EnvironmentFault, ExitCode};
+
 /// The line a worker writes last on stderr; the dispatcher reads it back from
 /// the log when it has no wait status (it was restarted, for instance).
 pub const WORKER_EXIT_TRAILER: &str = "[kanban-worker-exit] rc=";
@@ -14,6 +16,16 @@ pub enum ExitWitness {
     Signal(i32),
     /// Nothing says how it ended.
     Unknown,
+}
+
+impl ExitWitness {
+    /// The worker's exit code, when it exited with one of ours.
+    pub fn exit_code(self) -> Option<ExitCode> {
+        match self {
+            Self::Code(code) => ExitCode::from_code(code),
+            Self::Signal(_) | Self::Unknown => None,
+        }
+    }
 }
 
 /// Why a dispatcher signalled a worker. Recorded on the board before the
@@ -153,14 +165,16 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
     if !input.still_running {
         return booking(BookingKind::Settled, false, false, false);
     }
-    match (input.signalled, input.witness) {
+    match (input.signalled, input.witness.exit_code()) {
         (Some(SignalReason::Overrun), _) => counted(BookingKind::TimedOut),
-        (_, ExitWitness::Code(0)) => {
+        (_, Some(ExitCode::Success)) => {
             let blocks = input.violation_streak + 1 >= input.violation_limit.max(1);
             booking(BookingKind::ProtocolViolation, false, blocks, false)
         }
-        (_, ExitWitness::Code(75)) => booking(BookingKind::RateLimited, false, false, true),
-        (_, ExitWitness::Code(78)) => booking(BookingKind::TerminalProvider, true, true, false),
+        (_, Some(ExitCode::TempFail)) => booking(BookingKind::RateLimited, false, false, true),
+        (_, Some(ExitCode::ConfigFail)) => {
+            booking(BookingKind::TerminalProvider, true, true, false)
+        }
         // Whatever else a worker stopped for our own shutdown (or a fenced
         // one whose run was not closed yet) ends with, we caused it.
         (Some(SignalReason::Shutdown | SignalReason::Fenced), _) => {
@@ -171,10 +185,10 @@ pub fn book_worker_exit(input: BookingInput) -> Booking {
         // could not record it (an unsafe board). Not the card's doing, so
         // not counted (the seed counts it); the respawn waits out the
         // cooldown, so an agent that interrupts its own worker cannot loop hot.
-        (None, ExitWitness::Code(130)) => booking(BookingKind::Interrupted, false, false, true),
-        (None, ExitWitness::Code(_) | ExitWitness::Signal(_) | ExitWitness::Unknown) => {
-            counted(BookingKind::Crashed)
+        (None, Some(ExitCode::Interrupted)) => {
+            booking(BookingKind::Interrupted, false, false, true)
         }
+        (None, Some(ExitCode::Failure) | None) => counted(BookingKind::Crashed),
     }
 }
 
@@ -195,8 +209,8 @@ pub struct Trailer {
     /// started (it was their reaper), before it wrote the line: nothing of
     /// its run is left for its dispatcher to look for.
     pub alone: bool,
-    /// A fault of the environment the worker reports: `(configuration, text)`.
-    pub fault: Option<(bool, String)>,
+    /// A fault of the environment the worker reports.
+    pub fault: Option<EnvironmentFault>,
 }
 
 /// The line before the trailer that carries the seal, `alone` and a fault.
@@ -222,11 +236,10 @@ impl Trailer {
         if self.alone {
             words.push_str(" alone");
         }
-        if let Some((configuration, text)) = &self.fault {
-            let kind = if *configuration {
-                "config"
-            } else {
-                "transient"
+        if let Some(fault) = &self.fault {
+            let (kind, text) = match fault {
+                EnvironmentFault::Configuration(text) => ("config", text),
+                EnvironmentFault::Transient(text) => ("transient", text),
             };
             words.push_str(&format!(
                 " fault={kind}:{}",
@@ -268,7 +281,11 @@ impl Trailer {
         }
         let fault = rest.strip_prefix("fault=").and_then(|fault| {
             let (kind, text) = fault.split_once(':')?;
-            Some((kind == "config", text.to_owned()))
+            let text = text.to_owned();
+            Some(match kind {
+                "config" => EnvironmentFault::Configuration(text),
+                _ => EnvironmentFault::Transient(text),
+            })
         });
         Some(Self {
             code,

@@ -1,7 +1,7 @@
 //! One table from a provider call's transport outcome to the failure reason
 //! and retryability a turn result carries.
 
-use crate::turn::FailureReason;
+use crate::data::FailureReason;
 
 /// A provider call that failed below HTTP.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

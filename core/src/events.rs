@@ -8,10 +8,9 @@ use serde_json::json;
 
 use crate::board::{MAX_COMMENT_BYTES, NewTask};
 use crate::booking::SignalReason;
-use crate::claim::{Claim, NotLive};
-use crate::dispatch::WorkerProcess;
-use crate::ports::BoardError;
-use crate::rules::NewEvent;
+use crate::data::{BoardError, Claim, NewEvent, NotLive};
+
+use crate::dispatcher::WorkerProcess;
 
 /// A worker bound itself to its claim.
 pub fn worker_bound(claim: &Claim, pid: u32) -> NewEvent {

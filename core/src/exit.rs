@@ -2,26 +2,11 @@
 
 use std::fmt;
 
+use crate::data::ExitCode;
+use crate::data::FailureReason;
 use crate::env::Environment;
 use crate::policy::worker_task_id;
-use crate::turn::{FailureReason, TurnOutcome, TurnResult};
-
-/// The process exit codes a worker may end with. The dispatcher books each
-/// of them from the same table ([`crate::book_worker_exit`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ExitCode {
-    /// The turn settled successfully.
-    Success,
-    /// The turn ended unfinished or failed for a reason nobody can wait out.
-    Failure,
-    /// A transient provider wall (BSD `EX_TEMPFAIL`): requeue without
-    /// counting a failure, after a cooldown.
-    TempFail,
-    /// A provider failure that needs a human (BSD `EX_CONFIG`): block at once.
-    ConfigFail,
-    /// The turn was interrupted (128 + SIGINT).
-    Interrupted,
-}
+use crate::turn::{TurnOutcome, TurnResult};
 
 impl ExitCode {
     /// Every exit code, in numeric order.
@@ -47,6 +32,21 @@ impl ExitCode {
     /// The exit code with this number, if it is one of ours.
     pub fn from_code(code: i32) -> Option<Self> {
         Self::ALL.into_iter().find(|exit| exit.code() == code)
+    }
+}
+
+impl TryFrom<i32> for ExitCode {
+    type Error = String;
+
+    fn try_from(code: i32) -> Result<Self, String> {
+        Self::from_code(code)
+            .ok_or_else(|| format!("{code} is not an exit code of a kanban worker"))
+    }
+}
+
+impl From<ExitCode> for i32 {
+    fn from(exit: ExitCode) -> i32 {
+        exit.code()
     }
 }
 

@@ -3,7 +3,8 @@
 //! Every board adapter reads the same few columns and asks this function, so
 //! the proof means the same thing on SQLite, in memory and anywhere else.
 
-use crate::claim::{NotLive, ProofIdentity, ProofRequest};
+use crate::carrier::ProofRequest;
+use crate::data::{NotLive, ProofIdentity};
 
 /// The lease columns of a task row.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

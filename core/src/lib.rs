@@ -11,15 +11,14 @@
 
 mod board;
 mod booking;
-mod claim;
+mod carrier;
 mod classify;
-mod dispatch;
+mod data;
 mod dispatcher;
 mod env;
 pub mod events;
 mod exit;
 pub mod lease;
-mod lifecycle;
 mod policy;
 mod ports;
 mod recovery;
@@ -27,44 +26,39 @@ pub mod rules;
 pub mod shapes;
 pub mod tables;
 mod turn;
+mod turns;
 pub mod walls;
 mod worker;
 
 pub use board::{
-    BoardAdmin, BoardStats, COMMENTS_SHOWN, CardStatus, ClaimGrant, CommentRecord,
-    DEFAULT_CLAIM_TTL_SECONDS, EventRecord, MAX_CLAIM_TTL_SECONDS, MAX_COMMENT_BYTES, NewTask,
-    RunRecord, TaskPage, TaskRecord, TaskStatus, TaskView, claim_ttl_seconds,
-    heartbeat_interval_seconds,
+    BoardAdmin, BoardStats, COMMENTS_SHOWN, ClaimGrant, CommentRecord, DEFAULT_CLAIM_TTL_SECONDS,
+    EventRecord, MAX_CLAIM_TTL_SECONDS, MAX_COMMENT_BYTES, NewTask, RunRecord, TaskPage,
+    TaskRecord, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,
     PROTOCOL_VIOLATION_LIMIT, SignalReason, Trailer, WORKER_END_DETAIL, WORKER_EXIT_TRAILER,
     book_worker_exit, exit_code_from_trailer, last_trailer,
 };
-pub use claim::{
-    CarrierError, Claim, NotLive, ProofIdentity, ProofRequest, is_valid_task_id, parse_run_id,
-};
+pub use carrier::{CarrierError, ProofRequest, is_valid_task_id, parse_run_id};
 pub use classify::{
     Classified, ProviderOutcome, TransportFailure, classify_provider_failure, parse_retry_after,
     provider_wait_seconds,
 };
-pub use dispatch::{
-    ClaimFilter, DispatchBoard, EnvironmentFault, ExitReport, RunLog, RunningWorker,
-    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, TICK_BUCKETS_MS,
-    TickDurations, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
+pub use data::{
+    BoardError, CardStatus, Claim, EnvironmentFault, ExitCode, FailureReason, NotLive,
+    ProofIdentity, RunStatus, TaskStatus, WorkerResult,
 };
 pub use dispatcher::{
-    DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts, DispatchSettings, Dispatcher,
-    RunMode, TickReport,
+    ClaimFilter, DispatchBoard, DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts,
+    DispatchSettings, Dispatcher, ExitReport, RunLog, RunMode, RunningWorker,
+    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, TICK_BUCKETS_MS,
+    TickDurations, TickReport, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
 };
 pub use env::{Environment, vars};
 pub use exit::{
-    CredentialFailure, ExitCode, TERMINAL_PROVIDER_REASONS, TRANSIENT_PROVIDER_REASONS,
-    outcome_exit_code, single_query_exit_code, turn_exit_code,
-};
-pub use lifecycle::{
-    AgentControl, BIND_PATIENCE, ITERATION_LIMIT_EXIT_PREFIX, RUN_LIMIT_EXIT_PREFIX, StopReason,
-    TURN_DEADLINE_EXIT_PREFIX, WatchEnd, WorkerLife, WorkerLifeReport, run_worker,
+    CredentialFailure, TERMINAL_PROVIDER_REASONS, TRANSIENT_PROVIDER_REASONS, outcome_exit_code,
+    single_query_exit_code, turn_exit_code,
 };
 pub use policy::{
     Authority, DEFAULT_MAX_RECOVERY_ATTEMPTS, DEFAULT_STOP_NUDGE_ATTEMPTS,
@@ -74,14 +68,18 @@ pub use policy::{
     resolve_task_id, stop_nudge_attempts, worker_task_id,
 };
 pub use ports::{
-    Board, BoardError, BoardProof, ClaimCheck, Clock, Judge, JudgeError, RunStatus, Sleeper,
-    TurnRunner, Verdict, VerdictKind,
+    Board, BoardProof, ClaimCheck, Clock, Judge, JudgeError, Sleeper, TurnRunner, Verdict,
+    VerdictKind,
 };
 pub use recovery::{
     RecoveryReport, RecoveryStop, recover_in_place, recovery_message, skipped_message,
 };
-pub use turn::{FailureReason, TurnError, TurnInput, TurnKind, TurnOutcome, TurnResult};
-pub use worker::{
+pub use turn::{TurnError, TurnInput, TurnKind, TurnOutcome, TurnResult};
+pub use turns::{
     DEFAULT_GOAL_MAX_TURNS, Frame, GoalOutcome, GoalSpec, LAST_OUTPUT_LIMIT, WorkerPorts,
-    WorkerResult, WorkerRun, WorkerSettings, WorkerSetup, run_worker_turns,
+    WorkerRun, WorkerSettings, WorkerSetup, run_worker_turns,
+};
+pub use worker::{
+    AgentControl, BIND_PATIENCE, ITERATION_LIMIT_EXIT_PREFIX, RUN_LIMIT_EXIT_PREFIX, StopReason,
+    TURN_DEADLINE_EXIT_PREFIX, WatchEnd, WorkerLife, WorkerLifeReport, run_worker,
 };

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use crate::data::FailureReason;
 use crate::env::{Environment, vars};
-use crate::turn::{FailureReason, TurnResult};
+use crate::turn::TurnResult;
 
 /// Recovery attempts when `HERMES_KANBAN_TURN_RECOVERY` is unset.
 pub const DEFAULT_MAX_RECOVERY_ATTEMPTS: u32 = 3;

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::claim::{Claim, NotLive, ProofIdentity};
-use crate::rules::{FailurePolicy, Overrun};
+use crate::data::{
+    BoardError, Claim, FailurePolicy, NotLive, Overrun, ProofIdentity, RunStatus, WorkerResult,
+};
 use crate::turn::{TurnInput, TurnOutcome};
-use crate::worker::WorkerResult;
 
 /// Wall-clock time in whole epoch seconds, as the board stores it.
 pub trait Clock: Send + Sync {
@@ -43,59 +43,6 @@ pub trait Sleeper: Send + Sync {
 pub trait TurnRunner: Send {
     /// Runs one turn with `input` and returns what it settled to.
     async fn run_turn(&mut self, input: &TurnInput) -> TurnOutcome;
-}
-
-/// Errors of board operations, owned by core so policy can match on them.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
-pub enum BoardError {
-    /// The caller's claim is no longer live; nothing was changed.
-    #[error(
-        "task {task_id}: this worker no longer holds the claim ({reason}); nothing was changed"
-    )]
-    LeaseLost { task_id: String, reason: NotLive },
-    #[error("task {0} is not on this board")]
-    TaskNotFound(String),
-    #[error("task {task_id} is {status}; cannot {action} it")]
-    InvalidTransition {
-        task_id: String,
-        status: String,
-        action: std::borrow::Cow<'static, str>,
-    },
-    #[error(
-        "task {task_id} has the status {status:?}, which this build of kanban does not know; it is left as it is (a newer kanban, or the system that set it, can change it)"
-    )]
-    UnknownStatus { task_id: String, status: String },
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
-    #[error("the board stayed busy after {attempts} attempts; try again")]
-    Busy { attempts: u32 },
-    #[error(
-        "{path}: board schema version {found} is newer than this build supports ({supported}); upgrade kanban"
-    )]
-    NewerSchema {
-        path: String,
-        found: i64,
-        supported: i64,
-    },
-    #[error("{path}: {message}")]
-    Unusable { path: String, message: String },
-    #[error("{path}: cannot grow: the disk is full; free some space and retry")]
-    DiskFull { path: String },
-    #[error("board storage error: {0}")]
-    Storage(String),
-}
-
-/// Where a worker's run stands, as the goal loop and the stop nudge see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum RunStatus {
-    /// The run is open and the task is running under it.
-    Running,
-    /// The run ended with the task completed.
-    Done,
-    /// The run ended with the task blocked.
-    Blocked,
-    /// The run ended some other way, or the task moved on to another run.
-    Superseded,
 }
 
 /// What a worker needs from a board. Every write is fenced by the claim: it

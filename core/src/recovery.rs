@@ -1,6 +1,6 @@
 //! The in-place recovery loop: check, back off, check again, re-enter.
 
-use crate::claim::NotLive;
+use crate::data::NotLive;
 use crate::policy::{Authority, RecoveryPolicy, Refusal, build_recovery_nudge};
 use crate::ports::{ClaimCheck, Sleeper, TurnRunner};
 use crate::turn::{TurnInput, TurnKind, TurnOutcome, TurnResult};

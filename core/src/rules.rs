@@ -9,14 +9,16 @@
 
 use serde_json::{Value, json};
 
-use crate::board::TaskStatus;
+use crate::data::{BoardError, Claim, RunStatus, TaskStatus};
+// Part of the rules' own words, kept here for their callers.
 use crate::booking::{
     Booking, BookingInput, BookingKind, ExitWitness, PROTOCOL_VIOLATION_LIMIT, SignalReason,
     book_worker_exit,
 };
-use crate::claim::Claim;
-use crate::dispatch::ExitReport;
-use crate::ports::{BoardError, RunStatus};
+pub use crate::data::{FailurePolicy, NewEvent, Overrun, Release};
+
+use crate::dispatcher::ExitReport;
+
 use crate::walls::{Wall, WallBounds, WallChange, walls_after_booking};
 
 /// Closed runs read, newest first, when counting a protocol-violation streak.
@@ -52,26 +54,6 @@ pub struct RunClose {
     pub outcome: String,
     pub summary: Option<String>,
     pub error: Option<String>,
-}
-
-/// An event to append.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewEvent {
-    pub kind: String,
-    pub run_id: Option<i64>,
-    /// `Value::Null` is stored as no payload.
-    pub payload: Value,
-}
-
-impl NewEvent {
-    /// An event of `kind` about `run_id`.
-    pub fn new(kind: &str, run_id: Option<i64>, payload: Value) -> Self {
-        Self {
-            kind: kind.to_owned(),
-            run_id,
-            payload,
-        }
-    }
 }
 
 /// A card's result once it is done.
@@ -201,22 +183,6 @@ impl CardEdit {
         .filter_map(|(name, given)| given.then_some(name))
         .collect()
     }
-}
-
-/// A dispatcher's knobs for failed runs: they travel with every booking and
-/// release (and to its workers), so every board applies the same ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct FailurePolicy {
-    /// Counted failures that block a card naming no `max_retries` of its own.
-    pub failure_limit: u32,
-    /// Seconds a rate-limited card (exit 75) waits before its next claim.
-    pub rate_limit_cooldown: i64,
-    /// The first wait after a counted failure; it doubles per failure in a
-    /// row (see [`retry_backoff_seconds`]). 0 turns the backoff off.
-    pub backoff_base_seconds: i64,
-    /// The longest a provider wall (or a card's `Retry-After`) holds its
-    /// cards before a probe goes through.
-    pub max_wall_seconds: i64,
 }
 
 impl Default for FailurePolicy {
@@ -568,6 +534,22 @@ fn book_card_exit(
         }
         return (booking, transition);
     }
+    let transition = uncounted_exit(card, run_id, &booking, report, error, payload, now);
+    (booking, transition)
+}
+
+/// The transition of an exit that counts no failure: a rate limit, an
+/// interruption, a protocol violation (which may block at its limit). The
+/// card goes back to ready, after the cooldown when the booking asks for one.
+fn uncounted_exit(
+    card: &CardState,
+    run_id: Option<i64>,
+    booking: &Booking,
+    report: &ExitReport,
+    error: String,
+    mut payload: Value,
+    now: i64,
+) -> Transition {
     let retry_at = booking.cooldown.then(|| {
         let wait = report
             .retry_after_seconds
@@ -577,7 +559,6 @@ fn book_card_exit(
             .max(report.policy.rate_limit_cooldown.max(0));
         now.saturating_add(wait)
     });
-    let mut payload = payload;
     if let Value::Object(map) = &mut payload {
         map.insert("counted".into(), json!(false));
         map.insert("failures".into(), json!(card.consecutive_failures));
@@ -592,7 +573,7 @@ fn book_card_exit(
             json!({"trigger": booking.kind.as_str(), "failures": card.consecutive_failures, "sticky": true}),
         ));
     }
-    let transition = Transition {
+    Transition {
         walls: Vec::new(),
         held: Change::Keep,
         edit: None,
@@ -613,21 +594,7 @@ fn book_card_exit(
         not_before: Change::to(retry_at),
         completion: None,
         events,
-    };
-    (booking, transition)
-}
-
-/// Why a claim is released without its worker's exit being booked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Release {
-    /// The lease ran out and its worker is gone. Counted, as the reference
-    /// counts a stale release: a card whose workers keep wedging is blocked
-    /// at its limit instead of cycling forever.
-    Expired,
-    /// The claim's worker never ran its card: the environment failed to
-    /// start it, or its dispatcher died before spawning it. Not counted: a
-    /// card is charged only for what its own run did.
-    NotStarted { reason: String },
+    }
 }
 
 /// Releases `claim` back to the card's lane, or `None` when the card no
@@ -678,35 +645,6 @@ pub fn release_claim(
             )],
             ..Transition::default()
         }),
-    }
-}
-
-/// Why a worker settled its own run as timed out.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Overrun {
-    /// The agent's tool loop reached its iteration limit.
-    IterationLimit(String),
-    /// One turn outlived its deadline.
-    TurnDeadline { seconds: u64 },
-    /// The run outlived its time limit.
-    RunLimit { seconds: u64 },
-}
-
-impl Overrun {
-    fn error(&self) -> String {
-        match self {
-            Self::IterationLimit(detail) => {
-                format!(
-                    "iteration budget exhausted ({detail}): the task could not complete within the allowed iterations"
-                )
-            }
-            Self::TurnDeadline { seconds } => {
-                format!("a turn ran past its {seconds} s deadline and its agent was stopped")
-            }
-            Self::RunLimit { seconds } => {
-                format!("the run ran past its {seconds} s limit and its agent was stopped")
-            }
-        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! re-exports them as test builders, so tests and tables speak of the same
 //! shapes.
 
-use crate::turn::{FailureReason, TurnResult};
+use crate::data::FailureReason;
+use crate::turn::TurnResult;
 
 /// A failed turn after the provider retries gave up.
 pub fn failed(retryable: bool, reason: &str, error: &str) -> TurnResult {

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::booking::BookingKind;
-use crate::turn::FailureReason;
+use crate::data::FailureReason;
 
 /// The bound on a wall's wait when the dispatcher names none (`--max-wall`).
 pub const DEFAULT_MAX_WALL_SECONDS: i64 = 3600;

@@ -1,435 +1,325 @@
-//! The worker-turns orchestration every host reuses: first turn, in-place
-//! recovery, stop nudges, goal loop, booking.
+//! A worker process's whole life on one claim: bind, run the turns while a
+//! watch keeps the lease alive on the agent's progress, stop the agent the
+//! moment the claim is lost or the run overruns, settle an overrun, book.
 
-use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
 
-use crate::claim::{Claim, ProofIdentity};
-use crate::env::Environment;
-use crate::exit::{ExitCode, outcome_exit_code};
-use crate::policy::{
-    RECOVERY_DELAYS_SECONDS, RecoveryPolicy, build_stop_nudge, max_recovery_attempts,
-    stop_nudge_attempts,
-};
-use crate::ports::{Board, BoardProof, Judge, RunStatus, Sleeper, TurnRunner, VerdictKind};
-use crate::recovery::recover_in_place;
-use crate::turn::{FailureReason, TurnInput, TurnKind, TurnOutcome};
+use crate::data::ExitCode;
+use crate::data::{BoardError, FailurePolicy, Overrun};
+use crate::ports::{Clock, Sleeper};
 
-/// Goal-mode turns per run when the card names no budget.
-pub const DEFAULT_GOAL_MAX_TURNS: u32 = 20;
-/// The most characters of the final reply kept in `worker_result`.
-pub const LAST_OUTPUT_LIMIT: usize = 500;
+use crate::turn::TurnOutcome;
+use crate::turns::{Frame, WorkerPorts, WorkerRun, run_worker_turns};
 
-/// What the worker books when it ends (event `worker_result`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerResult {
-    pub pid: u32,
-    pub claim_lock: String,
-    pub exit_code: i32,
-    pub last_output: String,
-    /// Model entries the run made.
-    #[serde(default)]
-    pub turns: u32,
-    /// In-place recovery attempts the run authorised.
-    #[serde(default)]
-    pub recovery_attempts: u32,
-    /// How long the provider asked to wait (`Retry-After`) on the run's last turn.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_after_seconds: Option<u64>,
-    /// Why the run's last turn failed, as the agent typed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_reason: Option<FailureReason>,
-    /// Who the run's last turn talked to (endpoint and credential, never the
-    /// credential itself), as the agent reported it: a wall's scope.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// The model of the run's last turn, as the agent reported it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+/// `turn_exit_reason` prefix of a turn its runner stopped at the turn's deadline.
+pub const TURN_DEADLINE_EXIT_PREFIX: &str = "turn_deadline_exceeded";
+/// `turn_exit_reason` prefix of a turn stopped because the run hit its limit.
+pub const RUN_LIMIT_EXIT_PREFIX: &str = "run_limit_exceeded";
+/// `turn_exit_reason` prefix of a tool loop that used its iteration budget.
+pub const ITERATION_LIMIT_EXIT_PREFIX: &str = "max_iterations_reached";
+
+/// Why a worker stops its agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    /// A signal reached the worker (SIGINT, SIGTERM): interrupt the turn.
+    Signal(i32),
+    /// The run lost its claim: the agent's work must stop now.
+    Fenced,
+    /// The run outlived its time limit.
+    RunLimit,
 }
 
-/// A goal-mode card's goal.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GoalSpec {
-    /// Title, a blank line, then the body.
-    pub text: String,
-    /// Turns allowed in the run, the first one included.
-    pub max_turns: u32,
+/// The running agent, as the worker's watch sees it.
+pub trait AgentControl: Send + Sync {
+    /// Monotonic milliseconds of the agent's last sign of progress (output,
+    /// a turn starting), if it showed any.
+    fn last_progress_millis(&self) -> Option<u64>;
+    /// Stops the agent's turn, and every later one: its process group is
+    /// asked to stop, then killed after the grace period.
+    fn stop(&self, reason: StopReason);
 }
 
-impl GoalSpec {
-    /// The goal of a card titled `title` with `body`; a budget below 1 falls back to 20.
-    pub fn new(title: &str, body: Option<&str>, max_turns: Option<u32>) -> Self {
-        let text = match body.map(str::trim).filter(|body| !body.is_empty()) {
-            Some(body) => format!("{title}\n\n{body}"),
-            None => title.to_owned(),
-        };
-        let max_turns = max_turns
-            .filter(|turns| *turns >= 1)
-            .unwrap_or(DEFAULT_GOAL_MAX_TURNS);
-        Self { text, max_turns }
-    }
+/// What a worker needs beyond the ports of its turns.
+pub struct WorkerLife<'a> {
+    pub clock: &'a dyn Clock,
+    pub agent: &'a dyn AgentControl,
+    /// How often the watch looks at the agent and the lease.
+    pub heartbeat_interval: Duration,
+    /// The run's time limit, if it has one.
+    pub run_limit: Option<Duration>,
+    /// The dispatcher's policy, for settling an overrun.
+    pub failure_policy: FailurePolicy,
 }
 
-/// Per-run limits, read from the environment by the host.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerSettings {
-    pub max_recovery_attempts: u32,
-    pub recovery_delays_seconds: Vec<u64>,
-    pub stop_nudge_attempts: u32,
-}
-
-impl WorkerSettings {
-    /// The settings `HERMES_KANBAN_TURN_RECOVERY` and `HERMES_KANBAN_STOP_NUDGE` ask for.
-    pub fn from_env(env: &Environment) -> Self {
-        Self {
-            max_recovery_attempts: max_recovery_attempts(env),
-            recovery_delays_seconds: RECOVERY_DELAYS_SECONDS.to_vec(),
-            stop_nudge_attempts: stop_nudge_attempts(env),
-        }
-    }
-}
-
-/// A worker's claim and identity, as bound by the host.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerSetup {
-    pub claim: Claim,
-    /// The pid booked in `worker_result`.
-    pub pid: u32,
-    /// Whose process the recovery proof must name.
-    pub identity: ProofIdentity,
-    /// Set for goal-mode cards.
-    pub goal: Option<GoalSpec>,
-    pub settings: WorkerSettings,
-}
-
-/// One request to run turns: the first message and, for a worker, its claim.
-/// A frame without a claim is not a worker, whatever the environment says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
-    pub message: String,
-    pub worker: Option<WorkerSetup>,
-}
-
-/// The adapters a run uses.
-pub struct WorkerPorts<'a> {
-    pub board: &'a dyn Board,
-    pub runner: &'a mut dyn TurnRunner,
-    pub sleeper: &'a dyn Sleeper,
-    pub judge: Option<&'a dyn Judge>,
-    /// Receives every line the worker says about recovery and the goal loop.
-    pub emit: &'a mut (dyn FnMut(&str) + Send),
-}
-
-impl std::fmt::Debug for WorkerPorts<'_> {
+impl std::fmt::Debug for WorkerLife<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerPorts")
-            .field("judge", &self.judge.is_some())
+        f.debug_struct("WorkerLife")
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("run_limit", &self.run_limit)
             .finish_non_exhaustive()
     }
 }
 
-/// How a goal loop ended.
+/// How the watch ended, if it did before the turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WatchEnd {
+    /// The board refused a heartbeat: the claim is lost.
+    Fenced,
+    /// The run outlived its limit.
+    RunLimit,
+}
+
+/// What a worker's life did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GoalOutcome {
-    CompletedByWorker,
-    BlockedByWorker,
-    BlockedUnachievable,
-    BlockedBudget,
-    /// The loop stopped because a turn did not end with exit code 0.
-    TurnFailed(ExitCode),
-    /// The run ended some other way or its status could not be read.
-    Stopped(String),
+pub struct WorkerLifeReport {
+    /// The turns' run (exit code, turns, recoveries…); `None` when the
+    /// worker could not even bind its claim.
+    pub run: Option<WorkerRun>,
+    /// Why the bind failed, when it did.
+    pub bind_error: Option<BoardError>,
+    /// How the watch ended, when it ended first.
+    pub watch: Option<WatchEnd>,
+    /// The overrun the worker settled, if any.
+    pub settled: Option<Overrun>,
+    /// Heartbeats that extended the lease.
+    pub heartbeats: u32,
 }
 
-/// What a run did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerRun {
-    pub exit_code: ExitCode,
-    /// The latest turn outcome, untouched.
-    pub last: TurnOutcome,
-    /// Model entries made.
-    pub turns: u32,
-    /// In-place recovery attempts authorised.
-    pub recovery_attempts: u32,
-    pub stop_nudges: u32,
-    pub judge_calls: u32,
-    pub goal: Option<GoalOutcome>,
-}
-
-/// The worker's run of one card, or a single turn for a non-worker frame.
-struct Run<'p, 'a> {
-    ports: &'p mut WorkerPorts<'a>,
-    setup: &'p WorkerSetup,
-    policy: RecoveryPolicy,
-    latest: TurnOutcome,
-    turns: u32,
-    recovery_attempts: u32,
-}
-
-impl Run<'_, '_> {
-    /// Runs one turn, then recovers it in place if the policy allows; returns
-    /// the post-recovery exit code.
-    async fn turn(&mut self, message: String, kind: TurnKind) -> ExitCode {
-        self.turns += 1;
-        let input = TurnInput {
-            message,
-            kind,
-            turn: self.turns,
-        };
-        self.latest = self.ports.runner.run_turn(&input).await;
-        let proof = BoardProof {
-            board: self.ports.board,
-            claim: &self.setup.claim,
-            identity: self.setup.identity,
-        };
-        let report = recover_in_place(
-            &self.policy,
-            &mut self.latest,
-            self.recovery_attempts,
-            &mut self.turns,
-            &mut *self.ports.runner,
-            &proof,
-            self.ports.sleeper,
-            &mut *self.ports.emit,
-        )
-        .await;
-        self.recovery_attempts += report.attempts;
-        outcome_exit_code(&self.latest, true)
+impl WorkerLifeReport {
+    /// The worker's exit code: its run's; for a claim it could not even
+    /// bind, 1 when the claim was already lost (nothing is left to book) and
+    /// 75 when the board failed, which is the environment's fault and must
+    /// not be charged to the card.
+    pub fn exit_code(&self) -> ExitCode {
+        match (&self.run, &self.bind_error) {
+            (Some(run), _) => run.exit_code,
+            (None, Some(BoardError::LeaseLost { reason, .. })) if !reason.only_expired() => {
+                ExitCode::Failure
+            }
+            (None, Some(BoardError::TaskNotFound(_))) | (None, None) => ExitCode::Failure,
+            (None, Some(_)) => ExitCode::TempFail,
+        }
     }
+}
 
-    /// Proves the claim before a turn that no failure authorised: a stop
-    /// nudge or a goal turn re-enters the model just like a recovery does.
-    async fn claim_live(&mut self) -> bool {
-        match self
-            .ports
+/// Gives the other futures of the task one chance to run.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// Keeps the lease alive while the agent shows progress, and ends when the
+/// claim is lost or the run overruns. A silent agent gets no heartbeat: its
+/// lease runs down, and a dispatcher that sees it silent long enough stops it.
+async fn watch_run(
+    ports: &WatchPorts<'_>,
+    claim: &crate::data::Claim,
+    heartbeats: &mut u32,
+) -> WatchEnd {
+    let started = ports.clock.monotonic_millis();
+    let mut beaten_at = started;
+    loop {
+        ports.sleeper.sleep(ports.interval).await;
+        // The turns get their turn whatever the sleeper did.
+        yield_now().await;
+        let mono = ports.clock.monotonic_millis();
+        if let Some(limit) = ports.run_limit
+            && mono.saturating_sub(started) >= u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
+        {
+            return WatchEnd::RunLimit;
+        }
+        let progressed = ports
+            .agent
+            .last_progress_millis()
+            .is_some_and(|at| at > beaten_at);
+        if !progressed {
+            continue;
+        }
+        match ports
             .board
-            .prove_claim(&self.setup.claim, self.setup.identity)
+            .heartbeat(claim, Some("worker: agent progress".to_owned()))
             .await
         {
-            Ok(()) => true,
-            Err(reason) => {
-                let line = crate::recovery::skipped_message(&self.setup.claim.task_id, &reason);
-                self.say(&line);
-                false
+            Ok(_) => {
+                *heartbeats += 1;
+                beaten_at = mono;
             }
+            // The lease only ran out: the card is still ours, and the
+            // dispatcher extends a live worker's lease. Keep working.
+            Err(BoardError::LeaseLost { reason, .. }) if reason.only_expired() => {}
+            Err(BoardError::LeaseLost { .. }) => return WatchEnd::Fenced,
+            // A passing board fault: the next beat tries again.
+            Err(_) => {}
         }
     }
+}
 
-    fn say(&mut self, line: &str) {
-        tracing::info!(target: "kanban::worker", "{line}");
-        (self.ports.emit)(line);
+struct WatchPorts<'a> {
+    board: &'a dyn crate::ports::Board,
+    sleeper: &'a dyn Sleeper,
+    clock: &'a dyn Clock,
+    agent: &'a dyn AgentControl,
+    interval: Duration,
+    run_limit: Option<Duration>,
+}
+
+/// The overrun a run's last turn settled on, if any.
+fn overrun_of(
+    last: &TurnOutcome,
+    watch: Option<WatchEnd>,
+    run_limit: Option<Duration>,
+) -> Option<Overrun> {
+    if watch == Some(WatchEnd::RunLimit) {
+        return Some(Overrun::RunLimit {
+            seconds: run_limit.map_or(0, |limit| limit.as_secs()),
+        });
     }
+    let reason = last.as_ref().ok()?.as_ref()?.turn_exit_reason.as_deref()?;
+    if reason.starts_with(ITERATION_LIMIT_EXIT_PREFIX) {
+        let detail = reason
+            .strip_prefix(ITERATION_LIMIT_EXIT_PREFIX)
+            .unwrap_or("")
+            .trim_matches(|c| c == '(' || c == ')');
+        return Some(Overrun::IterationLimit(detail.to_owned()));
+    }
+    if reason.starts_with(TURN_DEADLINE_EXIT_PREFIX) {
+        let seconds = reason
+            .trim_start_matches(TURN_DEADLINE_EXIT_PREFIX)
+            .trim_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap_or(0);
+        return Some(Overrun::TurnDeadline { seconds });
+    }
+    None
+}
 
-    fn last_response(&self) -> String {
-        match &self.latest {
-            Ok(Some(result)) => result.reply().to_owned(),
-            Ok(None) => String::new(),
-            Err(error) => error.message.clone(),
+/// How long a worker waits, at most, for a claim it cannot bind yet.
+pub const BIND_PATIENCE: Duration = Duration::from_secs(90);
+
+/// Binds the claim to this worker. A lease that only expired (the card is
+/// still this run's; its dispatcher extends a live worker's lease) and a
+/// passing board fault are waited out, up to [`BIND_PATIENCE`]; a claim
+/// that moved on is given up at once.
+async fn bind(
+    board: &dyn crate::ports::Board,
+    sleeper: &dyn Sleeper,
+    claim: &crate::data::Claim,
+    pid: u32,
+) -> Result<(), BoardError> {
+    let pause = Duration::from_secs(2);
+    let mut waited = Duration::ZERO;
+    loop {
+        let error = match board.bind_worker(claim, pid).await {
+            Ok(()) => return Ok(()),
+            Err(BoardError::LeaseLost { reason, task_id }) if !reason.only_expired() => {
+                return Err(BoardError::LeaseLost { task_id, reason });
+            }
+            Err(error @ (BoardError::TaskNotFound(_) | BoardError::InvalidInput(_))) => {
+                return Err(error);
+            }
+            Err(error) => error,
+        };
+        if waited >= BIND_PATIENCE {
+            return Err(error);
         }
+        sleeper.sleep(pause).await;
+        waited += pause;
     }
+}
 
-    async fn stop_nudges(&mut self, mut code: ExitCode) -> (ExitCode, u32) {
-        let mut sent = 0;
-        while code == ExitCode::Success && sent < self.setup.settings.stop_nudge_attempts {
-            if self.ports.board.run_status(&self.setup.claim).await != Ok(RunStatus::Running)
-                || !self.claim_live().await
+/// A worker's life on the claim in `frame`: bind the claim to `pid`, run
+/// the turns ([`run_worker_turns`]) while the watch keeps the lease alive
+/// on agent progress, stop the agent when the claim is lost or the run
+/// overruns, then settle an overrun (iteration budget, turn deadline, run
+/// limit) as a timed-out run: counted, claim released.
+pub async fn run_worker(
+    frame: Frame,
+    pid: u32,
+    ports: &mut WorkerPorts<'_>,
+    life: &WorkerLife<'_>,
+) -> WorkerLifeReport {
+    let Some(setup) = frame.worker.clone() else {
+        let run = run_worker_turns(frame, ports).await;
+        return WorkerLifeReport {
+            run: Some(run),
+            bind_error: None,
+            watch: None,
+            settled: None,
+            heartbeats: 0,
+        };
+    };
+    let claim = setup.claim.clone();
+    if let Err(error) = bind(ports.board, ports.sleeper, &claim, pid).await {
+        return WorkerLifeReport {
+            run: None,
+            bind_error: Some(error),
+            watch: None,
+            settled: None,
+            heartbeats: 0,
+        };
+    }
+    let watch_ports = WatchPorts {
+        board: ports.board,
+        sleeper: ports.sleeper,
+        clock: life.clock,
+        agent: life.agent,
+        interval: life.heartbeat_interval.max(Duration::from_millis(1)),
+        run_limit: life.run_limit,
+    };
+    let mut heartbeats = 0;
+    let mut watch_end = None;
+    let run = {
+        let mut turns = pin!(run_worker_turns(frame, ports));
+        let mut watch = pin!(watch_run(&watch_ports, &claim, &mut heartbeats));
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(run) = turns.as_mut().poll(cx) {
+                return Poll::Ready(run);
+            }
+            if watch_end.is_none()
+                && let Poll::Ready(end) = watch.as_mut().poll(cx)
             {
-                break;
+                watch_end = Some(end);
+                life.agent.stop(match end {
+                    WatchEnd::Fenced => StopReason::Fenced,
+                    WatchEnd::RunLimit => StopReason::RunLimit,
+                });
+                // The turns end soon now: poll them again at once.
+                cx.waker().wake_by_ref();
             }
-            sent += 1;
-            let task = self.setup.claim.task_id.clone();
-            self.say(&format!(
-                "[kanban] {task}: reply without a terminal board call; stop nudge {sent}"
-            ));
-            let nudge = build_stop_nudge(&task, sent, self.setup.settings.stop_nudge_attempts);
-            code = self.turn(nudge, TurnKind::StopNudge).await;
-        }
-        (code, sent)
-    }
-
-    async fn block(&mut self, reason: String) {
-        if let Err(error) = self.ports.board.block(&self.setup.claim, &reason).await {
-            let line = format!(
-                "[kanban] goal loop could not block {}: {error}",
-                self.setup.claim.task_id
-            );
-            self.say(&line);
-        }
-    }
-
-    async fn goal_loop(
-        &mut self,
-        goal: &GoalSpec,
-        judge_calls: &mut u32,
-    ) -> (ExitCode, GoalOutcome) {
-        let mut turns_used = 1;
-        let mut finalize_sent = false;
-        loop {
-            match self.ports.board.run_status(&self.setup.claim).await {
-                Ok(RunStatus::Running) => {}
-                Ok(RunStatus::Done) => return (ExitCode::Success, GoalOutcome::CompletedByWorker),
-                Ok(RunStatus::Blocked) => return (ExitCode::Success, GoalOutcome::BlockedByWorker),
-                Ok(RunStatus::Superseded) => {
-                    return (
-                        ExitCode::Success,
-                        GoalOutcome::Stopped("run superseded".to_owned()),
-                    );
-                }
-                Err(error) => return (ExitCode::Success, GoalOutcome::Stopped(error.to_string())),
-            }
-            let verdict = match self.ports.judge {
-                None => None,
-                Some(judge) => {
-                    *judge_calls += 1;
-                    // Fail open: a judge that cannot rule lets the work go on.
-                    judge.judge(&goal.text, &self.last_response()).await.ok()
-                }
-            };
-            let (kind, reason) = verdict
-                .map(|verdict| (verdict.verdict, verdict.reason))
-                .unwrap_or((VerdictKind::Continue, String::new()));
-            let prompt = match kind {
-                VerdictKind::Blocked => {
-                    self.block(format!("goal judge ruled the goal unachievable: {reason}"))
-                        .await;
-                    return (ExitCode::Success, GoalOutcome::BlockedUnachievable);
-                }
-                VerdictKind::Done if finalize_sent => {
-                    self.block("goal judge ruled the goal done twice, but the worker never called kanban_complete after the finalize nudge".to_owned()).await;
-                    return (ExitCode::Success, GoalOutcome::BlockedBudget);
-                }
-                VerdictKind::Done => {
-                    finalize_sent = true;
-                    format!(
-                        "[kanban goal: the judge rules the goal reached ({reason}). Finish now: \
-                         call `kanban_complete` (summary, result) for task `{}`, or \
-                         `kanban_block` (reason) if something is still missing.]",
-                        self.setup.claim.task_id
-                    )
-                }
-                VerdictKind::Continue | VerdictKind::Wait => format!(
-                    "[kanban goal: the goal is not reached yet{}. Keep working on it in this \
-                     session:\n\n{}\n\nEnd with `kanban_complete` when it is reached, or \
-                     `kanban_block` if it cannot be.]",
-                    if reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({reason})")
-                    },
-                    goal.text
-                ),
-            };
-            if turns_used >= goal.max_turns {
-                self.block(format!(
-                    "goal-mode worker used its whole turn budget ({turns_used}/{}) without reaching the goal",
-                    goal.max_turns
-                ))
-                .await;
-                return (ExitCode::Success, GoalOutcome::BlockedBudget);
-            }
-            if !self.claim_live().await {
-                return (
-                    ExitCode::Success,
-                    GoalOutcome::Stopped("the claim is no longer live".to_owned()),
-                );
-            }
-            let code = self.turn(prompt, TurnKind::Goal).await;
-            turns_used += 1;
-            if code != ExitCode::Success {
-                return (code, GoalOutcome::TurnFailed(code));
-            }
-        }
-    }
-}
-
-fn tail(text: &str, limit: usize) -> String {
-    let count = text.chars().count();
-    text.chars().skip(count.saturating_sub(limit)).collect()
-}
-
-/// Runs a frame's turns and returns the exit code the dispatcher books.
-///
-/// A worker frame runs: the first turn → in-place recovery → (outside goal
-/// mode) up to N stop nudges while the card is still running after a
-/// successful turn → (goal mode, only when the post-recovery exit code is 0)
-/// the goal loop → booking `worker_result`. A refused or failed recovery
-/// therefore never reaches the judge. A frame without a claim runs exactly
-/// one turn and returns its result untouched.
-pub async fn run_worker_turns(frame: Frame, ports: &mut WorkerPorts<'_>) -> WorkerRun {
-    let Some(setup) = frame.worker.as_ref() else {
-        let input = TurnInput {
-            message: frame.message,
-            kind: TurnKind::Initial,
-            turn: 1,
-        };
-        let last = ports.runner.run_turn(&input).await;
-        let exit_code = outcome_exit_code(&last, false);
-        return WorkerRun {
-            exit_code,
-            last,
-            turns: 1,
-            recovery_attempts: 0,
-            stop_nudges: 0,
-            judge_calls: 0,
-            goal: None,
-        };
+            Poll::Pending
+        })
+        .await
     };
-    let policy = RecoveryPolicy {
-        task_id: Some(setup.claim.task_id.clone()),
-        max_attempts: setup.settings.max_recovery_attempts,
-        delays_seconds: setup.settings.recovery_delays_seconds.clone(),
-    };
-    let mut run = Run {
-        ports,
-        setup,
-        policy,
-        latest: Ok(None),
-        turns: 0,
-        recovery_attempts: 0,
-    };
-    let mut code = run.turn(frame.message, TurnKind::Initial).await;
-    let mut stop_nudges = 0;
-    let mut judge_calls = 0;
-    let mut goal_outcome = None;
-    match &setup.goal {
-        Some(goal) if code == ExitCode::Success => {
-            let (goal_code, outcome) = run.goal_loop(goal, &mut judge_calls).await;
-            code = goal_code;
-            goal_outcome = Some(outcome);
-        }
-        Some(_) => {}
-        None => (code, stop_nudges) = run.stop_nudges(code).await,
-    }
-    let last = match &run.latest {
-        Ok(Some(result)) => Some(result),
-        _ => None,
-    };
-    let booking = WorkerResult {
-        pid: setup.pid,
-        claim_lock: setup.claim.claim_lock.clone(),
-        exit_code: code.code(),
-        last_output: tail(&run.last_response(), LAST_OUTPUT_LIMIT),
-        turns: run.turns,
-        recovery_attempts: run.recovery_attempts,
-        retry_after_seconds: last.and_then(|result| result.retry_after_seconds),
-        failure_reason: last.and_then(|result| result.failure_reason.clone()),
-        provider: last.and_then(|result| result.provider.clone()),
-        model: last.and_then(|result| result.model.clone()),
-    };
-    if let Err(error) = run.ports.board.book_result(&setup.claim, &booking).await {
+    let settled = overrun_of(&run.last, watch_end, life.run_limit);
+    if let Some(overrun) = &settled
+        && let Err(error) = ports
+            .board
+            .settle_overrun(&claim, overrun, &life.failure_policy)
+            .await
+    {
         let line = format!(
-            "[kanban] could not book the result of {}: {error}",
-            setup.claim.task_id
+            "[kanban] could not settle the overrun of {}: {error}",
+            claim.task_id
         );
-        run.say(&line);
+        (ports.emit)(&line);
     }
-    WorkerRun {
-        exit_code: code,
-        last: run.latest,
-        turns: run.turns,
-        recovery_attempts: run.recovery_attempts,
-        stop_nudges,
-        judge_calls,
-        goal: goal_outcome,
+    WorkerLifeReport {
+        run: Some(run),
+        bind_error: None,
+        watch: watch_end,
+        settled,
+        heartbeats,
     }
 }

@@ -12,8 +12,8 @@
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::walls::{WallHit, WallKind};
 use kanban_core::{
-    Board, BoardAdmin, BoardError, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitReport,
-    ExitWitness, NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus,
+    Board, BoardAdmin, BoardError, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitCode,
+    ExitReport, ExitWitness, NewTask, NotLive, ProofIdentity, RunStatus, SignalReason, TaskStatus,
     WorkerProcess, WorkerResult,
 };
 
@@ -136,7 +136,7 @@ pub fn exit_report(witness: ExitWitness) -> ExitReport {
 }
 
 /// A worker's result for `claim`: one turn, no recovery, exiting `exit_code`.
-pub fn worker_result(claim: &Claim, exit_code: i32) -> WorkerResult {
+pub fn worker_result(claim: &Claim, exit_code: ExitCode) -> WorkerResult {
     WorkerResult {
         pid: 1,
         claim_lock: claim.claim_lock.clone(),
@@ -610,9 +610,9 @@ pub fn owner_seam<B: Board + BoardAdmin>(board: &B, time: &VirtualClock) {
     time.advance(TTL + 5);
     let booked = WorkerResult {
         pid: 43,
-        exit_code: 75,
+        exit_code: ExitCode::TempFail,
         last_output: "wall".into(),
-        ..worker_result(&held, 75)
+        ..worker_result(&held, ExitCode::TempFail)
     };
     block_on(board.book_result(&held, &booked)).unwrap();
     assert_eq!(
@@ -775,7 +775,7 @@ pub fn exit_78_blocks_and_results_are_read_back<B: Board + BoardAdmin + Dispatch
     let id = create(board, &task("terminal"));
     let held = claim(board, &id, "host:d");
     assert_eq!(block_on(board.booked_result(&held)).unwrap(), None);
-    let booked = worker_result(&held, 78);
+    let booked = worker_result(&held, ExitCode::ConfigFail);
     block_on(board.book_result(&held, &booked)).unwrap();
     assert_eq!(block_on(board.booked_result(&held)).unwrap(), Some(booked));
     let booking = block_on(board.book_exit(&held, &exit_report(ExitWitness::Code(78)))).unwrap();
@@ -893,7 +893,7 @@ pub fn results_are_run_scoped<B: Board + BoardAdmin + DispatchBoard>(
 ) {
     let id = create(board, &task("same lock"));
     let first = claim(board, &id, "host:d");
-    block_on(board.book_result(&first, &worker_result(&first, 75))).unwrap();
+    block_on(board.book_result(&first, &worker_result(&first, ExitCode::TempFail))).unwrap();
     block_on(board.book_exit(&first, &exit_report(ExitWitness::Code(75)))).unwrap();
     time.advance(301);
     let second = claim(board, &id, "host:d");

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use kanban_core::ExitCode;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
@@ -66,20 +67,31 @@ struct Run {
 pub fn check_board_invariants(db: &Path) -> Result<BoardFigures, Vec<String>> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| vec![format!("cannot open {}: {e}", db.display())])?;
+    let (tasks, runs, events) =
+        read_board(&conn).map_err(|e| vec![format!("query failed: {e}")])?;
     let mut problems = Vec::new();
     let mut figures = BoardFigures::default();
-    let sql = |e: rusqlite::Error| vec![format!("query failed: {e}")];
+    check_cards(&tasks, &runs, &mut figures, &mut problems);
+    check_bookings(&events, &mut figures, &mut problems);
+    if problems.is_empty() {
+        Ok(figures)
+    } else {
+        Err(problems)
+    }
+}
 
-    let tasks: Vec<(String, String, Option<i64>)> = conn
-        .prepare("SELECT id, status, current_run_id FROM tasks")
-        .map_err(sql)?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .map_err(sql)?
-        .collect::<Result<_, _>>()
-        .map_err(sql)?;
-    let runs: Vec<Run> = conn
-        .prepare("SELECT id, task_id, started_at, ended_at, outcome FROM task_runs ORDER BY id")
-        .map_err(sql)?
+/// A card as the checks read it: its id, status and run pointer.
+type CardRow = (String, String, Option<i64>);
+/// An event as the checks read it: its card, run, kind and payload.
+type EventRow = (String, Option<i64>, String, Value);
+
+fn read_board(conn: &Connection) -> rusqlite::Result<(Vec<CardRow>, Vec<Run>, Vec<EventRow>)> {
+    let tasks = conn
+        .prepare("SELECT id, status, current_run_id FROM tasks")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let runs = conn
+        .prepare("SELECT id, task_id, started_at, ended_at, outcome FROM task_runs ORDER BY id")?
         .query_map([], |r| {
             Ok(Run {
                 id: r.get(0)?,
@@ -88,32 +100,35 @@ pub fn check_board_invariants(db: &Path) -> Result<BoardFigures, Vec<String>> {
                 ended_at: r.get(3)?,
                 outcome: r.get(4)?,
             })
-        })
-        .map_err(sql)?
-        .collect::<Result<_, _>>()
-        .map_err(sql)?;
-    let events: Vec<(String, Option<i64>, String, Value)> = conn
-        .prepare("SELECT task_id, run_id, kind, payload FROM task_events ORDER BY id")
-        .map_err(sql)?
+        })?
+        .collect::<Result<_, _>>()?;
+    let events = conn
+        .prepare("SELECT task_id, run_id, kind, payload FROM task_events ORDER BY id")?
         .query_map([], |r| {
             let payload: Option<String> = r.get(3)?;
+            let payload = payload.and_then(|p| serde_json::from_str(&p).ok());
             Ok((
                 r.get(0)?,
                 r.get(1)?,
                 r.get(2)?,
-                payload
-                    .and_then(|p| serde_json::from_str(&p).ok())
-                    .unwrap_or(Value::Null),
+                payload.unwrap_or(Value::Null),
             ))
-        })
-        .map_err(sql)?
-        .collect::<Result<_, _>>()
-        .map_err(sql)?;
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok((tasks, runs, events))
+}
 
+/// Each card's status against its runs; runs never overlap.
+fn check_cards(
+    tasks: &[CardRow],
+    runs: &[Run],
+    figures: &mut BoardFigures,
+    problems: &mut Vec<String>,
+) {
     figures.cards = tasks.len();
     figures.runs = runs.len();
     let mut runs_by_task: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
-    for run in &runs {
+    for run in runs {
         runs_by_task
             .entry(run.task_id.as_str())
             .or_default()
@@ -123,7 +138,7 @@ pub fn check_board_invariants(db: &Path) -> Result<BoardFigures, Vec<String>> {
             .entry(run.outcome.clone().unwrap_or_else(|| "open".into()))
             .or_default() += 1;
     }
-    for (id, status, current) in &tasks {
+    for (id, status, current) in tasks {
         *figures.statuses.entry(status.clone()).or_default() += 1;
         let own = runs_by_task.get(id.as_str()).cloned().unwrap_or_default();
         let open: Vec<_> = own.iter().filter(|r| r.ended_at.is_none()).collect();
@@ -140,11 +155,9 @@ pub fn check_board_invariants(db: &Path) -> Result<BoardFigures, Vec<String>> {
                 open.len()
             ));
         }
-        if status == "done" && own.last().and_then(|r| r.outcome.as_deref()) != Some("completed") {
-            problems.push(format!(
-                "{id}: done but its last run is {:?}",
-                own.last().and_then(|r| r.outcome.clone())
-            ));
+        let last = own.last().and_then(|r| r.outcome.clone());
+        if status == "done" && last.as_deref() != Some("completed") {
+            problems.push(format!("{id}: done but its last run is {last:?}"));
         }
         for pair in own.windows(2) {
             let (earlier, later) = (pair[0], pair[1]);
@@ -157,11 +170,15 @@ pub fn check_board_invariants(db: &Path) -> Result<BoardFigures, Vec<String>> {
             }
         }
     }
+}
 
+/// No run closed twice; every booking agrees with its worker's own result
+/// and with core's table.
+fn check_bookings(events: &[EventRow], figures: &mut BoardFigures, problems: &mut Vec<String>) {
     let mut closings: BTreeMap<i64, usize> = BTreeMap::new();
     let mut results: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut bookings: Vec<(i64, String, Value)> = Vec::new();
-    for (task_id, run_id, kind, payload) in &events {
+    let mut bookings: Vec<(i64, &str, &Value)> = Vec::new();
+    for (_, run_id, kind, payload) in events {
         if kind == "stale_write_rejected" {
             figures.stale_writes_rejected += 1;
         }
@@ -178,42 +195,44 @@ pub fn check_board_invariants(db: &Path) -> Result<BoardFigures, Vec<String>> {
         }
         if BOOKING_KINDS.contains(&kind.as_str()) {
             figures.bookings += 1;
-            bookings.push((*run_id, kind.clone(), payload.clone()));
+            bookings.push((*run_id, kind, payload));
         }
-        let _ = task_id;
     }
     for (run_id, count) in &closings {
         if *count > 1 {
             problems.push(format!("run {run_id} was closed {count} times"));
         }
     }
-    for (run_id, kind, payload) in &bookings {
+    for (run_id, kind, payload) in bookings {
         let Some(booked) = payload["exit_code"].as_i64() else {
             continue;
         };
-        if let Some(own) = results.get(run_id)
+        if let Some(own) = results.get(&run_id)
             && *own != booked
         {
             problems.push(format!(
                 "run {run_id}: booked exit {booked} but its worker_result says {own}"
             ));
         }
-        let consistent = match kind.as_str() {
-            "worker_exited" => true,
-            "protocol_violation" => booked == 0,
-            "rate_limited" => booked == 75,
-            "terminal_provider" => booked == 78,
-            "interrupted" => booked == 130,
-            "crashed" => !matches!(booked, 0 | 75 | 78),
-            _ => false,
-        };
-        if !consistent {
+        if !booked_as_the_table_says(kind, booked) {
             problems.push(format!("run {run_id}: exit {booked} booked as {kind}"));
         }
     }
-    if problems.is_empty() {
-        Ok(figures)
-    } else {
-        Err(problems)
+}
+
+/// Whether core's table books the exit code `booked` as `kind`.
+fn booked_as_the_table_says(kind: &str, booked: i64) -> bool {
+    let exit = i32::try_from(booked).ok().and_then(ExitCode::from_code);
+    match kind {
+        "worker_exited" => true,
+        "protocol_violation" => exit == Some(ExitCode::Success),
+        "rate_limited" => exit == Some(ExitCode::TempFail),
+        "terminal_provider" => exit == Some(ExitCode::ConfigFail),
+        "interrupted" => exit == Some(ExitCode::Interrupted),
+        "crashed" => !matches!(
+            exit,
+            Some(ExitCode::Success | ExitCode::TempFail | ExitCode::ConfigFail)
+        ),
+        _ => false,
     }
 }

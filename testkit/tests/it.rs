@@ -4,6 +4,16 @@
 //! steps each (default 1000), `KANBAN_SIM_FIRST=K` starts at seed K;
 //! `KANBAN_SIM_SEED=K` runs seed K alone and prints its trace.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the length rule is for src/: a test or a benchmark reads best whole"
+)]
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests and benchmarks read their knobs from the environment and drive real processes and files"
+)]
+
 mod sim {
     use kanban_testkit::sim::{Counts, SimOptions, SimStore, run_seed};
 

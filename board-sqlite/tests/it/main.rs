@@ -1,5 +1,15 @@
 //! Integration tests of the SQLite board, all on real files.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the length rule is for src/: a test or a benchmark reads best whole"
+)]
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests and benchmarks read their knobs from the environment and drive real processes and files"
+)]
+
 mod bad_input;
 mod concurrency;
 mod contract;

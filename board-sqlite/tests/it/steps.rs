@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use kanban_board::{Dialect, Durability, Engine, Param, Row, Sql, StoredBoard, Turns, TxFuture};
 use kanban_board_sqlite::{Sqlite, SqliteBoard};
 use kanban_core::{
-    BoardError, ClaimFilter, ExitWitness, NewTask, NotLive, ProofIdentity, ProofRequest,
+    BoardError, ClaimFilter, ExitCode, ExitWitness, NewTask, NotLive, ProofIdentity, ProofRequest,
     SignalReason, TickDurations, WorkerProcess,
 };
 use kanban_testkit::board_contract::{exit_report, worker_result};
@@ -220,7 +220,7 @@ fn only_writes_whose_loss_equals_an_earlier_crash_skip_the_sync() {
             block_on(board.complete(&first, "done", None)).unwrap();
         }),
         ("book_result", vec![Durability::LocalRecord], &|| {
-            block_on(board.book_result(&first, &worker_result(&first, 0))).unwrap();
+            block_on(board.book_result(&first, &worker_result(&first, ExitCode::Success))).unwrap();
         }),
     ];
     for (step, durability, run) in expected {
@@ -261,7 +261,7 @@ fn a_dispatched_card_s_statements_keep_no_statement_journal() {
         block_on(board.bind_worker(&claim, 7)).unwrap();
         block_on(board.heartbeat(&claim, None)).unwrap();
         block_on(board.complete(&claim, "done", None)).unwrap();
-        block_on(board.book_result(&claim, &worker_result(&claim, 0))).unwrap();
+        block_on(board.book_result(&claim, &worker_result(&claim, ExitCode::Success))).unwrap();
         block_on(board.book_exit(&claim, &exit_report(ExitWitness::Code(0)))).unwrap();
     });
     assert!(

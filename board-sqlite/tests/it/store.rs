@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use kanban_board_sqlite::SqliteBoard;
 use kanban_core::{
-    Board, BoardAdmin, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitWitness, NewTask,
-    TaskStatus, WorkerProcess, WorkerResult,
+    Board, BoardAdmin, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitCode, ExitWitness,
+    NewTask, TaskStatus, WorkerProcess, WorkerResult,
 };
 use kanban_testkit::board_contract::{exit_report, worker_result};
 use kanban_testkit::{VirtualClock, block_on};
@@ -73,7 +73,10 @@ fn a_record_s_commit_is_unsynced_and_only_its_own() {
         claim_lock: "host:1:other".to_owned(),
         ..run.clone()
     };
-    assert!(block_on(board.book_result(&stranger, &worker_result(&stranger, 0))).is_err());
+    assert!(
+        block_on(board.book_result(&stranger, &worker_result(&stranger, ExitCode::Success)))
+            .is_err()
+    );
     block_on(board.complete(&run, "done", None)).unwrap();
     assert_eq!(*commits.lock().unwrap(), ["NORMAL", "FULL"]);
 }
@@ -180,7 +183,7 @@ fn a_dispatched_card_s_calls_prepare_nothing_once_warm() {
         block_on(board.complete(&claim, "done", None)).unwrap();
         let result = WorkerResult {
             pid,
-            ..worker_result(&claim, 0)
+            ..worker_result(&claim, ExitCode::Success)
         };
         block_on(board.book_result(&claim, &result)).unwrap();
         block_on(board.book_exit(&claim, &exit_report(ExitWitness::Code(0)))).unwrap();

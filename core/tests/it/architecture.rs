@@ -1,206 +1,168 @@
-//! The architecture's invariants, read off the source tree, so that
-//! `docs/ARCHITECTURE.md` stays true: a change that breaks one fails here.
+//! The architecture's rules that live in the dependency graph, read from
+//! `cargo metadata` (which resolves every dependency and its kind). The
+//! rules about code are clippy's (`clippy.toml` in each crate: no I/O or
+//! ambient state in core, only the binary exits, reads the environment or
+//! installs signal handlers) and the compiler's (a dispatcher answers its
+//! workers through a narrow port, `WorkersBoard` in `cli/src/dispatch_link.rs`).
 
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("core sits in the workspace")
-        .to_owned()
+use serde_json::Value;
+
+/// The workspace's resolved graph: each package id with its dependencies,
+/// each as (package id, kinds: `None` for normal, `dev`, `build`).
+struct Graph {
+    names: BTreeMap<String, String>,
+    edges: BTreeMap<String, Vec<Dependency>>,
+    members: Vec<String>,
 }
 
-/// Every `.rs` file under `dir`, with its text, comments stripped: an
-/// invariant is about code, and a comment may well name what it forbids.
-fn sources(dir: &str) -> Vec<(PathBuf, String)> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|ext| ext == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(&workspace().join(dir), &mut files);
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).expect("a readable source file");
-            let code: String = text
-                .lines()
-                .map(|line| match line.find("//") {
-                    Some(at) if !line[..at].contains('"') => &line[..at],
-                    _ => line,
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
-            (path, code)
+/// A dependency: its package id, and the kinds it is one of.
+type Dependency = (String, Vec<Option<String>>);
+
+fn graph() -> Graph {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata is JSON");
+    let names = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|package| {
+            let id = package["id"].as_str().expect("an id").to_owned();
+            (id, package["name"].as_str().expect("a name").to_owned())
         })
-        .collect()
+        .collect();
+    let edges = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("a resolved graph")
+        .iter()
+        .map(|node| {
+            let deps = node["deps"]
+                .as_array()
+                .expect("deps")
+                .iter()
+                .map(|dep| {
+                    let kinds = dep["dep_kinds"]
+                        .as_array()
+                        .expect("dep kinds")
+                        .iter()
+                        .map(|kind| kind["kind"].as_str().map(str::to_owned))
+                        .collect();
+                    (dep["pkg"].as_str().expect("a package").to_owned(), kinds)
+                })
+                .collect();
+            (node["id"].as_str().expect("an id").to_owned(), deps)
+        })
+        .collect();
+    let members = metadata["workspace_members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|id| id.as_str().expect("an id").to_owned())
+        .collect();
+    Graph {
+        names,
+        edges,
+        members,
+    }
 }
 
-fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for dir in dirs {
-        let files = sources(dir);
-        assert!(!files.is_empty(), "no sources under {dir}");
-        for (path, code) in files {
-            for needle in forbidden {
-                if code.contains(needle) {
-                    found.push(format!("{}: {needle}", path.display()));
+impl Graph {
+    fn id_of(&self, name: &str) -> String {
+        self.members
+            .iter()
+            .find(|id| self.names[*id] == name)
+            .unwrap_or_else(|| panic!("{name} is a member of the workspace"))
+            .clone()
+    }
+
+    /// Every package `name` is built with: its normal dependencies, and
+    /// theirs, all the way down.
+    fn built_with(&self, name: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut next = vec![self.id_of(name)];
+        while let Some(id) = next.pop() {
+            for (dep, kinds) in &self.edges[&id] {
+                let normal = kinds.iter().any(Option::is_none);
+                if normal && seen.insert(self.names[dep].clone()) {
+                    next.push(dep.clone());
                 }
             }
         }
-    }
-    found
-}
-
-/// The adapters: crates that talk to the world.
-#[test]
-fn core_does_no_io_and_reads_no_ambient_state() {
-    let found = offenders(
-        &["core/src"],
-        &[
-            "std::env",
-            "std::fs",
-            "std::process",
-            "std::net",
-            "SystemTime",
-            "Instant::now",
-            "thread::sleep",
-            "tokio",
-        ],
-    );
-    assert!(found.is_empty(), "core must stay pure: {found:#?}");
-}
-
-#[test]
-fn only_the_binary_exits_reads_the_environment_or_handles_signals() {
-    let found = offenders(
-        &[
-            "core/src",
-            "board-sqlite/src",
-            "board-postgres/src",
-            "agent-port/src",
-        ],
-        &[
-            "std::process::exit",
-            "std::env::var",
-            "std::env::vars",
-            "signal_hook",
-        ],
-    );
-    assert!(found.is_empty(), "{found:#?}");
-}
-
-#[test]
-fn core_depends_on_no_async_runtime() {
-    let manifest = std::fs::read_to_string(workspace().join("core/Cargo.toml")).unwrap();
-    let dependencies = manifest
-        .split("[dependencies]")
-        .nth(1)
-        .and_then(|rest| rest.split("\n[").next())
-        .unwrap_or("");
-    for runtime in ["tokio", "async-std", "smol", "pollster"] {
-        assert!(!dependencies.contains(runtime), "core depends on {runtime}");
+        seen
     }
 }
 
 #[test]
-fn only_the_process_adapters_signal_processes() {
-    // The dispatcher decides whom to stop; `Supervisor` (cli) and the agent
-    // adapters (agent-port) are the only code that sends a signal.
-    let found = offenders(
-        &["core/src", "board-sqlite/src", "board-postgres/src"],
-        &["killpg", "nix::sys::signal", "libc::kill", "Command::new"],
-    );
-    assert!(found.is_empty(), "{found:#?}");
-}
-
-#[test]
-fn the_board_adapter_opens_board_files_only_through_sqlite() {
-    // Closing any handle of our own on a database file drops the POSIX
-    // locks SQLite holds on it in this process; SQLite then may let another
-    // process delete a write-ahead log still in use. board-sqlite reads and
-    // checks board files through SQLite only (it creates a missing one with
-    // `OpenOptions::create_new`, before SQLite has it open).
-    let found = offenders(
-        &["board-sqlite/src"],
-        &["File::open", "fs::read(", "fs::read_to_string", "fs::File"],
-    );
-    assert!(found.is_empty(), "{found:#?}");
-}
-
-#[test]
-fn the_postgres_board_reads_time_from_its_clock_never_from_the_server() {
-    // The simulation and the fakes drive a board with a virtual clock; a
-    // server's own time in SQL would make the PostgreSQL board disagree
-    // with SQLite's on every lease and hold.
-    let found = offenders(
-        &["board-postgres/src"],
-        &[
-            // `clock.now()` is the board's clock; SQL's `now()` is not.
-            " now()",
-            "(now()",
-            ",now()",
-            "NOW()",
-            "CURRENT_TIMESTAMP",
-            "current_timestamp",
-            "clock_timestamp",
-            "statement_timestamp",
-            "transaction_timestamp",
-            "LOCALTIMESTAMP",
-            "SystemTime",
-        ],
-    );
-    assert!(found.is_empty(), "{found:#?}");
-}
-
-#[test]
-fn a_dispatcher_makes_its_workers_calls_only_through_a_workers_port() {
-    // The link answers a worker with the worker's own claim through the
-    // calls of the worker's port (and the card's view); a call of the
-    // dispatcher's or an operator's port there would let a worker reach
-    // past its fence.
-    const WORKER_CALLS: [&str; 11] = [
-        "show_task",
-        "prove_claim",
-        "bind_worker",
-        "book_result",
-        "run_status",
-        "heartbeat",
-        "complete",
-        "block",
-        "settle_overrun",
-        "comment",
-        "append_event",
+fn core_is_built_with_no_async_runtime_and_no_board() {
+    // Its async ports are `async-trait` objects, so the binary drives them
+    // on tokio and the simulator on its own executor.
+    let built_with = graph().built_with("kanban-core");
+    assert!(built_with.contains("async-trait"), "{built_with:?}");
+    let forbidden = [
+        "tokio",
+        "async-std",
+        "smol",
+        "pollster",
+        "futures-executor",
+        "rusqlite",
+        "tokio-postgres",
     ];
-    let link = sources("cli/src")
+    let found: Vec<&str> = forbidden
         .into_iter()
-        .find(|(path, _)| path.ends_with("dispatch_link.rs"))
-        .map(|(_, code)| code)
-        .expect("cli/src/dispatch_link.rs is the dispatcher's link");
-    let perform = link
-        .split("async fn perform(")
-        .nth(1)
-        .and_then(|rest| rest.split("\n}\n").next())
-        .expect("dispatch_link.rs makes the calls in `perform`");
-    let called: Vec<&str> = perform
-        .split("board.")
-        .skip(1)
-        .filter_map(|rest| rest.split('(').next())
+        .filter(|name| built_with.contains(*name))
         .collect();
-    assert!(called.len() >= WORKER_CALLS.len(), "{called:?}");
-    let foreign: Vec<&&str> = called
-        .iter()
-        .filter(|call| !WORKER_CALLS.contains(call))
-        .collect();
-    assert!(foreign.is_empty(), "the link makes {foreign:?}");
+    assert!(found.is_empty(), "kanban-core is built with {found:?}");
+}
+
+#[test]
+fn the_test_kit_is_only_ever_a_dev_dependency() {
+    let graph = graph();
+    let testkit = graph.id_of("kanban-testkit");
+    let mut users = 0;
+    for member in &graph.members {
+        for (dep, kinds) in &graph.edges[member] {
+            if *dep != testkit {
+                continue;
+            }
+            users += 1;
+            assert!(
+                kinds.iter().all(|kind| kind.as_deref() == Some("dev")),
+                "{} depends on kanban-testkit as {kinds:?}",
+                graph.names[member]
+            );
+        }
+    }
+    assert!(users >= 3, "only {users} crates test with kanban-testkit");
+}
+
+#[test]
+fn the_engines_reach_each_other_only_through_the_shared_board() {
+    // Each engine crate is built with the shared board, and neither with
+    // the other: what they share is written once, in kanban-board.
+    let graph = graph();
+    for (engine, other) in [
+        ("kanban-board-sqlite", "kanban-board-postgres"),
+        ("kanban-board-postgres", "kanban-board-sqlite"),
+    ] {
+        let built_with = graph.built_with(engine);
+        assert!(built_with.contains("kanban-board"), "{engine}");
+        assert!(
+            !built_with.contains(other),
+            "{engine} is built with {other}"
+        );
+    }
+    assert!(
+        !graph.built_with("kanban-board").contains("rusqlite"),
+        "the shared board speaks to no engine's driver"
+    );
 }

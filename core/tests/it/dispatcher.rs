@@ -8,8 +8,8 @@ use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
     Board, BoardAdmin, Claim, Clock, DispatchBoard, DispatchEnd, DispatchEvent, DispatchPorts,
-    DispatchSettings, Dispatcher, EnvironmentFault, ExitWitness, NewTask, RunMode, StopSignal,
-    TaskStatus, WorkerResult,
+    DispatchSettings, Dispatcher, EnvironmentFault, ExitCode, ExitWitness, NewTask, RunMode,
+    StopSignal, TaskStatus, WorkerResult,
 };
 use kanban_testkit::{FakeHost, VirtualClock, block_on, memory_board};
 
@@ -244,7 +244,7 @@ fn a_previous_dispatchers_dead_worker_is_booked_from_its_result_or_its_trailer()
         &WorkerResult {
             pid,
             claim_lock: claim.claim_lock.clone(),
-            exit_code: 75,
+            exit_code: ExitCode::TempFail,
             last_output: String::new(),
             turns: 1,
             recovery_attempts: 0,
@@ -409,7 +409,7 @@ fn shutdown_stops_every_worker_then_kills_the_stubborn_and_ends_130() {
     assert_eq!(end, DispatchEnd::Interrupted);
     assert_eq!(
         end.exit_code(),
-        130,
+        ExitCode::Interrupted,
         "a stopped dispatcher exits 130, never 0"
     );
     let signals = |id: &str| {
@@ -444,7 +444,7 @@ fn a_spawn_failure_is_the_environments_not_the_cards() {
     let end = block_on(rig.dispatcher.run(RunMode::Forever));
     assert_eq!(
         end.exit_code(),
-        78,
+        ExitCode::ConfigFail,
         "a configuration fault ends the dispatcher with 78"
     );
     let view = rig.card(&id);
@@ -687,7 +687,11 @@ fn a_worker_that_reports_an_environment_fault_frees_its_card_uncounted_and_halts
         EnvironmentFault::Configuration("the board is read-only for the worker".into()),
     );
     let end = block_on(rig.dispatcher.run(RunMode::Forever));
-    assert_eq!(end.exit_code(), 78, "the dispatcher stops and says why");
+    assert_eq!(
+        end.exit_code(),
+        ExitCode::ConfigFail,
+        "the dispatcher stops and says why"
+    );
     let view = rig.card(&id);
     assert_eq!(view.task.status, TaskStatus::Ready);
     assert_eq!(view.task.consecutive_failures, 0, "not the card's fault");
@@ -754,7 +758,7 @@ impl Rig {
         let result = WorkerResult {
             pid: worker.pid,
             claim_lock: worker.claim.claim_lock.clone(),
-            exit_code: 75,
+            exit_code: ExitCode::TempFail,
             last_output: "429".into(),
             turns: 1,
             recovery_attempts: 0,
@@ -983,7 +987,7 @@ fn an_agent_cannot_wall_another_agents_provider_or_private_scope() {
         let result = WorkerResult {
             pid: worker.pid,
             claim_lock: worker.claim.claim_lock.clone(),
-            exit_code: 75,
+            exit_code: ExitCode::TempFail,
             last_output: "429".into(),
             turns: 1,
             recovery_attempts: 0,

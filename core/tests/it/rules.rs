@@ -805,7 +805,13 @@ fn exit_trailers_are_written_and_read_back_exactly() {
         code,
         seal: seal.map(str::to_owned),
         alone,
-        fault: fault.map(|(configuration, text)| (configuration, text.to_owned())),
+        fault: fault.map(|(configuration, text): (bool, &str)| {
+            if configuration {
+                kanban_core::EnvironmentFault::Configuration(text.to_owned())
+            } else {
+                kanban_core::EnvironmentFault::Transient(text.to_owned())
+            }
+        }),
     };
     let rows = [
         (trailer(0, None, false, None), "[kanban-worker-exit] rc=0"),
@@ -893,7 +899,9 @@ fn an_older_builds_one_line_trailer_is_still_read() {
             78,
             Some("cd"),
             false,
-            Some((true, "no agent".to_owned())),
+            Some(kanban_core::EnvironmentFault::Configuration(
+                "no agent".to_owned(),
+            )),
         ),
         (
             "[kanban-worker-exit] rc=0 seal=ef alone",
@@ -908,7 +916,7 @@ fn an_older_builds_one_line_trailer_is_still_read() {
             75,
             None,
             false,
-            Some((false, "busy".to_owned())),
+            Some(kanban_core::EnvironmentFault::Transient("busy".to_owned())),
         ),
     ];
     for (line, code, seal, alone, fault) in rows {

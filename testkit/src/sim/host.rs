@@ -302,7 +302,7 @@ fn dispatcher_process(world: Shared, fleet: Arc<Fleet>, host: usize, me: ProcId)
         let mut dispatcher = Dispatcher::new(ports, fleet.settings.clone());
         let end = dispatcher.run(RunMode::Forever).await;
         world.lock().say(format!("dispatcher {me} ends: {end:?}"));
-        ProcEnd::Exited(end.exit_code())
+        ProcEnd::Exited(end.exit_code().code())
     })
 }
 

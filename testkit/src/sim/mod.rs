@@ -400,95 +400,116 @@ impl Scheduler {
         self.next_fault_step = step + self.rng.between(15, 80);
         let ttl = self.fleet.settings.ttl_seconds as u64;
         match self.rng.below(100) {
-            0..=29 => {
-                let workers = self.live_procs(|kind| matches!(kind, ProcKind::Worker { .. }));
-                if let Some(id) = workers.get(self.rng.pick(workers.len())).copied() {
-                    let run = self.run_of(id);
-                    if let Some(run) = run {
-                        self.facts.entry(run).or_default().own_cause = true;
-                    }
-                    let mut world = self.world.lock();
-                    world.counts.worker_kills += 1;
-                    world.say(format!("fault: kill -9 worker {id}"));
-                    world.kills.push((id, Kill::Process));
-                }
-            }
-            30..=39 => {
-                let dispatchers = self.live_procs(|kind| *kind == ProcKind::Dispatcher);
-                if let Some(id) = dispatchers.get(self.rng.pick(dispatchers.len())).copied() {
-                    self.risk_host(self.host_of(id));
-                    let mut world = self.world.lock();
-                    world.counts.dispatcher_kills += 1;
-                    world.say(format!("fault: kill -9 dispatcher {id}"));
-                    world.kills.push((id, Kill::Process));
-                }
-            }
-            40..=46 => {
-                let dispatchers = self.live_procs(|kind| *kind == ProcKind::Dispatcher);
-                if let Some(id) = dispatchers.get(self.rng.pick(dispatchers.len())).copied() {
-                    self.risk_host(self.host_of(id));
-                    let mut world = self.world.lock();
-                    world.counts.dispatcher_stops += 1;
-                    world.say(format!("fault: SIGTERM to dispatcher {id}"));
-                    if let Some(proc) = world.procs.get_mut(&id) {
-                        proc.stop = Some(StopReason::Signal(15));
-                    }
-                    world.woken.insert(id);
-                }
-            }
-            47..=66 => {
-                let all = self.live_procs(|kind| !matches!(kind, ProcKind::OrphanAgent { .. }));
-                if let Some(id) = all.get(self.rng.pick(all.len())).copied() {
-                    let seconds = match self.rng.below(10) {
-                        0..=5 => self.rng.between(1, ttl),
-                        6..=8 => self.rng.between(ttl, 3 * ttl),
-                        _ => self.rng.between(3600, 7200),
-                    };
-                    if let Some(run) = self.run_of(id) {
-                        self.facts.entry(run).or_default().own_cause = true;
-                    } else {
-                        self.risk_host(self.host_of(id));
-                    }
-                    let mut world = self.world.lock();
-                    world.counts.pauses += 1;
-                    let until = world.now_ms + seconds * 1000;
-                    world.say(format!("fault: process {id} stalls for {seconds} s"));
-                    if let Some(proc) = world.procs.get_mut(&id) {
-                        proc.paused_until = Some(until);
-                    }
-                }
-            }
-            67..=74 => {
-                let host = self.rng.pick(self.hosts);
-                let jump = self.rng.between(3600, 7200) as i64;
-                self.risk_host(host);
-                let mut world = self.world.lock();
-                world.counts.clock_jumps += 1;
-                world.host_offsets[host] += jump;
-                world.say(format!(
-                    "fault: the clock of h{host} jumps {jump} s forward"
-                ));
-            }
-            75..=82 => {
-                let host = self.rng.pick(self.hosts);
-                let skew = self.rng.between(0, 120) as i64 - 60;
-                let mut world = self.world.lock();
-                world.counts.clock_skews += 1;
-                world.host_offsets[host] += skew;
-                world.say(format!("fault: the clock of h{host} drifts {skew} s"));
-            }
-            _ => {
-                let span = self.rng.between(20, 300);
-                self.board_faults_until = step + span;
-                self.fleet
-                    .spawn_faults
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                let mut world = self.world.lock();
-                world.board_faults.active = true;
-                world.say(format!("fault: the board misbehaves for {span} steps"));
-            }
+            0..=29 => self.kill_worker(),
+            30..=39 => self.kill_dispatcher(),
+            40..=46 => self.stop_dispatcher(),
+            47..=66 => self.stall_process(ttl),
+            67..=74 => self.jump_clock(),
+            75..=82 => self.skew_clock(),
+            _ => self.misbehave(step),
         }
         self.settle();
+    }
+
+    /// A worker killed with SIGKILL.
+    fn kill_worker(&mut self) {
+        let workers = self.live_procs(|kind| matches!(kind, ProcKind::Worker { .. }));
+        if let Some(id) = workers.get(self.rng.pick(workers.len())).copied() {
+            let run = self.run_of(id);
+            if let Some(run) = run {
+                self.facts.entry(run).or_default().own_cause = true;
+            }
+            let mut world = self.world.lock();
+            world.counts.worker_kills += 1;
+            world.say(format!("fault: kill -9 worker {id}"));
+            world.kills.push((id, Kill::Process));
+        }
+    }
+
+    /// A dispatcher killed with SIGKILL.
+    fn kill_dispatcher(&mut self) {
+        let dispatchers = self.live_procs(|kind| *kind == ProcKind::Dispatcher);
+        if let Some(id) = dispatchers.get(self.rng.pick(dispatchers.len())).copied() {
+            self.risk_host(self.host_of(id));
+            let mut world = self.world.lock();
+            world.counts.dispatcher_kills += 1;
+            world.say(format!("fault: kill -9 dispatcher {id}"));
+            world.kills.push((id, Kill::Process));
+        }
+    }
+
+    /// A dispatcher asked to stop (SIGTERM).
+    fn stop_dispatcher(&mut self) {
+        let dispatchers = self.live_procs(|kind| *kind == ProcKind::Dispatcher);
+        if let Some(id) = dispatchers.get(self.rng.pick(dispatchers.len())).copied() {
+            self.risk_host(self.host_of(id));
+            let mut world = self.world.lock();
+            world.counts.dispatcher_stops += 1;
+            world.say(format!("fault: SIGTERM to dispatcher {id}"));
+            if let Some(proc) = world.procs.get_mut(&id) {
+                proc.stop = Some(StopReason::Signal(15));
+            }
+            world.woken.insert(id);
+        }
+    }
+
+    /// A process stalled: briefly, past a lease, or for an hour.
+    fn stall_process(&mut self, ttl: u64) {
+        let all = self.live_procs(|kind| !matches!(kind, ProcKind::OrphanAgent { .. }));
+        if let Some(id) = all.get(self.rng.pick(all.len())).copied() {
+            let seconds = match self.rng.below(10) {
+                0..=5 => self.rng.between(1, ttl),
+                6..=8 => self.rng.between(ttl, 3 * ttl),
+                _ => self.rng.between(3600, 7200),
+            };
+            if let Some(run) = self.run_of(id) {
+                self.facts.entry(run).or_default().own_cause = true;
+            } else {
+                self.risk_host(self.host_of(id));
+            }
+            let mut world = self.world.lock();
+            world.counts.pauses += 1;
+            let until = world.now_ms + seconds * 1000;
+            world.say(format!("fault: process {id} stalls for {seconds} s"));
+            if let Some(proc) = world.procs.get_mut(&id) {
+                proc.paused_until = Some(until);
+            }
+        }
+    }
+
+    /// A host's clock jumps forward.
+    fn jump_clock(&mut self) {
+        let host = self.rng.pick(self.hosts);
+        let jump = self.rng.between(3600, 7200) as i64;
+        self.risk_host(host);
+        let mut world = self.world.lock();
+        world.counts.clock_jumps += 1;
+        world.host_offsets[host] += jump;
+        world.say(format!(
+            "fault: the clock of h{host} jumps {jump} s forward"
+        ));
+    }
+
+    /// A host's clock drifts.
+    fn skew_clock(&mut self) {
+        let host = self.rng.pick(self.hosts);
+        let skew = self.rng.between(0, 120) as i64 - 60;
+        let mut world = self.world.lock();
+        world.counts.clock_skews += 1;
+        world.host_offsets[host] += skew;
+        world.say(format!("fault: the clock of h{host} drifts {skew} s"));
+    }
+
+    /// The board fails its calls for a while.
+    fn misbehave(&mut self, step: u64) {
+        let span = self.rng.between(20, 300);
+        self.board_faults_until = step + span;
+        self.fleet
+            .spawn_faults
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut world = self.world.lock();
+        world.board_faults.active = true;
+        world.say(format!("fault: the board misbehaves for {span} steps"));
     }
 
     fn run_of(&self, id: ProcId) -> Option<i64> {
@@ -591,6 +612,46 @@ impl Scheduler {
     }
 }
 
+/// A seed's dispatcher settings, for leases of `ttl` seconds.
+fn sim_settings(rng: &mut Rng, ttl: i64) -> DispatchSettings {
+    DispatchSettings {
+        ttl_seconds: ttl,
+        max_in_progress: 1 + rng.pick(4),
+        failure_policy: FailurePolicy {
+            failure_limit: 2 + rng.pick(2) as u32,
+            rate_limit_cooldown: rng.between(10, 120) as i64,
+            backoff_base_seconds: rng.between(0, 60) as i64,
+            ..FailurePolicy::default()
+        },
+        interval: Duration::from_secs(rng.between(1, 30)),
+        grace: Duration::from_secs(rng.between(1, 10)),
+        max_runtime_seconds: None,
+        routes: Default::default(),
+        unassigned_route: None,
+    }
+}
+
+/// What one run of a card does, drawn from the seed.
+fn run_script(rng: &mut Rng, ttl: i64) -> RunScript {
+    match rng.below(100) {
+        0..=29 => RunScript::Complete {
+            failing: rng.below(4) as u32,
+        },
+        30..=34 => RunScript::Block,
+        35..=46 => RunScript::Prose,
+        47..=58 => RunScript::Wall,
+        59..=62 => RunScript::Auth,
+        63..=72 => RunScript::Crash,
+        73..=80 => RunScript::Hang {
+            seconds: rng.between(1, 3 * ttl as u64),
+        },
+        81..=90 => RunScript::Slow {
+            seconds: rng.between(ttl as u64, 4 * ttl as u64),
+        },
+        _ => RunScript::IterationLimit,
+    }
+}
+
 /// Builds a seed's fleet: hosts, settings, cards and their scripts.
 fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, usize) {
     let hosts = match options.store {
@@ -606,21 +667,7 @@ fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, us
         }
     };
     let ttl = TTLS[rng.pick(TTLS.len())];
-    let settings = DispatchSettings {
-        ttl_seconds: ttl,
-        max_in_progress: 1 + rng.pick(4),
-        failure_policy: FailurePolicy {
-            failure_limit: 2 + rng.pick(2) as u32,
-            rate_limit_cooldown: rng.between(10, 120) as i64,
-            backoff_base_seconds: rng.between(0, 60) as i64,
-            ..FailurePolicy::default()
-        },
-        interval: Duration::from_secs(rng.between(1, 30)),
-        grace: Duration::from_secs(rng.between(1, 10)),
-        max_runtime_seconds: None,
-        routes: Default::default(),
-        unassigned_route: None,
-    };
+    let settings = sim_settings(rng, ttl);
     let plan = WorkerPlan {
         heartbeat_interval: Duration::from_secs(kanban_core::heartbeat_interval_seconds(ttl)),
         run_limit: None,
@@ -649,25 +696,7 @@ fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, us
         };
         let id = crate::block_on(board.inner.create_task(&new)).expect("a card");
         let runs = rng.below(4);
-        let script: Vec<RunScript> = (0..runs)
-            .map(|_| match rng.below(100) {
-                0..=29 => RunScript::Complete {
-                    failing: rng.below(4) as u32,
-                },
-                30..=34 => RunScript::Block,
-                35..=46 => RunScript::Prose,
-                47..=58 => RunScript::Wall,
-                59..=62 => RunScript::Auth,
-                63..=72 => RunScript::Crash,
-                73..=80 => RunScript::Hang {
-                    seconds: rng.between(1, 3 * ttl as u64),
-                },
-                81..=90 => RunScript::Slow {
-                    seconds: rng.between(ttl as u64, 4 * ttl as u64),
-                },
-                _ => RunScript::IterationLimit,
-            })
-            .collect();
+        let script: Vec<RunScript> = (0..runs).map(|_| run_script(rng, ttl)).collect();
         world
             .lock()
             .aliases
@@ -700,6 +729,61 @@ const CLOSING: [&str; 10] = [
     "terminal_provider",
     "interrupted",
 ];
+
+/// The checks of a settled card's runs: each closed once, booked with
+/// its worker's own exit, charged only for what it caused.
+fn check_runs(
+    scheduler: &Scheduler,
+    world: &World,
+    task: &kanban_core::TaskRecord,
+    view: &kanban_core::TaskView,
+    report: &mut SimReport,
+) {
+    for run in &view.runs {
+        let closing: Vec<&kanban_core::EventRecord> = view
+            .events
+            .iter()
+            .filter(|e| e.run_id == Some(run.id) && CLOSING.contains(&e.kind.as_str()))
+            .collect();
+        if run.ended_at.is_some() && closing.len() != 1 {
+            report.findings.push(format!(
+                "{} run {} was closed by {} events: {:?}",
+                task.id,
+                run.id,
+                closing.len(),
+                closing.iter().map(|e| &e.kind).collect::<Vec<_>>()
+            ));
+        }
+        let facts = scheduler.facts.get(&run.id).copied().unwrap_or_default();
+        let script_may_fail = world
+            .run_scripts
+            .get(&run.id)
+            .is_some_and(|script| script.may_fail());
+        for event in &closing {
+            if event.payload.get("source") == Some(&Value::from("wait")) {
+                let booked = event.payload["exit_code"].as_i64();
+                let exited = world.worker_ends.get(&run.id).copied().flatten();
+                if booked.is_some() && booked != exited.map(i64::from) {
+                    report.findings.push(format!(
+                        "{} run {} was booked with exit {booked:?} but its worker exited {exited:?}",
+                        task.id, run.id
+                    ));
+                }
+            }
+            if event.payload["counted"] == Value::Bool(true) {
+                let excused = facts.own_cause
+                    || script_may_fail
+                    || (event.kind == "reclaimed" && facts.lease_at_risk);
+                if !excused {
+                    report.findings.push(format!(
+                        "{} run {}: a failure was counted ({}) that the run did not cause: {}",
+                        task.id, run.id, event.kind, event.payload
+                    ));
+                }
+            }
+        }
+    }
+}
 
 /// The checks once every card settled.
 fn check_end(scheduler: &Scheduler, report: &mut SimReport) {
@@ -751,50 +835,7 @@ fn check_end(scheduler: &Scheduler, report: &mut SimReport) {
                 .findings
                 .push(format!("{} is blocked without a recorded reason", task.id));
         }
-        for run in &view.runs {
-            let closing: Vec<&kanban_core::EventRecord> = view
-                .events
-                .iter()
-                .filter(|e| e.run_id == Some(run.id) && CLOSING.contains(&e.kind.as_str()))
-                .collect();
-            if run.ended_at.is_some() && closing.len() != 1 {
-                report.findings.push(format!(
-                    "{} run {} was closed by {} events: {:?}",
-                    task.id,
-                    run.id,
-                    closing.len(),
-                    closing.iter().map(|e| &e.kind).collect::<Vec<_>>()
-                ));
-            }
-            let facts = scheduler.facts.get(&run.id).copied().unwrap_or_default();
-            let script_may_fail = world
-                .run_scripts
-                .get(&run.id)
-                .is_some_and(|script| script.may_fail());
-            for event in &closing {
-                if event.payload.get("source") == Some(&Value::from("wait")) {
-                    let booked = event.payload["exit_code"].as_i64();
-                    let exited = world.worker_ends.get(&run.id).copied().flatten();
-                    if booked.is_some() && booked != exited.map(i64::from) {
-                        report.findings.push(format!(
-                            "{} run {} was booked with exit {booked:?} but its worker exited {exited:?}",
-                            task.id, run.id
-                        ));
-                    }
-                }
-                if event.payload["counted"] == Value::Bool(true) {
-                    let excused = facts.own_cause
-                        || script_may_fail
-                        || (event.kind == "reclaimed" && facts.lease_at_risk);
-                    if !excused {
-                        report.findings.push(format!(
-                            "{} run {}: a failure was counted ({}) that the run did not cause: {}",
-                            task.id, run.id, event.kind, event.payload
-                        ));
-                    }
-                }
-            }
-        }
+        check_runs(scheduler, &world, task, &view, report);
     }
     report.counts.cards = tasks.len() as u64;
 }

@@ -9,11 +9,13 @@ use async_trait::async_trait;
 
 use crate::board::ClaimGrant;
 use crate::booking::{Booking, ExitWitness, SignalReason};
-use crate::claim::Claim;
-use crate::ports::{Board, BoardError};
-use crate::rules::{FailurePolicy, Release};
+use crate::data::{
+    BoardError, Claim, EnvironmentFault, ExitCode, FailurePolicy, Release, WorkerResult,
+};
+
+use crate::ports::Board;
+
 use crate::walls::{Wall, WallHit};
-use crate::worker::WorkerResult;
 
 /// A running card as a dispatcher sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -281,26 +283,13 @@ pub enum StopSignal {
     Kill,
 }
 
-/// A failure of the environment, not of any card: a dispatcher stops
-/// claiming when it sees one, and no card is charged for it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EnvironmentFault {
-    /// The dispatcher is set up wrong (a missing agent, an unwritable log
-    /// folder, a read-only board): a human must fix it.
-    #[error("{0}")]
-    Configuration(String),
-    /// A fault that may pass (a full disk, a busy board).
-    #[error("{0}")]
-    Transient(String),
-}
-
 impl EnvironmentFault {
-    /// The exit code a dispatcher that halts on this fault ends with: 78
-    /// (`EX_CONFIG`) for configuration, 75 (`EX_TEMPFAIL`) otherwise.
-    pub fn exit_code(&self) -> i32 {
+    /// The exit code a dispatcher that halts on this fault ends with:
+    /// `EX_CONFIG` for configuration, `EX_TEMPFAIL` otherwise.
+    pub fn exit_code(&self) -> ExitCode {
         match self {
-            Self::Configuration(_) => 78,
-            Self::Transient(_) => 75,
+            Self::Configuration(_) => ExitCode::ConfigFail,
+            Self::Transient(_) => ExitCode::TempFail,
         }
     }
 
@@ -315,6 +304,21 @@ impl EnvironmentFault {
                 Some(Self::Transient(error.to_string()))
             }
             _ => None,
+        }
+    }
+
+    /// The fault of a process that cannot go on without the board (a
+    /// dispatcher opening it, a worker starting its card) when a board call
+    /// failed: the environment's own kind when the error is one; a claim
+    /// whose lease only ran out means a slow host, which passes; any other
+    /// refusal means the setup that started the process is wrong.
+    pub fn blocking(error: &BoardError) -> Self {
+        match (Self::from_board(error), error) {
+            (Some(fault), _) => fault,
+            (None, BoardError::LeaseLost { reason, .. }) if reason.only_expired() => {
+                Self::Transient(error.to_string())
+            }
+            (None, _) => Self::Configuration(error.to_string()),
         }
     }
 }

@@ -1,0 +1,213 @@
+//! Booking the exits of workers and releasing claims, kept for another
+//! attempt when the board could not take them.
+
+use crate::booking::{ExitWitness, SignalReason};
+use crate::data::{Claim, Release};
+
+use crate::dispatcher::routing::wall_hit;
+use crate::dispatcher::{
+    DispatchEvent, Dispatcher, ExitReport, RunLog, UNBOOKED_LIMIT, WorkerExit,
+};
+
+use crate::walls::{ProviderId, entitled_provider};
+
+/// What the board could not take yet.
+#[derive(Debug, Default)]
+pub(super) struct Backlog {
+    /// Exits to book.
+    pub(super) unbooked: Vec<(Claim, ExitReport)>,
+    /// Claims to release.
+    pub(super) unreleased: Vec<(Claim, Release)>,
+}
+
+impl Dispatcher {
+    pub(super) async fn release(&mut self, claim: &Claim, release: Release) {
+        let counted = release == Release::Expired;
+        let why = match &release {
+            Release::Expired => "its lease ran out and its worker is gone".to_owned(),
+            Release::NotStarted { reason } => reason.clone(),
+        };
+        match self
+            .ports
+            .board
+            .release_claim(claim, &release, &self.settings.failure_policy)
+            .await
+        {
+            Ok(true) => {
+                self.ports.supervisor.sweep(claim).await;
+                self.note(DispatchEvent::Released {
+                    task_id: claim.task_id.clone(),
+                    counted,
+                    why,
+                });
+            }
+            Ok(false) => {}
+            Err(error) => {
+                self.board_trouble(&error);
+                if self.backlog.unreleased.len() < UNBOOKED_LIMIT {
+                    self.backlog.unreleased.push((claim.clone(), release));
+                }
+            }
+        }
+    }
+
+    pub(super) async fn retry_unreleased(&mut self) {
+        let pending = std::mem::take(&mut self.backlog.unreleased);
+        for (claim, release) in pending {
+            self.release(&claim, release).await;
+        }
+    }
+
+    pub(super) async fn report(
+        &mut self,
+        claim: &Claim,
+        witness: ExitWitness,
+        source: &'static str,
+        signalled: Option<SignalReason>,
+        log: RunLog,
+    ) -> ExitReport {
+        // What the worker booked, whoever witnessed the exit.
+        let result = self.ports.board.booked_result(claim).await.ok().flatten();
+        let retry_after_seconds = result
+            .as_ref()
+            .and_then(|result| result.retry_after_seconds);
+        let route = self.routing.run_routes.get(&claim.run_id).cloned();
+        let wall = match (&result, &route) {
+            (Some(result), Some(route)) => {
+                let reported = ProviderId {
+                    provider: result.provider.clone(),
+                    model: result.model.clone(),
+                };
+                let entitled = self
+                    .settings
+                    .routes
+                    .get(route)
+                    .map(|agent| entitled_provider(&agent.provider, &reported))
+                    .unwrap_or_default();
+                wall_hit(result, route, &self.identity(route), &entitled)
+            }
+            _ => None,
+        };
+        ExitReport {
+            wall,
+            witness,
+            source,
+            signalled,
+            output_tail: log.output_tail,
+            policy: self.settings.failure_policy,
+            retry_after_seconds,
+        }
+    }
+
+    /// Ends the bookkeeping of a worker that ended: a worker that reported
+    /// a fault of the environment has its claim released uncounted and
+    /// halts (or pauses) this dispatcher; any other exit is booked.
+    pub(super) async fn conclude(
+        &mut self,
+        claim: &Claim,
+        witness: ExitWitness,
+        source: &'static str,
+        signalled: Option<SignalReason>,
+        log: RunLog,
+    ) -> bool {
+        if let Some(fault) = log.fault.clone() {
+            let reason = format!("its worker could not work the card: {fault}");
+            match self
+                .ports
+                .board
+                .release_claim(
+                    claim,
+                    &Release::NotStarted {
+                        reason: reason.clone(),
+                    },
+                    &self.settings.failure_policy,
+                )
+                .await
+            {
+                Ok(true) => {
+                    self.ports.supervisor.sweep(claim).await;
+                    self.note(DispatchEvent::Released {
+                        task_id: claim.task_id.clone(),
+                        counted: false,
+                        why: reason,
+                    });
+                    self.halt(fault);
+                    return true;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    self.board_trouble(&error);
+                    self.halt(fault);
+                }
+            }
+        }
+        let report = self.report(claim, witness, source, signalled, log).await;
+        self.book(claim, report).await
+    }
+
+    pub(super) async fn book(&mut self, claim: &Claim, report: ExitReport) -> bool {
+        match self.ports.board.book_exit(claim, &report).await {
+            Ok(booking) => {
+                // Whatever of the run still runs (an agent the worker left
+                // behind) stops now.
+                self.ports.supervisor.sweep(claim).await;
+                self.note(DispatchEvent::Booked {
+                    task_id: claim.task_id.clone(),
+                    witness: report.witness,
+                    source: report.source,
+                    booking,
+                });
+                true
+            }
+            Err(error) => {
+                self.board_trouble(&error);
+                if self.backlog.unbooked.len() < UNBOOKED_LIMIT {
+                    self.backlog.unbooked.push((claim.clone(), report));
+                }
+                false
+            }
+        }
+    }
+
+    pub(super) async fn retry_unbooked(&mut self) {
+        let pending = std::mem::take(&mut self.backlog.unbooked);
+        for (claim, report) in pending {
+            self.book(&claim, report).await;
+        }
+    }
+
+    pub(super) async fn book_child(&mut self, exit: WorkerExit) -> bool {
+        let Some(child) = self.children.remove(&exit.pid) else {
+            return false;
+        };
+        let signalled = self
+            .stopping
+            .remove(&i64::from(exit.pid))
+            .map(|stop| stop.reason);
+        let log = self
+            .ports
+            .supervisor
+            .run_log(&child.claim, child.process.seal_digest.as_deref())
+            .await;
+        self.conclude(&child.claim, exit.witness, "wait", signalled, log)
+            .await
+    }
+
+    /// Books a worker of this host that ended while nobody waited for it:
+    /// from its own `worker_result`, else its sealed log trailer.
+    pub(super) async fn book_dead(
+        &mut self,
+        claim: &Claim,
+        signalled: Option<SignalReason>,
+        seal_digest: Option<&str>,
+    ) -> bool {
+        let log = self.ports.supervisor.run_log(claim, seal_digest).await;
+        let booked = self.ports.board.booked_result(claim).await.ok().flatten();
+        let (witness, source) = match (booked, log.trailer_code) {
+            (Some(result), _) => (ExitWitness::Code(result.exit_code.code()), "worker_result"),
+            (None, Some(code)) => (ExitWitness::Code(code), "trailer"),
+            (None, None) => (ExitWitness::Unknown, "none"),
+        };
+        self.conclude(claim, witness, source, signalled, log).await
+    }
+}
