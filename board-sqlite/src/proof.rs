@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use kanban_board::{lease_from_row, lease_query};
 use kanban_core::lease::{LeaseView, evaluate_lease, required_coordinates};
 use kanban_core::{NotLive, ProofIdentity, ProofRequest};
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 /// Proves, read-only, that the claim in `request` is live at `now` and owned
@@ -88,9 +89,7 @@ impl LeaseProver {
         let kept = match open.take() {
             Some(kept) if kept.identity == file => open.insert(kept),
             _ => {
-                let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-                let conn = Connection::open_with_flags(&path, flags)
-                    .map_err(|error| NotLive::Unreadable(error.to_string()))?;
+                let conn = open_read_only(&path).map_err(NotLive::Unreadable)?;
                 open.insert(OpenProof {
                     conn,
                     identity: file,
@@ -123,9 +122,20 @@ fn read_in_transaction(
 }
 
 fn read_view(path: &Path, task_id: &str, identity: ProofIdentity) -> Result<LeaseView, String> {
+    let conn = open_read_only(path)?;
+    lease_view(&conn, task_id, identity)
+}
+
+/// A read-only connection to the board file, never creating it.
+fn open_read_only(path: &Path) -> Result<Connection, String> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|error| error.to_string())?;
-    lease_view(&conn, task_id, identity)
+    // One plan per statement, as on the board's own connection: the proof's
+    // query joins the card to its run on a bound id, and without this SQLite
+    // plans it anew at every proof (five times the proof's cost).
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map_err(|error| error.to_string())?;
+    Ok(conn)
 }
 
 /// Reads the rows a lease proof needs (the board's shared query), in
