@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use kanban_board::{
     Cell, Dialect, Durability, Engine, Param, Row, Sql, Turns, TxError, TxFuture, TxResult,
-    lease_from_row, lease_query,
+    lease_from_row, lease_query, storable_json, storable_list, storable_text,
 };
 use kanban_core::lease::{evaluate_lease, required_coordinates};
 use kanban_core::{BoardError, Clock, NotLive, ProofIdentity, ProofRequest};
@@ -49,9 +49,9 @@ impl ToSql for Bind<'_> {
             Param::Null => Ok(IsNull::Yes),
             Param::Int(value) => value.to_sql_checked(ty, out),
             Param::Bool(value) => value.to_sql_checked(ty, out),
-            Param::Text(text) => text.to_sql_checked(ty, out),
-            Param::Json(value) => value.to_sql_checked(ty, out),
-            Param::List(list) => list.to_sql_checked(ty, out),
+            Param::Text(text) => storable_text(text).as_ref().to_sql_checked(ty, out),
+            Param::Json(value) => storable_json(value).as_ref().to_sql_checked(ty, out),
+            Param::List(list) => storable_list(list).as_ref().to_sql_checked(ty, out),
         }
     }
 

@@ -1,12 +1,13 @@
 //! The SQLite engine: the board's transactions on its one connection, run
 //! where blocking is allowed.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use kanban_board::{
     Cell, Dialect, Durability, Engine, Param, Row, Sql, Turns, TxError, TxFuture, TxResult,
-    lease_from_row, lease_query,
+    lease_from_row, lease_query, storable_json, storable_list, storable_text,
 };
 use kanban_core::lease::{evaluate_lease, required_coordinates};
 use kanban_core::{BoardError, NotLive, ProofIdentity, ProofRequest};
@@ -50,10 +51,13 @@ impl rusqlite::ToSql for Bind<'_> {
             Param::Null => ToSqlOutput::Owned(Value::Null),
             Param::Int(value) => ToSqlOutput::Borrowed(ValueRef::Integer(*value)),
             Param::Bool(value) => ToSqlOutput::Borrowed(ValueRef::Integer(i64::from(*value))),
-            Param::Text(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
-            Param::Json(value) => ToSqlOutput::Owned(Value::Text(value.to_string())),
+            Param::Text(text) => match storable_text(text) {
+                Cow::Borrowed(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
+                Cow::Owned(text) => ToSqlOutput::Owned(Value::Text(text)),
+            },
+            Param::Json(value) => ToSqlOutput::Owned(Value::Text(storable_json(value).to_string())),
             Param::List(list) => ToSqlOutput::Owned(Value::Text(
-                serde_json::to_string(list).unwrap_or_else(|_| "[]".to_owned()),
+                serde_json::to_string(&storable_list(list)).unwrap_or_else(|_| "[]".to_owned()),
             )),
         })
     }

@@ -4,6 +4,7 @@
 //! nothing: which card may be claimed, what a booking changes and what a
 //! fence refuses are core's rules, applied by this crate's steps.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -141,6 +142,67 @@ impl<'a> From<&'a [String]> for Param<'a> {
 impl<'a, T: Into<Param<'a>>> From<Option<T>> for Param<'a> {
     fn from(value: Option<T>) -> Self {
         value.map_or(Self::Null, Into::into)
+    }
+}
+
+/// What stands for a NUL character in stored text, on both engines.
+///
+/// PostgreSQL's `text` and `jsonb` cannot hold NUL (an agent's output with
+/// one made its exit unbookable), and SQLite's own string functions stop at
+/// it; so every engine stores U+FFFD REPLACEMENT CHARACTER in its place, and
+/// one board reads the same whichever engine wrote it.
+pub const NUL_STAND_IN: char = '\u{FFFD}';
+
+/// `text` as an engine stores it: each NUL replaced by [`NUL_STAND_IN`].
+pub fn storable_text(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', &NUL_STAND_IN.to_string()))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// `value` as an engine stores it: NUL replaced in every string and key.
+pub fn storable_json(value: &Value) -> Cow<'_, Value> {
+    fn holds_nul(value: &Value) -> bool {
+        match value {
+            Value::String(text) => text.contains('\0'),
+            Value::Array(items) => items.iter().any(holds_nul),
+            Value::Object(map) => map
+                .iter()
+                .any(|(key, item)| key.contains('\0') || holds_nul(item)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+    fn replaced(value: &Value) -> Value {
+        match value {
+            Value::String(text) => Value::String(storable_text(text).into_owned()),
+            Value::Array(items) => Value::Array(items.iter().map(replaced).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, item)| (storable_text(key).into_owned(), replaced(item)))
+                    .collect(),
+            ),
+            Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+        }
+    }
+    if holds_nul(value) {
+        Cow::Owned(replaced(value))
+    } else {
+        Cow::Borrowed(value)
+    }
+}
+
+/// `list` as an engine stores it: NUL replaced in each text.
+pub fn storable_list(list: &[String]) -> Cow<'_, [String]> {
+    if list.iter().any(|text| text.contains('\0')) {
+        Cow::Owned(
+            list.iter()
+                .map(|text| storable_text(text).into_owned())
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(list)
     }
 }
 

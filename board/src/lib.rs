@@ -14,7 +14,8 @@ mod statements;
 mod worker;
 
 pub use engine::{
-    Cell, Dialect, Durability, Engine, Param, Row, Sql, Turns, TxError, TxFuture, TxResult,
+    Cell, Dialect, Durability, Engine, NUL_STAND_IN, Param, Row, Sql, Turns, TxError, TxFuture,
+    TxResult, storable_json, storable_list, storable_text,
 };
 pub use statements::{Lane, LastEvents, RunOpening, lease_from_row, lease_query};
 

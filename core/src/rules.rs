@@ -446,6 +446,9 @@ pub fn book_exit(
     now: i64,
 ) -> (Booking, Transition) {
     let (booking, mut transition) = book_card_exit(card, claim, history, report, now);
+    if let Some(reason) = &report.unbookable {
+        block_unbookable(&mut transition, reason, claim.run_id);
+    }
     let changes = walls_after_booking(
         &history.walls,
         report.wall.as_ref(),
@@ -536,6 +539,28 @@ fn book_card_exit(
     }
     let transition = uncounted_exit(card, run_id, &booking, report, error, payload, now);
     (booking, transition)
+}
+
+/// An exit the board refused to book as reported, booked again without the
+/// worker's output: a card it moves is blocked, the refusal its reason.
+fn block_unbookable(transition: &mut Transition, reason: &str, run_id: i64) {
+    if transition.status.is_none() {
+        return;
+    }
+    let error = format!(
+        "the board refused to book this exit with the worker's output ({reason}); blocked for a human"
+    );
+    transition.status = Some(TaskStatus::Blocked);
+    transition.not_before = Change::Clear;
+    transition.last_failure_error = Change::Set(error.clone());
+    if let Some(close) = &mut transition.close_run {
+        close.error = Some(error);
+    }
+    transition.events.push(NewEvent::new(
+        "gave_up",
+        Some(run_id),
+        json!({"trigger": "unbookable", "reason": reason, "sticky": true}),
+    ));
 }
 
 /// The transition of an exit that counts no failure: a rate limit, an

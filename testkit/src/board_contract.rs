@@ -58,7 +58,8 @@ macro_rules! board_contract_tests {
             batched_claims_and_routing_filters,
             held_and_delayed_cards_wait,
             one_probe_per_wall,
-            lifting_a_wall_frees_the_card_that_met_it
+            lifting_a_wall_frees_the_card_that_met_it,
+            text_with_nul_is_stored_with_its_stand_in
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -132,6 +133,7 @@ pub fn exit_report(witness: ExitWitness) -> ExitReport {
         policy: FailurePolicy::default(),
         retry_after_seconds: None,
         wall: None,
+        unbookable: None,
     }
 }
 
@@ -1215,4 +1217,51 @@ pub fn lifting_a_wall_frees_the_card_that_met_it<B: BoardAdmin + DispatchBoard>(
         !block_on(board.lift_wall("provider-a")).unwrap(),
         "no wall to lift twice"
     );
+}
+
+/// Text holding NUL (an agent's output, a title sent to the API) is stored,
+/// on every engine, with U+FFFD in each NUL's place: a card is created, its
+/// worker's writes and its exit are booked, and all of it reads back.
+pub fn text_with_nul_is_stored_with_its_stand_in<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let id = create(
+        board,
+        &NewTask {
+            body: Some("body\0end".into()),
+            ..task("title\0end")
+        },
+    );
+    let held = claim(board, &id, "lock-nul");
+    block_on(board.comment(&held, "agent\0x", "comment\0end")).expect("a comment with NUL");
+    block_on(board.append_event(&held, "note", serde_json::json!({"k\0ey": ["v\0al"]})))
+        .expect("an event with NUL");
+    let mut report = exit_report(ExitWitness::Code(1));
+    report.output_tail = "output\0end".into();
+    block_on(board.book_exit(&held, &report)).expect("an exit whose output holds NUL is booked");
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.title, "title\u{FFFD}end");
+    assert_eq!(view.task.body.as_deref(), Some("body\u{FFFD}end"));
+    let comment = view.comments.last().expect("the comment");
+    assert_eq!(
+        (comment.author.as_str(), comment.body.as_str()),
+        ("agent\u{FFFD}x", "comment\u{FFFD}end")
+    );
+    let note = view
+        .events
+        .iter()
+        .find(|event| event.kind == "note")
+        .expect("the event");
+    assert_eq!(
+        note.payload,
+        serde_json::json!({"k\u{FFFD}ey": ["v\u{FFFD}al"]})
+    );
+    let crash = view
+        .events
+        .iter()
+        .find(|event| event.kind == "crashed")
+        .expect("the booking's event");
+    assert_eq!(crash.payload["output"], "output\u{FFFD}end");
+    assert_eq!(status(board, &id), TaskStatus::Ready, "a crash is retried");
 }

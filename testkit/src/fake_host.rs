@@ -37,6 +37,7 @@ struct State {
     exits: Vec<WorkerExit>,
     trailers: BTreeMap<i64, i32>,
     faults: BTreeMap<i64, EnvironmentFault>,
+    outputs: BTreeMap<i64, String>,
     swept: Vec<(i64, &'static str)>,
     spawn_fault: Option<EnvironmentFault>,
     stop: bool,
@@ -131,6 +132,11 @@ impl FakeHost {
             self.state().faults.insert(run_id, fault);
         }
         self.exit(pid, ExitWitness::Code(75));
+    }
+
+    /// Gives run `run_id`'s log `output`, as the last lines its worker wrote.
+    pub fn say(&self, run_id: i64, output: &str) {
+        self.state().outputs.insert(run_id, output.to_owned());
     }
 
     /// Plants a live process of this host working `claim` that this
@@ -302,7 +308,11 @@ impl Supervisor for FakeHost {
         RunLog {
             trailer_code: state.trailers.get(&claim.run_id).copied(),
             fault: state.faults.get(&claim.run_id).cloned(),
-            output_tail: String::new(),
+            output_tail: state
+                .outputs
+                .get(&claim.run_id)
+                .cloned()
+                .unwrap_or_default(),
         }
     }
 }

@@ -64,6 +64,38 @@ impl TempBoard {
     }
 }
 
+/// A board file in a fresh temporary folder, shared: the board, and the
+/// folder (removed when dropped).
+pub fn shared_file_board(
+    clock: VirtualClock,
+) -> (
+    std::sync::Arc<kanban_board_sqlite::SqliteBoard>,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let board = kanban_board_sqlite::SqliteBoard::create(
+        dir.path().join("kanban.db"),
+        std::sync::Arc::new(clock),
+    )
+    .expect("a board file");
+    (std::sync::Arc::new(board), dir)
+}
+
+/// Makes the SQLite board file at `path` refuse, as a storage error, every
+/// event whose payload holds `marker`: a write whose content the board
+/// cannot take, as PostgreSQL once refused NUL.
+pub fn refuse_events_holding(path: &std::path::Path, marker: &str) {
+    let connection = rusqlite::Connection::open(path).expect("the board file opens");
+    connection
+        .execute_batch(&format!(
+            "CREATE TRIGGER refuse_marked BEFORE INSERT ON task_events
+               WHEN instr(COALESCE(NEW.payload, ''), '{}') > 0
+             BEGIN SELECT RAISE(ABORT, 'this event is refused'); END;",
+            marker.replace('\'', "''")
+        ))
+        .expect("the trigger is made");
+}
+
 impl std::ops::Deref for TempBoard {
     type Target = kanban_board_sqlite::SqliteBoard;
 

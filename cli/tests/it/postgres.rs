@@ -480,3 +480,33 @@ fn with_sslmode_require_the_board_s_watch_listens_over_tls_too() {
     let server = crate::serve::Server::start(&bench, &[]);
     a_new_card_reaches_the_open_page(&bench, &server.url);
 }
+
+/// NUL, which PostgreSQL's text cannot hold, from every way in: a card
+/// sent to the API with `\u0000` in its title is stored with U+FFFD in its
+/// place (it was a 500), and an agent whose raw output and answer hold NUL
+/// is booked as any other, and the board goes on.
+#[test]
+fn nul_in_a_card_or_an_agent_s_output_is_stored_and_the_board_goes_on() {
+    let bench = Bench::postgres();
+    bench.ok(&["init"]);
+    let server = crate::serve::Server::start(&bench, &[]);
+    let (status, added) = crate::serve::post_json(
+        &format!("{}/api/cards", server.url),
+        &serde_json::json!({"title": "nul\0title", "body": "nul\0body"}),
+    );
+    assert_eq!(status, 201, "{added}");
+    let id = added["id"].as_str().expect("the new card's id").to_owned();
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["title"], "nul\u{FFFD}title", "{card}");
+    assert_eq!(card["task"]["body"], "nul\u{FFFD}body", "{card}");
+    let agent = AgentScript::new(vec![
+        AgentTurn::result(SUCCESS)
+            .after(r"printf 'poison\000here\n'; printf 'poison\000there\n' >&2")
+            .completing(),
+    ])
+    .write(bench.path(), "nul.sh");
+    let healthy = bench.add("after it", &[]);
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+    assert_eq!(bench.show(&healthy)["task"]["status"], "done");
+}

@@ -56,7 +56,7 @@ pub(crate) fn get(url: &str) -> (u16, String) {
     (status, response.body_mut().read_to_string().unwrap())
 }
 
-fn post_json(url: &str, body: &Value) -> (u16, Value) {
+pub(crate) fn post_json(url: &str, body: &Value) -> (u16, Value) {
     let mut response = agent()
         .post(url)
         .header("Content-Type", "application/json")

@@ -4,9 +4,10 @@
 use crate::booking::{ExitWitness, SignalReason};
 use crate::data::{Claim, Release};
 
+use crate::BoardError;
 use crate::dispatcher::routing::wall_hit;
 use crate::dispatcher::{
-    DispatchEvent, Dispatcher, ExitReport, RunLog, UNBOOKED_LIMIT, WorkerExit,
+    BOOKING_ATTEMPTS, DispatchEvent, Dispatcher, ExitReport, RunLog, UNBOOKED_LIMIT, WorkerExit,
 };
 
 use crate::walls::{ProviderId, entitled_provider};
@@ -14,8 +15,8 @@ use crate::walls::{ProviderId, entitled_provider};
 /// What the board could not take yet.
 #[derive(Debug, Default)]
 pub(super) struct Backlog {
-    /// Exits to book.
-    pub(super) unbooked: Vec<(Claim, ExitReport)>,
+    /// Exits to book, with the failed attempts at each.
+    pub(super) unbooked: Vec<(Claim, ExitReport, u32)>,
     /// Claims to release.
     pub(super) unreleased: Vec<(Claim, Release)>,
 }
@@ -96,6 +97,7 @@ impl Dispatcher {
             output_tail: log.output_tail,
             policy: self.settings.failure_policy,
             retry_after_seconds,
+            unbookable: None,
         }
     }
 
@@ -146,33 +148,65 @@ impl Dispatcher {
     }
 
     pub(super) async fn book(&mut self, claim: &Claim, report: ExitReport) -> bool {
-        match self.ports.board.book_exit(claim, &report).await {
+        self.book_attempt(claim, report, 0).await
+    }
+
+    /// Books `report`, which `failures` earlier attempts could not. An exit
+    /// the board refused [`BOOKING_ATTEMPTS`] times for no fault of the
+    /// environment is booked without the worker's output, its card blocked
+    /// with the reason: one card's content never stops the board.
+    async fn book_attempt(&mut self, claim: &Claim, report: ExitReport, failures: u32) -> bool {
+        let error = match self.ports.board.book_exit(claim, &report).await {
             Ok(booking) => {
-                // Whatever of the run still runs (an agent the worker left
-                // behind) stops now.
-                self.ports.supervisor.sweep(claim).await;
-                self.note(DispatchEvent::Booked {
-                    task_id: claim.task_id.clone(),
-                    witness: report.witness,
-                    source: report.source,
-                    booking,
-                });
-                true
+                self.booked(claim, &report, booking).await;
+                return true;
             }
-            Err(error) => {
-                self.board_trouble(&error);
-                if self.backlog.unbooked.len() < UNBOOKED_LIMIT {
-                    self.backlog.unbooked.push((claim.clone(), report));
-                }
-                false
+            Err(error) => error,
+        };
+        let failures = failures.saturating_add(1);
+        if failures >= BOOKING_ATTEMPTS && report.unbookable.is_none() && of_content(&error) {
+            let plain = ExitReport {
+                output_tail: String::new(),
+                wall: None,
+                unbookable: Some(error.to_string()),
+                ..report.clone()
+            };
+            if let Ok(booking) = self.ports.board.book_exit(claim, &plain).await {
+                // The board took the plain booking: the refusal was the
+                // exit's content's, no fault of the environment, and pauses
+                // nothing.
+                self.note(DispatchEvent::BoardTrouble {
+                    message: error.to_string(),
+                });
+                self.booked(claim, &plain, booking).await;
+                return true;
             }
         }
+        self.board_trouble(&error);
+        if self.backlog.unbooked.len() < UNBOOKED_LIMIT {
+            self.backlog
+                .unbooked
+                .push((claim.clone(), report, failures));
+        }
+        false
+    }
+
+    async fn booked(&mut self, claim: &Claim, report: &ExitReport, booking: crate::Booking) {
+        // Whatever of the run still runs (an agent the worker left behind)
+        // stops now.
+        self.ports.supervisor.sweep(claim).await;
+        self.note(DispatchEvent::Booked {
+            task_id: claim.task_id.clone(),
+            witness: report.witness,
+            source: report.source,
+            booking,
+        });
     }
 
     pub(super) async fn retry_unbooked(&mut self) {
         let pending = std::mem::take(&mut self.backlog.unbooked);
-        for (claim, report) in pending {
-            self.book(&claim, report).await;
+        for (claim, report, failures) in pending {
+            self.book_attempt(&claim, report, failures).await;
         }
     }
 
@@ -210,4 +244,16 @@ impl Dispatcher {
         };
         self.conclude(claim, witness, source, signalled, log).await
     }
+}
+
+/// Whether a failed booking may be the exit's own content's fault: not when
+/// the board was busy, full or unusable, which every write would meet.
+fn of_content(error: &BoardError) -> bool {
+    !matches!(
+        error,
+        BoardError::Busy { .. }
+            | BoardError::DiskFull { .. }
+            | BoardError::Unusable { .. }
+            | BoardError::NewerSchema { .. }
+    )
 }

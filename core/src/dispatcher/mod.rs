@@ -53,6 +53,9 @@ const SIGTERM: i32 = 15;
 const SIGNAL_RECORD_ATTEMPTS: usize = 5;
 /// Exits kept for a later attempt when the board could not book them.
 const UNBOOKED_LIMIT: usize = 4096;
+/// Failed bookings of one exit after which its content is suspected: it is
+/// booked once more without the worker's output, and its card blocked.
+const BOOKING_ATTEMPTS: u32 = 3;
 /// The first pause after a transient environment fault; it doubles while
 /// the fault lasts.
 const FIRST_PAUSE: Duration = Duration::from_secs(1);

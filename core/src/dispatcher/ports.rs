@@ -56,6 +56,9 @@ pub struct ExitReport {
     pub retry_after_seconds: Option<u64>,
     /// The provider wall the run hit, if its result names one.
     pub wall: Option<WallHit>,
+    /// Why the board refused every earlier booking of this exit, when the
+    /// exit is booked again without its output: the card is blocked with it.
+    pub unbookable: Option<String>,
 }
 
 /// A heartbeat older than this means a live worker is wedged, not slow.

@@ -55,6 +55,16 @@ impl Clock for Ahead {
 fn rig_ahead(settings: DispatchSettings, ahead: i64) -> Rig {
     let time = VirtualClock::at(START);
     let board = Arc::new(memory_board(Arc::new(time.clone())));
+    rig_on(board, time, settings, ahead)
+}
+
+/// A rig on `board`, which reads `time`.
+fn rig_on(
+    board: Arc<SqliteBoard>,
+    time: VirtualClock,
+    settings: DispatchSettings,
+    ahead: i64,
+) -> Rig {
     let host = FakeHost::new("h1", time.clone());
     let events = Arc::new(Mutex::new(Vec::new()));
     let seen = events.clone();
@@ -1033,4 +1043,54 @@ fn an_agent_declared_on_a_provider_walls_it_for_every_agent_that_shares_it() {
     rig.tick();
     rig.tick();
     assert_eq!(rig.card(&other).runs.len(), 0, "held by the shared wall");
+}
+
+#[test]
+fn an_exit_the_board_refuses_to_book_blocks_its_card_and_the_board_goes_on() {
+    let time = VirtualClock::at(START);
+    let (board, dir) = kanban_testkit::shared_file_board(time.clone());
+    let mut rig = rig_on(board, time, settings(), 0);
+    let marker = "UNBOOKABLE-OUTPUT";
+    kanban_testkit::refuse_events_holding(&dir.path().join("kanban.db"), marker);
+    let poisoned = rig.add("poisoned");
+    rig.tick();
+    let worker = rig.host.worker(&poisoned);
+    rig.host
+        .say(worker.claim.run_id, &format!("the agent said {marker}"));
+    rig.host.exit(worker.pid, ExitWitness::Code(1));
+    rig.tick();
+    assert_eq!(rig.status(&poisoned), TaskStatus::Running, "not booked yet");
+    rig.time.advance(11);
+    rig.tick();
+    assert_eq!(
+        rig.status(&poisoned),
+        TaskStatus::Running,
+        "two refusals may be the board's"
+    );
+    rig.time.advance(11);
+    rig.tick();
+    let card = rig.card(&poisoned);
+    assert_eq!(
+        card.task.status.known(),
+        Some(TaskStatus::Blocked),
+        "{card:?}"
+    );
+    let error = card.task.last_failure_error.unwrap_or_default();
+    assert!(error.contains("this event is refused"), "{error}");
+    assert!(
+        card.events
+            .iter()
+            .any(|event| event.kind == "gave_up" && event.payload["trigger"] == "unbookable"),
+        "{:?}",
+        card.events
+    );
+    // The board goes on: the next card is claimed and booked as usual.
+    let next = rig.add("next");
+    rig.time.advance(120);
+    rig.tick();
+    assert_eq!(rig.host.live(&next).len(), 1, "{:#?}", rig.events());
+    let worker = rig.host.worker(&next);
+    rig.host.exit(worker.pid, ExitWitness::Code(1));
+    rig.tick();
+    assert_eq!(rig.status(&next), TaskStatus::Ready, "a crash, retried");
 }

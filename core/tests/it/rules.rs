@@ -49,6 +49,7 @@ fn report(witness: ExitWitness) -> ExitReport {
         policy: FailurePolicy::default(),
         retry_after_seconds: None,
         wall: None,
+        unbookable: None,
     }
 }
 
@@ -1307,4 +1308,51 @@ fn lifting_a_wall_frees_a_waiting_card_and_only_records_on_the_others() {
         assert_eq!(transition.events[0].payload["scope"], "provider-a");
         assert_eq!(transition.only_records(), !waiting, "{status:?}");
     }
+}
+
+#[test]
+fn an_exit_the_board_would_not_book_blocks_its_card_with_the_refusal() {
+    let unbookable = ExitReport {
+        output_tail: String::new(),
+        unbookable: Some("storage: refused".into()),
+        ..report(ExitWitness::Code(1))
+    };
+    let (booking, t) = rules::book_exit(
+        &running(),
+        &claim(),
+        &ExitHistory::default(),
+        &unbookable,
+        NOW,
+    );
+    assert_eq!(booking.kind, BookingKind::Crashed, "booked as what it was");
+    assert_eq!(t.status, Some(TaskStatus::Blocked), "not retried");
+    assert_eq!(t.not_before, Change::Clear);
+    let Change::Set(error) = &t.last_failure_error else {
+        panic!("the card says why: {t:?}");
+    };
+    assert!(error.contains("storage: refused"), "{error}");
+    assert_eq!(
+        t.close_run
+            .as_ref()
+            .and_then(|close| close.error.as_deref()),
+        Some(error.as_str()),
+        "the run says why too"
+    );
+    let gave_up = t.events.iter().find(|event| event.kind == "gave_up");
+    assert_eq!(
+        gave_up.map(|event| (&event.payload["trigger"], event.run_id)),
+        Some((&serde_json::json!("unbookable"), Some(7))),
+        "{:?}",
+        kinds(&t)
+    );
+    // A card no longer under the claim is left as it is.
+    let (_, t) = rules::book_exit(
+        &card(TaskStatus::Ready),
+        &claim(),
+        &ExitHistory::default(),
+        &unbookable,
+        NOW,
+    );
+    assert_eq!(t.status, None);
+    assert!(!kinds(&t).contains(&"gave_up"), "{:?}", kinds(&t));
 }
