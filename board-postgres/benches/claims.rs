@@ -127,7 +127,12 @@ impl Bare {
     async fn claim(&self, lock: &str) -> bool {
         let now = WallClock.now();
         let (expires, ttl) = (now + 600, 600_i64);
-        self.client.batch_execute("BEGIN").await.unwrap();
+        // The board's settings for a claim, which walks the lane's index
+        // in its order whatever the statistics say.
+        self.client
+            .batch_execute("BEGIN; SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off")
+            .await
+            .unwrap();
         let none: Option<Vec<String>> = None;
         let rows = self
             .client

@@ -163,6 +163,24 @@ impl Conn {
         self.client()?.query(&statement, params).await.map_err(pg)
     }
 
+    /// `query` after `prelude` (settings, simple statements), the two sent
+    /// at once: one round trip.
+    pub(crate) async fn query_after(
+        &self,
+        prelude: &str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> TxResult<Vec<Row>> {
+        let statement = self.statement(sql).await?;
+        let client = self.client()?;
+        let (_, rows) = tokio::try_join!(
+            client.batch_execute(prelude),
+            client.query(&statement, params)
+        )
+        .map_err(pg)?;
+        Ok(rows)
+    }
+
     pub(crate) async fn execute(&self, sql: &str, params: &[Param<'_>]) -> TxResult<u64> {
         let statement = self.statement(sql).await?;
         self.client()?.execute(&statement, params).await.map_err(pg)
@@ -299,27 +317,45 @@ impl Pool {
 
     /// A connection: a kept one, or a new one opened on the board's runtime.
     pub(crate) async fn get(&self) -> Result<Conn, BoardError> {
-        let clients = self.clients.clone();
-        let got = self.runtime.spawn(async move { clients.get().await }).await;
+        let got = OnRuntime {
+            runtime: &self.runtime,
+            future: Box::pin(self.clients.get()),
+        }
+        .await;
         let client = match got {
-            Ok(Ok(client)) => client,
-            Ok(Err(deadpool_postgres::PoolError::Backend(error))) => {
+            Ok(client) => client,
+            Err(deadpool_postgres::PoolError::Backend(error)) => {
                 return Err(unreachable(&self.name, &error));
             }
-            Ok(Err(error)) => {
+            Err(error) => {
                 return Err(BoardError::Storage(format!("{}: {error}", self.name)));
-            }
-            Err(join) => {
-                return Err(BoardError::Unusable {
-                    path: self.name.clone(),
-                    message: format!("the connection attempt stopped: {join}"),
-                });
             }
         };
         Ok(Conn {
             client: Some(client),
             in_transaction: false,
         })
+    }
+}
+
+/// `future`, polled inside the board's runtime: a connection it opens
+/// (deadpool's manager spawns the connection's task) lives there, while a
+/// kept connection is handed out on the caller's thread, with no hop to
+/// the runtime's and back.
+struct OnRuntime<'r, F> {
+    runtime: &'r tokio::runtime::Handle,
+    future: std::pin::Pin<Box<F>>,
+}
+
+impl<F: std::future::Future> std::future::Future for OnRuntime<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _inside = self.runtime.enter();
+        self.future.as_mut().poll(context)
     }
 }
 

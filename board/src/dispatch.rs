@@ -18,8 +18,6 @@ use crate::worker::{apply, existing_card};
 /// Rounds of a batched claim: each reads the next candidates, since another
 /// dispatcher may hold some of the first.
 const CLAIM_ROUNDS: usize = 4;
-/// Candidates read beyond the room of a batch, for the ones passed over.
-const CANDIDATE_SLACK: usize = 8;
 
 /// Claims `card` for `claim_lock` if core's rule says so: opens its run and
 /// gives the card to it, in the caller's transaction. A ready card whose
@@ -89,15 +87,28 @@ async fn claim_batch(
     let mut grants = Vec::new();
     let mut locks = claim_locks.iter();
     let mut lock = locks.next();
+    // Cards the rule passes over stay in the lane (an id no kanban wrote,
+    // say): each round reads past the ones seen so far.
+    let mut passed = std::collections::HashSet::new();
     for _ in 0..CLAIM_ROUNDS {
         let Some(_) = lock else { break };
-        let wanted = claim_locks.len() - grants.len() + CANDIDATE_SLACK;
+        // As many as there are locks left, beyond those passed over: an
+        // engine that locks what a claim reads (PostgreSQL) would otherwise
+        // hold cards other claimers could take, and write a row lock for
+        // each. A card sent back to `todo` for its parents leaves the lane.
+        let wanted = claim_locks.len() - grants.len() + passed.len();
         let mut candidates = tx.ready_candidates(filter, now, wanted).await?;
         let exhausted = candidates.len() < wanted;
         candidates.sort_by(rules::claim_order);
         for card in &candidates {
             let Some(claim_lock) = lock else { break };
+            if passed.contains(&card.task_id) {
+                continue;
+            }
             let verdict = rules::claim_verdict(card, now, filter, false);
+            if verdict == ClaimVerdict::Pass {
+                passed.insert(card.task_id.clone());
+            }
             if let Some(grant) =
                 claim_card(tx, db, card, verdict, ttl_seconds, claim_lock, now).await?
             {

@@ -614,6 +614,7 @@ impl<'t> Tx<'t> {
             dialect.place,
             self.locking(|dialect| dialect.skip_locked)
         );
+        self.sql.walk_indexes();
         let found = match &admitted {
             Some(admitted) => {
                 let admitted: &[String] = admitted;

@@ -438,18 +438,38 @@ fn a_hostile_task_id_on_the_board_is_never_claimed_and_names_no_path() {
         conn.execute("UPDATE tasks SET id = ?2 WHERE id = ?1", [&id, &hostile])
             .unwrap();
     }
+    // A card behind it in the lane, and room for one claim: the claim reads
+    // past the card it passes over.
+    let behind = bench.add("behind it", &[]);
     let agent = bench.path().join("agent.sh");
     write_executable(
         &agent,
         "#!/bin/sh\ncat > /dev/null\necho '{\"completed\": true}'\n",
     );
-    let output = bench.dispatch_until_idle(&agent, &[]);
+    let output = bench.dispatch_until_idle(&agent, &["--max-in-progress", "1"]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let escaped = bench.path().join(format!("../escape-{folder}.log"));
     assert!(!escaped.exists(), "a log was written outside logs/");
     let listed = bench.ok(&["ls", "--json"]);
     let cards: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    assert_eq!(cards[0]["status"], "ready", "the hostile card was claimed");
+    let status_of = |id: &str| {
+        cards
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|card| card["id"] == id)
+            .map(|card| card["status"].clone())
+    };
+    assert_eq!(
+        status_of(&hostile),
+        Some("ready".into()),
+        "the hostile card was claimed"
+    );
+    assert_ne!(
+        status_of(&behind),
+        Some("ready".into()),
+        "the card behind it was never claimed: {cards}"
+    );
 }
 
 #[test]
