@@ -49,8 +49,8 @@ pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<Exi
 pub(crate) fn migrate(global: &GlobalArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let path = board_path(global, env)?;
     if postgres_url(&path).is_some() {
-        // Every open upgrades a PostgreSQL board, in one transaction under
-        // an advisory lock; there is no file to back up beside it.
+        // `migrate` opens a PostgreSQL board to upgrade it, in one
+        // transaction under an advisory lock; there is no file to back up.
         let board = open_board_with(global, env, Schema::Upgrade)?;
         outln!(
             "{} is up to date (schema {})",

@@ -184,7 +184,8 @@ fn take_lock(
 }
 
 /// Runs a dispatcher on its board until its plan says stop; returns its exit
-/// code, or `None` when another dispatcher holds the board.
+/// code (success at once when `--once` finds another dispatcher holding the
+/// board).
 pub(crate) fn run(
     plan: &DispatchPlan,
     env: &Environment,

@@ -397,3 +397,28 @@ fn silent_sockets_beyond_the_servers_descriptors_do_not_keep_a_client_out() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn a_client_that_never_finishes_its_headers_is_closed_by_the_header_timeout() {
+    let bench = Bench::new();
+    let server = Server::start(&bench, &[]);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let mut slow = TcpStream::connect(&address).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let began = Instant::now();
+    let mut answer = Vec::new();
+    // The server answers (408) or just closes; either way the read ends.
+    let ended = slow.read_to_end(&mut answer);
+    let waited = began.elapsed();
+    assert!(
+        ended.is_ok(),
+        "the socket was closed, not left open: {ended:?}"
+    );
+    assert!(
+        (Duration::from_secs(9)..Duration::from_secs(20)).contains(&waited),
+        "closed after {waited:?}, the header timeout being 10 s"
+    );
+}
