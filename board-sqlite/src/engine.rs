@@ -124,6 +124,24 @@ impl Sql for SqliteSql<'_> {
         rows.collect::<rusqlite::Result<_>>().map_err(sql)
     }
 
+    async fn for_each_row(
+        &mut self,
+        query: &str,
+        params: &[Param<'_>],
+        each: &mut (dyn FnMut(Row) -> TxResult<()> + Send),
+    ) -> TxResult<()> {
+        let mut statement = self.conn.prepare_cached(query).map_err(sql)?;
+        in_order(&statement, query)?;
+        let bound = Self::bound(params);
+        let mut rows = statement
+            .query(rusqlite::params_from_iter(bound.iter()))
+            .map_err(sql)?;
+        while let Some(row) = rows.next().map_err(sql)? {
+            each(row_of(row).map_err(sql)?)?;
+        }
+        Ok(())
+    }
+
     async fn execute(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<u64> {
         let mut statement = self.conn.prepare_cached(query).map_err(sql)?;
         in_order(&statement, query)?;

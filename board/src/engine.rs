@@ -333,6 +333,19 @@ pub enum Turns {
 pub trait Sql: Send {
     /// The rows a query returns.
     async fn rows(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Vec<Row>>;
+    /// Hands each row a query returns to `each` as it is read: a listing
+    /// keeps its records, never every row's plain values beside them.
+    async fn for_each_row(
+        &mut self,
+        query: &str,
+        params: &[Param<'_>],
+        each: &mut (dyn FnMut(Row) -> TxResult<()> + Send),
+    ) -> TxResult<()> {
+        for row in self.rows(query, params).await? {
+            each(row)?;
+        }
+        Ok(())
+    }
     /// Runs a statement; how many rows it changed.
     async fn execute(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<u64>;
     /// Runs an `INSERT` of one row into a table whose key is `id`; its id.

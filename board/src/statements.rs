@@ -221,6 +221,22 @@ fn rows<T>(found: Vec<Row>, map: impl Fn(&Row) -> TxResult<T>) -> TxResult<Vec<T
     found.iter().map(map).collect()
 }
 
+/// The records of the rows `query` returns, each mapped as it is read.
+async fn mapped<T: Send>(
+    sql: &mut dyn Sql,
+    query: &str,
+    params: &[Param<'_>],
+    map: impl Fn(&Row) -> TxResult<T> + Send + Sync,
+) -> TxResult<Vec<T>> {
+    let mut records = Vec::new();
+    sql.for_each_row(query, params, &mut |row| {
+        records.push(map(&row)?);
+        Ok(())
+    })
+    .await?;
+    Ok(records)
+}
+
 /// The statuses this build knows, as an SQL list.
 fn known_statuses() -> String {
     let names: Vec<String> = TaskStatus::ALL
@@ -705,7 +721,7 @@ impl<'t> Tx<'t> {
             self.sql.dialect().place
         );
         let status = status.map(TaskStatus::as_str);
-        rows(self.sql.rows(&query, args![status]).await?, task)
+        mapped(self.sql, &query, args![status], task).await
     }
 
     /// Cards after place `after` in the order they were added, with their
@@ -723,11 +739,10 @@ impl<'t> Tx<'t> {
               ORDER BY {place} LIMIT $3"
         );
         let status = status.map(TaskStatus::as_str);
-        let found = self
-            .sql
-            .rows(&query, args![status, after, limit(count)])
-            .await?;
-        rows(found, |row| Ok((row.int(0)?, task_at(row, 1)?)))
+        mapped(self.sql, &query, args![status, after, limit(count)], |row| {
+            Ok((row.int(0)?, task_at(row, 1)?))
+        })
+        .await
     }
 
     /// The newest `count` events of the board, newest first.
@@ -845,7 +860,7 @@ impl<'t> Tx<'t> {
         };
         let query =
             format!("SELECT {TASK_COLUMNS} FROM {table} WHERE {filter} ORDER BY {order} LIMIT $1");
-        let cards = rows(self.sql.rows(&query, args![limit(count)]).await?, task)?;
+        let cards = mapped(self.sql, &query, args![limit(count)], task).await?;
         Ok((usize::try_from(total).unwrap_or(0), cards))
     }
 
