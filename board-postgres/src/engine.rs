@@ -119,13 +119,18 @@ fn refs<'a>(bound: &'a [Bind<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
 
 #[async_trait]
 impl Sql for PgSql<'_> {
-    async fn rows(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Vec<Row>> {
+    async fn for_each_row(
+        &mut self,
+        query: &str,
+        params: &[Param<'_>],
+        each: &mut (dyn FnMut(Row) -> TxResult<()> + Send),
+    ) -> TxResult<()> {
         let bound = bound(params);
         let found = match self.prelude.take() {
             Some(prelude) => self.conn.query_after(prelude, query, &refs(&bound)).await?,
             None => self.conn.query(query, &refs(&bound)).await?,
         };
-        found.iter().map(row_of).collect()
+        found.iter().try_for_each(|row| each(row_of(row)?))
     }
 
     async fn execute(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<u64> {

@@ -90,9 +90,16 @@ pub(crate) struct SqliteSql<'c> {
 }
 
 impl SqliteSql<'_> {
-    fn bound<'p>(params: &'p [Param<'p>]) -> Vec<Bind<'p>> {
-        params.iter().map(Bind).collect()
+    /// `query`, prepared once per connection, its parameters checked.
+    fn prepared(&self, query: &str) -> TxResult<rusqlite::CachedStatement<'_>> {
+        let statement = self.conn.prepare_cached(query).map_err(sql)?;
+        in_order(&statement, query)?;
+        Ok(statement)
     }
+}
+
+fn bound<'p>(params: &'p [Param<'p>]) -> impl rusqlite::Params + 'p {
+    rusqlite::params_from_iter(params.iter().map(Bind))
 }
 
 /// SQLite numbers `$N` in the order the names first appear in a statement,
@@ -114,28 +121,14 @@ fn in_order(statement: &rusqlite::Statement<'_>, query: &str) -> TxResult<()> {
 
 #[async_trait]
 impl Sql for SqliteSql<'_> {
-    async fn rows(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Vec<Row>> {
-        let mut statement = self.conn.prepare_cached(query).map_err(sql)?;
-        in_order(&statement, query)?;
-        let bound = Self::bound(params);
-        let rows = statement
-            .query_map(rusqlite::params_from_iter(bound.iter()), row_of)
-            .map_err(sql)?;
-        rows.collect::<rusqlite::Result<_>>().map_err(sql)
-    }
-
     async fn for_each_row(
         &mut self,
         query: &str,
         params: &[Param<'_>],
         each: &mut (dyn FnMut(Row) -> TxResult<()> + Send),
     ) -> TxResult<()> {
-        let mut statement = self.conn.prepare_cached(query).map_err(sql)?;
-        in_order(&statement, query)?;
-        let bound = Self::bound(params);
-        let mut rows = statement
-            .query(rusqlite::params_from_iter(bound.iter()))
-            .map_err(sql)?;
+        let mut statement = self.prepared(query)?;
+        let mut rows = statement.query(bound(params)).map_err(sql)?;
         while let Some(row) = rows.next().map_err(sql)? {
             each(row_of(row).map_err(sql)?)?;
         }
@@ -143,12 +136,7 @@ impl Sql for SqliteSql<'_> {
     }
 
     async fn execute(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<u64> {
-        let mut statement = self.conn.prepare_cached(query).map_err(sql)?;
-        in_order(&statement, query)?;
-        let bound = Self::bound(params);
-        let changed = statement
-            .execute(rusqlite::params_from_iter(bound.iter()))
-            .map_err(sql)?;
+        let changed = self.prepared(query)?.execute(bound(params)).map_err(sql)?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }
 

@@ -23,20 +23,11 @@ const BUSY_LONGEST_PAUSE_MICROS: u64 = 2_000;
 /// from 50 µs to 1.6 ms, then 2 ms each; and how long the attempts before
 /// it paused in all.
 fn busy_pause(attempt: u32) -> (u64, u64) {
-    // The pauses that double: 50, 100, ... 1,600 µs; every later one is the longest.
-    let doublings = (BUSY_LONGEST_PAUSE_MICROS / BUSY_FIRST_PAUSE_MICROS).ilog2();
-    let pause = if attempt <= doublings {
-        BUSY_FIRST_PAUSE_MICROS << attempt
-    } else {
-        BUSY_LONGEST_PAUSE_MICROS
-    };
-    let before = if attempt <= doublings + 1 {
-        BUSY_FIRST_PAUSE_MICROS * ((1 << attempt) - 1)
-    } else {
-        BUSY_FIRST_PAUSE_MICROS * ((1 << (doublings + 1)) - 1)
-            + u64::from(attempt - doublings - 1) * BUSY_LONGEST_PAUSE_MICROS
-    };
-    (pause, before)
+    // Past 16 doublings every pause is the longest (50 µs << 6 is already).
+    let pause = |n: u32| (BUSY_FIRST_PAUSE_MICROS << n.min(16)).min(BUSY_LONGEST_PAUSE_MICROS);
+    let first = (0..attempt.min(16)).map(pause).sum::<u64>();
+    let rest = u64::from(attempt.saturating_sub(16)) * BUSY_LONGEST_PAUSE_MICROS;
+    (pause(attempt), first + rest)
 }
 
 /// SQLite's busy handler: waits for another writer's commit in short

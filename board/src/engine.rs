@@ -331,8 +331,6 @@ pub enum Turns {
 /// One transaction's statements.
 #[async_trait]
 pub trait Sql: Send {
-    /// The rows a query returns.
-    async fn rows(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Vec<Row>>;
     /// Hands each row a query returns to `each` as it is read: a listing
     /// keeps its records, never every row's plain values beside them.
     async fn for_each_row(
@@ -340,11 +338,16 @@ pub trait Sql: Send {
         query: &str,
         params: &[Param<'_>],
         each: &mut (dyn FnMut(Row) -> TxResult<()> + Send),
-    ) -> TxResult<()> {
-        for row in self.rows(query, params).await? {
-            each(row)?;
-        }
-        Ok(())
+    ) -> TxResult<()>;
+    /// The rows a query returns.
+    async fn rows(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<Vec<Row>> {
+        let mut found = Vec::new();
+        self.for_each_row(query, params, &mut |row| {
+            found.push(row);
+            Ok(())
+        })
+        .await?;
+        Ok(found)
     }
     /// Runs a statement; how many rows it changed.
     async fn execute(&mut self, query: &str, params: &[Param<'_>]) -> TxResult<u64>;

@@ -739,9 +739,12 @@ impl<'t> Tx<'t> {
               ORDER BY {place} LIMIT $3"
         );
         let status = status.map(TaskStatus::as_str);
-        mapped(self.sql, &query, args![status, after, limit(count)], |row| {
-            Ok((row.int(0)?, task_at(row, 1)?))
-        })
+        mapped(
+            self.sql,
+            &query,
+            args![status, after, limit(count)],
+            |row| Ok((row.int(0)?, task_at(row, 1)?)),
+        )
         .await
     }
 

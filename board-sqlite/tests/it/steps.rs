@@ -41,13 +41,14 @@ impl ListeningSql<'_> {
 
 #[async_trait]
 impl Sql for ListeningSql<'_> {
-    async fn rows(
+    async fn for_each_row(
         &mut self,
         query: &str,
         params: &[Param<'_>],
-    ) -> kanban_board::TxResult<Vec<Row>> {
+        each: &mut (dyn FnMut(Row) -> kanban_board::TxResult<()> + Send),
+    ) -> kanban_board::TxResult<()> {
         self.hear(query);
-        self.inner.rows(query, params).await
+        self.inner.for_each_row(query, params, each).await
     }
     async fn execute(&mut self, query: &str, params: &[Param<'_>]) -> kanban_board::TxResult<u64> {
         self.hear(query);
@@ -75,6 +76,9 @@ impl Sql for ListeningSql<'_> {
     }
     async fn take_turns(&mut self, on: Turns, name: &str) -> kanban_board::TxResult<()> {
         self.inner.take_turns(on, name).await
+    }
+    fn walk_indexes(&mut self) {
+        self.inner.walk_indexes();
     }
 }
 
