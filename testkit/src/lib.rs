@@ -82,18 +82,24 @@ pub fn shared_file_board(
 }
 
 /// Makes the SQLite board file at `path` refuse, as a storage error, every
-/// event whose payload holds `marker`: a write whose content the board
-/// cannot take, as PostgreSQL once refused NUL.
-pub fn refuse_events_holding(path: &std::path::Path, marker: &str) {
+/// event `when` (an SQL condition over the row, `NEW`) holds for: a write
+/// whose content the board cannot take, as PostgreSQL once refused NUL.
+pub fn refuse_events(path: &std::path::Path, when: &str) {
     let connection = rusqlite::Connection::open(path).expect("the board file opens");
     connection
         .execute_batch(&format!(
-            "CREATE TRIGGER refuse_marked BEFORE INSERT ON task_events
-               WHEN instr(COALESCE(NEW.payload, ''), '{}') > 0
-             BEGIN SELECT RAISE(ABORT, 'this event is refused'); END;",
-            marker.replace('\'', "''")
+            "CREATE TRIGGER refuse_events BEFORE INSERT ON task_events WHEN {when}
+             BEGIN SELECT RAISE(ABORT, 'this event is refused'); END;"
         ))
         .expect("the trigger is made");
+}
+
+/// Undoes [`refuse_events`]: the board takes every event again.
+pub fn accept_events(path: &std::path::Path) {
+    let connection = rusqlite::Connection::open(path).expect("the board file opens");
+    connection
+        .execute_batch("DROP TRIGGER IF EXISTS refuse_events")
+        .expect("the trigger is dropped");
 }
 
 impl std::ops::Deref for TempBoard {

@@ -45,9 +45,7 @@ impl Dispatcher {
             Ok(false) => {}
             Err(error) => {
                 self.board_trouble(&error);
-                if self.backlog.unreleased.len() < UNBOOKED_LIMIT {
-                    self.backlog.unreleased.push((claim.clone(), release));
-                }
+                keep(&mut self.backlog.unreleased, (claim.clone(), release));
             }
         }
     }
@@ -183,11 +181,10 @@ impl Dispatcher {
             }
         }
         self.board_trouble(&error);
-        if self.backlog.unbooked.len() < UNBOOKED_LIMIT {
-            self.backlog
-                .unbooked
-                .push((claim.clone(), report, failures));
-        }
+        keep(
+            &mut self.backlog.unbooked,
+            (claim.clone(), report, failures),
+        );
         false
     }
 
@@ -256,4 +253,31 @@ fn of_content(error: &BoardError) -> bool {
             | BoardError::Unusable { .. }
             | BoardError::NewerSchema { .. }
     )
+}
+
+/// Keeps `item` for another attempt, unless `queue` already holds
+/// [`UNBOOKED_LIMIT`]: what a board refuses for good must not grow a
+/// dispatcher's memory without bound.
+fn keep<T>(queue: &mut Vec<T>, item: T) {
+    if queue.len() < UNBOOKED_LIMIT {
+        queue.push(item);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backlog_keeps_up_to_its_limit_and_no_more() {
+        let mut queue = vec![0; UNBOOKED_LIMIT - 1];
+        keep(&mut queue, 1);
+        assert_eq!(queue.len(), UNBOOKED_LIMIT, "the last place is taken");
+        keep(&mut queue, 2);
+        assert_eq!(queue.len(), UNBOOKED_LIMIT, "none beyond it");
+        assert_eq!(queue.last(), Some(&1));
+        let mut empty = Vec::new();
+        keep(&mut empty, 3);
+        assert_eq!(empty, [3]);
+    }
 }

@@ -1051,7 +1051,10 @@ fn an_exit_the_board_refuses_to_book_blocks_its_card_and_the_board_goes_on() {
     let (board, dir) = kanban_testkit::shared_file_board(time.clone());
     let mut rig = rig_on(board, time, settings(), 0);
     let marker = "UNBOOKABLE-OUTPUT";
-    kanban_testkit::refuse_events_holding(&dir.path().join("kanban.db"), marker);
+    kanban_testkit::refuse_events(
+        &dir.path().join("kanban.db"),
+        &format!("instr(COALESCE(NEW.payload, ''), '{marker}') > 0"),
+    );
     let poisoned = rig.add("poisoned");
     rig.tick();
     let worker = rig.host.worker(&poisoned);
@@ -1093,4 +1096,58 @@ fn an_exit_the_board_refuses_to_book_blocks_its_card_and_the_board_goes_on() {
     rig.host.exit(worker.pid, ExitWitness::Code(1));
     rig.tick();
     assert_eq!(rig.status(&next), TaskStatus::Ready, "a crash, retried");
+}
+
+#[test]
+fn a_wall_the_board_refuses_to_arm_is_left_out_of_the_exit_booked_plain() {
+    let time = VirtualClock::at(START);
+    let (board, dir) = kanban_testkit::shared_file_board(time.clone());
+    let mut rig = rig_on(board, time, two_provider_settings(3600), 0);
+    kanban_testkit::refuse_events(&dir.path().join("kanban.db"), "NEW.kind = 'wall_armed'");
+    let walled = rig.add_for("walled", "a", 0);
+    rig.tick();
+    rig.hit_wall(&walled, 30);
+    for _ in 0..3 {
+        rig.tick();
+        rig.time.advance(11);
+    }
+    let card = rig.card(&walled);
+    assert_eq!(
+        card.task.status.known(),
+        Some(TaskStatus::Blocked),
+        "{card:?}"
+    );
+    assert!(
+        block_on(rig.board.walls()).unwrap().is_empty(),
+        "no wall was armed"
+    );
+}
+
+#[test]
+fn a_release_the_board_refused_is_made_at_the_next_tick() {
+    let time = VirtualClock::at(START);
+    let (board, dir) = kanban_testkit::shared_file_board(time.clone());
+    let mut rig = rig_on(board, time, settings(), 0);
+    let path = dir.path().join("kanban.db");
+    let id = rig.add("unlucky");
+    // A spawn that fails for a passing fault: its claim is released, and
+    // the board refuses the release.
+    rig.host
+        .fail_spawns(Some(EnvironmentFault::Transient("fork: try again".into())));
+    kanban_testkit::refuse_events(&path, "NEW.kind = 'released'");
+    rig.tick();
+    assert!(rig.released().is_empty(), "the board refused the release");
+    assert_eq!(rig.status(&id), TaskStatus::Running);
+    kanban_testkit::accept_events(&path);
+    rig.host.fail_spawns(None);
+    rig.time.advance(11);
+    rig.tick();
+    assert_eq!(rig.released().first(), Some(&(id.clone(), false)));
+    let card = rig.card(&id);
+    assert_eq!(
+        card.runs[0].outcome.as_deref(),
+        Some("released"),
+        "{card:?}"
+    );
+    assert_eq!(card.task.consecutive_failures, 0);
 }
