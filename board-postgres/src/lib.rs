@@ -195,15 +195,7 @@ fn take_param(url: &str, name: &str) -> (String, Option<Result<String, Vec<u8>>>
 #[derive(Debug)]
 pub struct PgBoard(StoredBoard<Postgres>);
 
-kanban_board::board_ports!(PgBoard);
-
-impl std::ops::Deref for PgBoard {
-    type Target = StoredBoard<Postgres>;
-
-    fn deref(&self) -> &StoredBoard<Postgres> {
-        &self.0
-    }
-}
+kanban_board::board_ports!(PgBoard, Postgres);
 
 impl PgBoard {
     /// Connects to the board at `url`, creating or upgrading its schema

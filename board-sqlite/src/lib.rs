@@ -37,15 +37,7 @@ pub use watch::ChangeWatch;
 #[derive(Clone, Debug)]
 pub struct SqliteBoard(StoredBoard<Sqlite>);
 
-kanban_board::board_ports!(SqliteBoard);
-
-impl std::ops::Deref for SqliteBoard {
-    type Target = StoredBoard<Sqlite>;
-
-    fn deref(&self) -> &StoredBoard<Sqlite> {
-        &self.0
-    }
-}
+kanban_board::board_ports!(SqliteBoard, Sqlite);
 
 impl SqliteBoard {
     fn of(store: store::Store) -> Self {

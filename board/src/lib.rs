@@ -122,10 +122,21 @@ impl<E: Engine> StoredBoard<E> {
     }
 }
 
-/// Gives a board type core's three ports: `$board` dereferences to a
-/// [`StoredBoard`], whose steps each port method calls.
+/// Gives a board type, a newtype of [`StoredBoard`] over `$engine`, core's
+/// three ports and the stored board's own steps (it dereferences to it).
 #[macro_export]
 macro_rules! board_ports {
+    ($board:ty, $engine:ty) => {
+        impl ::std::ops::Deref for $board {
+            type Target = $crate::StoredBoard<$engine>;
+
+            fn deref(&self) -> &$crate::StoredBoard<$engine> {
+                &self.0
+            }
+        }
+
+        $crate::board_ports!($board);
+    };
     ($board:ty) => {
         #[$crate::async_trait]
         impl ::kanban_core::Board for $board {
