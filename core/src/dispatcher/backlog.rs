@@ -280,4 +280,14 @@ mod tests {
         keep(&mut empty, 3);
         assert_eq!(empty, [3]);
     }
+
+    #[test]
+    fn only_a_refusal_every_write_would_not_meet_is_the_exits_content() {
+        assert!(of_content(&BoardError::Storage("refused".into())));
+        assert!(!of_content(&BoardError::Busy { attempts: 8 }));
+        assert!(!of_content(&BoardError::DiskFull { path: "b".into() }));
+        let path = "b".to_owned();
+        let message = "gone".to_owned();
+        assert!(!of_content(&BoardError::Unusable { path, message }));
+    }
 }

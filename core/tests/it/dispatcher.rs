@@ -1151,3 +1151,33 @@ fn a_release_the_board_refused_is_made_at_the_next_tick() {
     );
     assert_eq!(card.task.consecutive_failures, 0);
 }
+
+#[test]
+fn a_board_replaced_under_the_dispatcher_winds_its_workers_down_and_writes_nothing() {
+    let time = VirtualClock::at(START);
+    let (board, dir) = kanban_testkit::shared_file_board(time.clone());
+    let mut rig = rig_on(board, time, settings(), 0);
+    let working = rig.add("working");
+    rig.tick();
+    let worker = rig.host.worker(&working);
+    let path = dir.path().join("kanban.db");
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::rename(&copy, &path).unwrap();
+    let later = rig.add("never claimed");
+    rig.tick();
+    assert!(
+        rig.stopping()
+            .contains(&(working.clone(), kanban_core::SignalReason::Shutdown)),
+        "the worker is asked to stop: {:?}",
+        rig.events()
+    );
+    assert!(
+        rig.events()
+            .iter()
+            .any(|event| matches!(event, DispatchEvent::Halted { .. })),
+        "claiming halts"
+    );
+    assert_eq!(rig.status(&later), TaskStatus::Ready, "nothing is claimed");
+    assert_eq!(worker.signals, [], "the worker had run untouched before");
+}
