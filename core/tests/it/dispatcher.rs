@@ -1181,3 +1181,137 @@ fn a_board_replaced_under_the_dispatcher_winds_its_workers_down_and_writes_nothi
     assert_eq!(rig.status(&later), TaskStatus::Ready, "nothing is claimed");
     assert_eq!(worker.signals, [], "the worker had run untouched before");
 }
+
+#[test]
+fn a_pause_ends_on_its_last_millisecond_and_a_fault_then_doubles_the_next() {
+    let mut rig = rig();
+    let id = rig.add("patient");
+    let fault = || EnvironmentFault::Transient("the server cannot be reached".into());
+    rig.dispatcher.halt(fault());
+    rig.time.advance_millis(999);
+    assert_eq!(rig.tick().spawned, 0, "paused for the whole second");
+    rig.time.advance_millis(1);
+    rig.dispatcher.halt(fault());
+    let pauses: Vec<u64> = rig
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            DispatchEvent::Paused { for_ms, .. } => Some(*for_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        pauses,
+        [1000, 2000],
+        "a fault met as the pause ends is a new one"
+    );
+    rig.time.advance_millis(2000);
+    assert_eq!(rig.tick().spawned, 1, "over on its last millisecond");
+    assert_eq!(rig.card(&id).task.consecutive_failures, 0);
+}
+
+#[test]
+fn a_board_fault_met_by_a_claim_pauses_claiming() {
+    let time = VirtualClock::at(START);
+    let (board, dir) = kanban_testkit::shared_file_board(time.clone());
+    let mut rig = rig_on(board, time, settings(), 0);
+    let path = dir.path().join("kanban.db");
+    let id = rig.add("patient");
+    kanban_testkit::refuse_events(&path, "NEW.kind = 'claimed'");
+    rig.tick();
+    assert!(
+        rig.events()
+            .iter()
+            .any(|event| matches!(event, DispatchEvent::Paused { .. })),
+        "{:?}",
+        rig.events()
+    );
+    kanban_testkit::accept_events(&path);
+    assert_eq!(rig.tick().spawned, 0, "still paused");
+    rig.time.advance(2);
+    assert_eq!(rig.tick().spawned, 1, "resumed after the pause");
+    assert_eq!(rig.card(&id).task.consecutive_failures, 0);
+}
+
+#[test]
+fn a_wind_down_kills_what_outlives_the_grace_period_and_books_nothing() {
+    let time = VirtualClock::at(START);
+    let (board, dir) = kanban_testkit::shared_file_board(time.clone());
+    let mut rig = rig_on(board, time, settings(), 0);
+    let stubborn = rig.add("stubborn");
+    let willing = rig.add("willing");
+    rig.tick();
+    let (stubborn, willing) = (rig.host.worker(&stubborn), rig.host.worker(&willing));
+    rig.host.make_stubborn(stubborn.pid);
+    let path = dir.path().join("kanban.db");
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::rename(&copy, &path).unwrap();
+    rig.tick();
+    let signals = |rig: &Rig, pid: u32| {
+        rig.host
+            .processes()
+            .into_iter()
+            .find(|process| process.pid == pid)
+            .map(|process| process.signals)
+            .unwrap_or_default()
+    };
+    assert_eq!(signals(&rig, stubborn.pid), [StopSignal::Terminate]);
+    rig.time.advance_millis(4_999);
+    rig.tick();
+    assert_eq!(
+        signals(&rig, stubborn.pid),
+        [StopSignal::Terminate],
+        "within the grace period"
+    );
+    rig.time.advance_millis(1);
+    rig.tick();
+    assert_eq!(
+        signals(&rig, stubborn.pid),
+        [StopSignal::Terminate, StopSignal::Kill],
+        "killed once the grace period is over"
+    );
+    rig.tick();
+    assert_eq!(
+        signals(&rig, stubborn.pid).len(),
+        2,
+        "killed once, not at every tick"
+    );
+    let unbooked: Vec<u32> = rig
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            DispatchEvent::LeftUnbooked { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    assert!(unbooked.contains(&willing.pid), "{unbooked:?}");
+}
+
+#[test]
+fn a_card_goes_to_the_agent_of_its_assignee_or_to_none() {
+    use kanban_core::walls::{AgentRoute, ProviderId};
+    let route = |name: &str| AgentRoute {
+        identity: format!("{name}#1"),
+        provider: ProviderId::default(),
+        max_in_progress: None,
+    };
+    let with = |routes: &[&str]| DispatchSettings {
+        routes: routes
+            .iter()
+            .map(|name| ((*name).to_owned(), route(name)))
+            .collect(),
+        ..settings()
+    };
+    let rig = rig_with(with(&["", "a"]));
+    assert_eq!(rig.dispatcher.route_of(Some("a")), Some("a".into()));
+    assert_eq!(rig.dispatcher.route_of(None), Some(String::new()));
+    assert_eq!(
+        rig.dispatcher.route_of(Some("b")),
+        None,
+        "named agents: b has none"
+    );
+    let rig = rig_with(with(&["a"]));
+    assert_eq!(rig.dispatcher.route_of(Some("b")), None);
+    assert_eq!(rig.dispatcher.route_of(Some("a")), Some("a".into()));
+}
