@@ -51,7 +51,7 @@ impl Dispatcher {
 
     /// The assignees whose cards `route` serves (`""`: no assignee); `None`
     /// for every card (a lone unnamed agent).
-    pub(super) fn assignees_of(&self, route: &str) -> Option<BTreeSet<String>> {
+    pub fn assignees_of(&self, route: &str) -> Option<BTreeSet<String>> {
         let named = self.settings.routes.keys().any(|route| !route.is_empty());
         if !named {
             return None;

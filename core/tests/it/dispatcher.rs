@@ -1315,3 +1315,58 @@ fn a_card_goes_to_the_agent_of_its_assignee_or_to_none() {
     assert_eq!(rig.dispatcher.route_of(Some("b")), None);
     assert_eq!(rig.dispatcher.route_of(Some("a")), Some("a".into()));
 }
+
+#[test]
+fn the_unassigned_route_takes_cards_with_no_assignee_and_only_those() {
+    let mut settings = two_provider_settings(3600);
+    settings.unassigned_route = Some("a".into());
+    let rig = rig_with(settings);
+    assert_eq!(rig.dispatcher.route_of(None), Some("a".into()));
+    assert_eq!(rig.dispatcher.route_of(Some("c")), None, "c has no agent");
+    assert_eq!(
+        rig.dispatcher.assignees_of("a"),
+        Some(["".to_owned(), "a".to_owned()].into())
+    );
+    assert_eq!(
+        rig.dispatcher.assignees_of("b"),
+        Some(["b".to_owned()].into())
+    );
+}
+
+#[test]
+fn an_exit_of_75_or_78_with_no_reason_walls_its_agent_by_rate_or_credential() {
+    for (code, kind) in [
+        (ExitCode::TempFail, kanban_core::walls::WallKind::Rate),
+        (
+            ExitCode::ConfigFail,
+            kanban_core::walls::WallKind::Credential,
+        ),
+    ] {
+        let mut rig = two_provider_rig(3600);
+        let id = rig.add_for("walled", "a", 0);
+        rig.tick();
+        let worker = rig.host.worker(&id);
+        let result = WorkerResult {
+            pid: worker.pid,
+            claim_lock: worker.claim.claim_lock.clone(),
+            exit_code: code,
+            last_output: String::new(),
+            turns: 1,
+            recovery_attempts: 0,
+            retry_after_seconds: None,
+            failure_reason: None,
+            provider: Some("provider-a".into()),
+            model: Some("m".into()),
+        };
+        block_on(rig.board.book_result(&worker.claim, &result)).unwrap();
+        rig.host.exit(worker.pid, ExitWitness::Code(code.code()));
+        rig.tick();
+        let walls = block_on(rig.board.walls()).unwrap();
+        assert_eq!(
+            walls.iter().map(|wall| wall.kind).collect::<Vec<_>>(),
+            [kind],
+            "exit {code:?}: {walls:?}"
+        );
+        assert_eq!(walls[0].reason, format!("exit {code}"));
+    }
+}
