@@ -1370,3 +1370,102 @@ fn an_exit_of_75_or_78_with_no_reason_walls_its_agent_by_rate_or_credential() {
         assert_eq!(walls[0].reason, format!("exit {code}"));
     }
 }
+
+fn ticks_recorded(rig: &Rig) -> i64 {
+    block_on(rig.board.stats())
+        .unwrap()
+        .tick_buckets
+        .iter()
+        .sum()
+}
+
+#[test]
+fn once_is_one_tick_and_its_count_is_recorded() {
+    let mut rig = rig();
+    for n in 0..3 {
+        rig.add(&format!("card {n}"));
+    }
+    let end = block_on(rig.dispatcher.run(RunMode::Once));
+    assert!(matches!(end, DispatchEnd::Finished), "{end:?}");
+    assert_eq!(rig.dispatcher.children().count(), 2, "one tick's claims");
+    assert_eq!(rig.host.processes().len(), 2);
+    assert_eq!(ticks_recorded(&rig), 1, "the tick is counted on the board");
+    assert_eq!(rig.dispatcher.halted(), None);
+    let shown = format!("{:?}", rig.dispatcher);
+    assert!(shown.contains("children: 2"), "{shown}");
+    assert!(
+        format!(
+            "{:?}",
+            DispatchPorts {
+                board: rig.board.clone(),
+                supervisor: Arc::new(rig.host.clone()),
+                clock: Arc::new(rig.time.clone()),
+                wakeups: Arc::new(rig.host.clone()),
+                notes: Arc::new(|_: &DispatchEvent| {}),
+            }
+        )
+        .contains("h1")
+    );
+}
+
+#[test]
+fn until_idle_runs_until_nothing_is_left_to_claim_or_book() {
+    let mut rig = rig();
+    let id = rig.add("quick");
+    let (board, host) = (rig.board.clone(), rig.host.clone());
+    rig.host.on_spawn(move |claim| {
+        let (board, host, claim) = (board.clone(), host.clone(), claim.clone());
+        // The worker finishes its card as soon as it starts.
+        std::thread::spawn(move || {
+            block_on(board.complete(&claim, "done", None)).unwrap();
+            let pid = host.worker(&claim.task_id).pid;
+            host.exit(pid, ExitWitness::Code(0));
+        })
+        .join()
+        .unwrap();
+    });
+    let end = block_on(rig.dispatcher.run(RunMode::UntilIdle));
+    assert!(matches!(end, DispatchEnd::Finished), "{end:?}");
+    assert_eq!(rig.status(&id), TaskStatus::Done, "booked before it ended");
+    assert!(ticks_recorded(&rig) >= 2);
+}
+
+#[test]
+fn a_long_run_records_its_ticks_every_fifteen_seconds_and_at_its_stop() {
+    let time = VirtualClock::at(START);
+    let board = Arc::new(memory_board(Arc::new(time.clone())));
+    let host = FakeHost::new("h1", time.clone());
+    // At each tick (every 10 s), how many ticks the board has recorded.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (watched, stopper, counts) = (board.clone(), host.clone(), seen.clone());
+    let ports = DispatchPorts {
+        board: board.clone(),
+        supervisor: Arc::new(host.clone()),
+        clock: Arc::new(time.clone()),
+        wakeups: Arc::new(host.clone()),
+        notes: Arc::new(move |event: &DispatchEvent| {
+            if matches!(event, DispatchEvent::Tick { .. }) {
+                let stats = block_on(watched.stats()).unwrap();
+                let mut counts = counts.lock().unwrap();
+                counts.push(stats.tick_buckets.iter().sum::<i64>());
+                if counts.len() == 4 {
+                    stopper.request_stop();
+                }
+            }
+        }),
+    };
+    let mut dispatcher = Dispatcher::new(ports, settings());
+    let end = block_on(dispatcher.run(RunMode::Forever));
+    assert!(matches!(end, DispatchEnd::Interrupted), "{end:?}");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [0, 0, 0, 3],
+        "flushed after the tick 20 s in, not before"
+    );
+    let stats = block_on(board.stats()).unwrap();
+    assert_eq!(
+        stats.tick_buckets.iter().sum::<i64>(),
+        4,
+        "the last at the stop"
+    );
+}
