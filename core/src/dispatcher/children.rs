@@ -1,6 +1,8 @@
 //! Watching our workers and others' runs: renewing live leases, stopping
 //! work that lost its claim or overran, escalating stops.
 
+use std::collections::BTreeSet;
+
 use crate::booking::SignalReason;
 use crate::data::{BoardError, Claim, Release, RunStatus};
 
@@ -132,14 +134,19 @@ impl Dispatcher {
     }
 
     pub(super) async fn fence_children(&mut self, running: &[RunningWorker], mono: u64) {
-        let pids: Vec<u32> = self.children.keys().copied().collect();
-        for pid in pids {
+        // Only children the board no longer lists as running can have lost
+        // their claim: the others cost no board read.
+        let unlisted: Vec<u32> = self
+            .children
+            .iter()
+            .filter(|(_, child)| !running.iter().any(|worker| worker.claim == child.claim))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in unlisted {
             let Some(child) = self.children.get(&pid).cloned() else {
                 continue;
             };
-            if running.iter().any(|worker| worker.claim == child.claim)
-                || self.stopping.contains_key(&i64::from(pid))
-            {
+            if self.stopping.contains_key(&i64::from(pid)) {
                 continue;
             }
             let status = self.ports.board.run_status(&child.claim).await;
@@ -222,9 +229,9 @@ impl Dispatcher {
     }
 
     /// Moves every stop along: SIGKILL after the grace period; a worker that
-    /// survives even that has its reclaim deferred. Returns bookings made.
-    pub(super) async fn escalate(&mut self, mono: u64) -> usize {
-        let mut booked = 0;
+    /// survives even that has its reclaim deferred. Returns the runs booked.
+    pub(super) async fn escalate(&mut self, mono: u64) -> BTreeSet<i64> {
+        let mut booked = BTreeSet::new();
         let grace = millis(self.settings.grace);
         let pids: Vec<i64> = self.stopping.keys().copied().collect();
         for pid in pids {
@@ -239,10 +246,12 @@ impl Dispatcher {
                 // Not ours, so nobody reaps it: book it from the board.
                 self.stopping.remove(&pid);
                 let seal = stop.process.seal_digest.clone();
-                booked += usize::from(
-                    self.book_dead(&stop.claim, Some(stop.reason), seal.as_deref())
-                        .await,
-                );
+                if self
+                    .book_dead(&stop.claim, Some(stop.reason), seal.as_deref())
+                    .await
+                {
+                    booked.insert(stop.claim.run_id);
+                }
                 continue;
             }
             let elapsed = mono.saturating_sub(stop.since_ms);

@@ -87,17 +87,11 @@ impl Dispatcher {
                     // nothing. A fault met after the pause doubles the next.
                     return;
                 }
+                // Any earlier pause is over by now, so this one ends later.
                 let for_ms = millis(self.health.next_pause);
-                let until = mono.saturating_add(for_ms);
-                if self
-                    .health
-                    .paused_until_ms
-                    .is_none_or(|paused| paused < until)
-                {
-                    self.note(DispatchEvent::Paused { fault, for_ms });
-                    self.health.paused_until_ms = Some(until);
-                    self.health.next_pause = (self.health.next_pause * 2).min(LONGEST_PAUSE);
-                }
+                self.note(DispatchEvent::Paused { fault, for_ms });
+                self.health.paused_until_ms = Some(mono.saturating_add(for_ms));
+                self.health.next_pause = (self.health.next_pause * 2).min(LONGEST_PAUSE);
             }
         }
     }

@@ -416,8 +416,13 @@ impl Dispatcher {
         let mono = self.mono();
         self.observe(&running, mono);
         self.fence_children(&running, mono).await;
-        report.booked += self.escalate(mono).await;
-        for worker in &running {
+        let stopped = self.escalate(mono).await;
+        report.booked += stopped.len();
+        // A run booked as its stop ended is still in `running`, read before.
+        for worker in running
+            .iter()
+            .filter(|w| !stopped.contains(&w.claim.run_id))
+        {
             report.booked += self.watch_worker(worker, now, mono).await;
         }
         report.spawned = self.claim_step(claiming, &running).await;

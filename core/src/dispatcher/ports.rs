@@ -114,22 +114,9 @@ pub trait DispatchBoard: Board {
         ttl_seconds: i64,
         claim_locks: &[String],
         filter: &ClaimFilter,
-    ) -> Result<Vec<ClaimGrant>, BoardError> {
-        let mut grants = Vec::new();
-        for lock in claim_locks {
-            match self.claim_next_ready(ttl_seconds, lock, filter).await? {
-                Some(grant) => grants.push(grant),
-                None => break,
-            }
-        }
-        Ok(grants)
-    }
+    ) -> Result<Vec<ClaimGrant>, BoardError>;
     /// Adds one dispatcher's tick durations to the board's (for metrics).
-    /// Boards that keep none ignore them.
-    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
-        let _ = (host, ticks);
-        Ok(())
-    }
+    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError>;
     /// Every provider wall on the board.
     async fn walls(&self) -> Result<Vec<Wall>, BoardError>;
     /// Marks `claim`'s run as the probe of the walls of `scopes` (event
@@ -181,9 +168,7 @@ pub trait DispatchBoard: Board {
     /// Checks that the board is still the one it was opened as and safe to
     /// write (a board file replaced, or its journal deleted, while in use is
     /// not). An error means: write nothing more.
-    async fn check_health(&self) -> Result<(), BoardError> {
-        Ok(())
-    }
+    async fn check_health(&self) -> Result<(), BoardError>;
 }
 
 /// The upper bounds (milliseconds) of the tick-duration histogram's buckets.
@@ -214,7 +199,7 @@ impl TickDurations {
 }
 
 /// Which ready cards a claim may take, by assignee.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClaimFilter {
     /// The assignees admitted (`""` for a card with none); `None` admits
     /// every card.
@@ -224,7 +209,7 @@ pub struct ClaimFilter {
 impl ClaimFilter {
     /// Admits every card.
     pub fn any() -> Self {
-        Self::default()
+        Self { assignees: None }
     }
 
     /// Admits the cards of these assignees only (`""`: unassigned).

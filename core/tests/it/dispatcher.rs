@@ -270,7 +270,7 @@ fn a_previous_dispatchers_dead_worker_is_booked_from_its_result_or_its_trailer()
     rig.host.exit(pid, ExitWitness::Code(78));
     let (_, pid) = rig.foreign_claim(&with_nothing, "h1:99:old3");
     rig.host.exit(pid, ExitWitness::Signal(9));
-    rig.tick();
+    assert_eq!(rig.tick().booked, 3, "each counted in the tick's report");
     let booked = |id: &str| {
         let view = rig.card(id);
         let event = view
@@ -456,6 +456,14 @@ fn a_spawn_failure_is_the_environments_not_the_cards() {
         end.exit_code(),
         ExitCode::ConfigFail,
         "a configuration fault ends the dispatcher with 78"
+    );
+    assert!(
+        matches!(
+            rig.dispatcher.halted(),
+            Some(EnvironmentFault::Configuration(_))
+        ),
+        "{:?}",
+        rig.dispatcher.halted()
     );
     let view = rig.card(&id);
     assert_eq!(view.task.status, TaskStatus::Ready, "released back");
@@ -1172,6 +1180,21 @@ fn a_board_replaced_under_the_dispatcher_winds_its_workers_down_and_writes_nothi
         "the worker is asked to stop: {:?}",
         rig.events()
     );
+    assert_eq!(
+        rig.dispatcher.next_wait(),
+        Duration::from_secs(5),
+        "the next tick comes when the grace period ends"
+    );
+    let end = block_on(rig.dispatcher.run(RunMode::Once));
+    assert!(
+        matches!(end, DispatchEnd::Halted(EnvironmentFault::Configuration(_))),
+        "its worker stopped, the run ends: {end:?}"
+    );
+    assert_eq!(
+        ticks_recorded(&rig),
+        0,
+        "not even the tick count is written to the replaced board's file"
+    );
     assert!(
         rig.events()
             .iter()
@@ -1310,6 +1333,12 @@ fn a_card_goes_to_the_agent_of_its_assignee_or_to_none() {
         rig.dispatcher.route_of(Some("b")),
         None,
         "named agents: b has none"
+    );
+    let rig = rig_with(with(&[""]));
+    assert_eq!(
+        rig.dispatcher.route_of(Some("b")),
+        Some(String::new()),
+        "a lone unnamed agent serves every card"
     );
     let rig = rig_with(with(&["a"]));
     assert_eq!(rig.dispatcher.route_of(Some("b")), None);
@@ -1468,4 +1497,384 @@ fn a_long_run_records_its_ticks_every_fifteen_seconds_and_at_its_stop() {
         4,
         "the last at the stop"
     );
+}
+
+impl Rig {
+    fn tick_whys(&self) -> Vec<&'static str> {
+        self.events()
+            .into_iter()
+            .filter_map(|event| match event {
+                DispatchEvent::Tick { why, .. } => Some(why),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn board_events(&self, id: &str, kind: &str) -> usize {
+        self.card(id)
+            .events
+            .iter()
+            .filter(|event| event.kind == kind)
+            .count()
+    }
+
+    fn count(&self, wanted: impl Fn(&DispatchEvent) -> bool) -> usize {
+        self.events().iter().filter(|event| wanted(event)).count()
+    }
+
+    fn expires(&self, id: &str) -> i64 {
+        self.card(id).task.claim_expires.unwrap()
+    }
+}
+
+fn mono_ms(rig: &Rig) -> u64 {
+    Clock::monotonic_millis(&rig.time)
+}
+
+#[test]
+fn the_wait_between_ticks_ends_when_a_stop_escalates() {
+    let mut rig = rig();
+    assert_eq!(rig.dispatcher.next_wait(), Duration::from_secs(10));
+    let id = rig.add("unkillable");
+    rig.tick();
+    let pid = rig.host.worker(&id).pid;
+    rig.host.make_stubborn(pid);
+    rig.host.make_unkillable(pid);
+    rig.time.advance(1);
+    block_on(rig.board.reclaim(&id, "operator")).unwrap();
+    rig.tick();
+    rig.time.advance(1);
+    assert_eq!(
+        rig.dispatcher.next_wait(),
+        Duration::from_secs(4),
+        "until the grace period ends, 5 s after the stop"
+    );
+    rig.time.advance(4);
+    rig.tick();
+    assert_eq!(
+        rig.host.worker(&id).signals,
+        [StopSignal::Terminate, StopSignal::Kill]
+    );
+    rig.time.advance(2);
+    assert_eq!(
+        rig.dispatcher.next_wait(),
+        Duration::from_secs(3),
+        "until the kill wait ends, 10 s after the stop"
+    );
+}
+
+#[test]
+fn a_shutdown_waits_out_the_grace_and_the_kill_wait_then_leaves_an_unkillable_worker() {
+    let mut rig = rig();
+    let id = rig.add("unkillable");
+    rig.tick();
+    let pid = rig.host.worker(&id).pid;
+    rig.host.make_stubborn(pid);
+    rig.host.make_unkillable(pid);
+    rig.host.request_stop();
+    let began = mono_ms(&rig);
+    let end = block_on(rig.dispatcher.run(RunMode::Forever));
+    assert_eq!(end, DispatchEnd::Interrupted);
+    let waited = mono_ms(&rig) - began;
+    // The rig's dispatcher reads its monotonic clock in whole seconds.
+    assert!(
+        (10_001..=11_000).contains(&waited),
+        "gives up one step after the 5 s grace and the 5 s kill wait: {waited} ms"
+    );
+    assert_eq!(
+        rig.host.worker(&id).signals,
+        [StopSignal::Terminate, StopSignal::Kill]
+    );
+    assert_eq!(
+        rig.count(|event| matches!(
+            event,
+            DispatchEvent::LeftRunning { task_id, pid: left } if *task_id == id && *left == pid
+        )),
+        1,
+        "{:?}",
+        rig.events()
+    );
+}
+
+#[test]
+fn a_paused_dispatcher_is_never_idle() {
+    let mut rig = rig();
+    rig.dispatcher.halt(EnvironmentFault::Transient(
+        "the server cannot be reached".into(),
+    ));
+    assert!(!rig.tick().idle, "paused, with nothing on the board");
+    rig.time.advance(2);
+    assert!(rig.tick().idle, "the pause is over");
+}
+
+#[test]
+fn a_tick_counts_the_bookings_of_workers_it_did_not_start() {
+    let mut rig = rig_with(DispatchSettings {
+        max_runtime_seconds: Some(60),
+        ..settings()
+    });
+    let id = rig.add("an earlier dispatcher's");
+    let (_, pid) = rig.foreign_claim(&id, "h1:99:old");
+    rig.host.make_stubborn(pid);
+    rig.tick();
+    rig.time.advance(66);
+    rig.tick();
+    assert_eq!(
+        rig.stopping(),
+        [(id.clone(), kanban_core::SignalReason::Overrun)]
+    );
+    let report = rig.tick();
+    assert_eq!(report.booked, 0, "it still runs: nothing to book");
+    assert_eq!(rig.status(&id), TaskStatus::Running);
+    rig.host.exit(pid, ExitWitness::Signal(15));
+    assert_eq!(rig.tick().booked, 1, "booked once it died");
+    assert_eq!(
+        rig.count(|event| matches!(event, DispatchEvent::Booked { .. })),
+        1,
+        "and only once: {:?}",
+        rig.events()
+    );
+    assert_eq!(rig.card(&id).runs[0].outcome.as_deref(), Some("timed_out"));
+}
+
+#[test]
+fn a_run_past_its_limit_and_the_grace_period_is_stopped_and_a_limit_of_zero_is_none() {
+    let mut rig = rig_with(DispatchSettings {
+        max_runtime_seconds: Some(60),
+        ..settings()
+    });
+    let limited = rig.add("limited");
+    let unlimited = block_on(rig.board.create_task(&NewTask {
+        title: "unlimited".into(),
+        max_runtime_seconds: Some(0),
+        ..NewTask::default()
+    }))
+    .unwrap();
+    rig.tick();
+    // Runs are timed from when this dispatcher first saw them on the board.
+    rig.tick();
+    rig.time.advance(65);
+    rig.tick();
+    assert!(rig.stopping().is_empty(), "60 s and 5 s of grace: not yet");
+    rig.time.advance(1);
+    rig.tick();
+    assert_eq!(
+        rig.stopping(),
+        [(limited.clone(), kanban_core::SignalReason::Overrun)],
+        "and the card with a limit of 0 runs on"
+    );
+    assert_eq!(
+        rig.board_events(&limited, "worker_signalled"),
+        1,
+        "why it was stopped is on the board before the signal"
+    );
+    assert_eq!(rig.board_events(&unlimited, "worker_signalled"), 0);
+}
+
+#[test]
+fn a_reclaim_is_deferred_once_when_a_worker_outlives_the_kill_wait() {
+    let mut rig = rig_with(DispatchSettings {
+        max_runtime_seconds: Some(60),
+        ..settings()
+    });
+    let id = rig.add("unkillable");
+    rig.tick();
+    rig.tick();
+    let pid = rig.host.worker(&id).pid;
+    rig.host.make_stubborn(pid);
+    rig.host.make_unkillable(pid);
+    rig.time.advance(66);
+    rig.tick();
+    let deferred =
+        |rig: &Rig| rig.count(|event| matches!(event, DispatchEvent::ReclaimDeferred { .. }));
+    for second in 1..10 {
+        rig.time.advance(1);
+        rig.tick();
+        assert_eq!(deferred(&rig), 0, "{second} s after the stop");
+    }
+    assert_eq!(
+        rig.host.worker(&id).signals,
+        [StopSignal::Terminate, StopSignal::Kill]
+    );
+    rig.time.advance(1);
+    rig.tick();
+    assert_eq!(deferred(&rig), 1, "10 s after the stop");
+    for _ in 0..3 {
+        rig.time.advance(1);
+        rig.tick();
+    }
+    assert_eq!(deferred(&rig), 1, "said once");
+    assert_eq!(
+        rig.board_events(&id, "reclaim_deferred"),
+        1,
+        "recorded once"
+    );
+}
+
+#[test]
+fn a_lease_is_renewed_once_a_third_is_gone_and_a_lapsed_one_is_recorded() {
+    let mut rig = rig();
+    let id = rig.add("quiet");
+    rig.tick();
+    let first = rig.expires(&id);
+    rig.time.advance(TTL / 3);
+    rig.tick();
+    assert_eq!(rig.expires(&id), first, "two thirds left: not yet");
+    rig.time.advance(1);
+    rig.tick();
+    assert_eq!(rig.expires(&id), START + TTL / 3 + 1 + TTL);
+    let extended =
+        |rig: &Rig| rig.count(|event| matches!(event, DispatchEvent::LeaseExtended { .. }));
+    assert_eq!(extended(&rig), 0, "a renewal in time is not news");
+    assert_eq!(rig.board_events(&id, "claim_extended"), 0);
+    // The dispatcher stalled past the lease; its worker lives on.
+    rig.time.advance(TTL + 1);
+    rig.tick();
+    assert_eq!(rig.expires(&id), START + TTL / 3 + 1 + TTL + 1 + TTL);
+    assert_eq!(extended(&rig), 1, "a lapsed lease renewed is");
+    assert_eq!(rig.board_events(&id, "claim_extended"), 1);
+}
+
+#[test]
+fn a_claim_that_goes_through_ends_the_doubling_of_pauses_and_a_quiet_tick_does_not() {
+    let mut rig = rig();
+    let fault = || EnvironmentFault::Transient("the server cannot be reached".into());
+    rig.dispatcher.halt(fault());
+    rig.time.advance(1);
+    rig.dispatcher.halt(fault());
+    rig.time.advance(2);
+    assert_eq!(rig.tick().spawned, 0, "nothing to claim");
+    rig.dispatcher.halt(fault());
+    rig.time.advance(4);
+    rig.add("card");
+    assert_eq!(rig.tick().spawned, 1);
+    rig.dispatcher.halt(fault());
+    let pauses: Vec<u64> = rig
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            DispatchEvent::Paused { for_ms, .. } => Some(*for_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pauses, [1000, 2000, 4000, 1000]);
+}
+
+#[test]
+fn each_tick_says_why_it_claimed_no_more() {
+    let mut rig = rig();
+    for n in 0..3 {
+        rig.add(&format!("card {n}"));
+    }
+    rig.tick();
+    rig.tick();
+    let mut rig_one = rig_with(settings());
+    rig_one.add("alone");
+    rig_one.tick();
+    assert_eq!(
+        rig.tick_whys(),
+        [
+            "every free slot was filled",
+            "every slot is taken (--max-in-progress)"
+        ]
+    );
+    assert_eq!(rig_one.tick_whys(), ["nothing more to claim now"]);
+}
+
+#[test]
+fn an_agent_at_its_own_limit_gets_no_more_cards() {
+    use kanban_core::walls::{AgentRoute, ProviderId};
+    let mut rig = rig_with(DispatchSettings {
+        max_in_progress: 4,
+        routes: [(
+            "a".to_owned(),
+            AgentRoute {
+                identity: "a#1".into(),
+                provider: ProviderId::default(),
+                max_in_progress: Some(1),
+            },
+        )]
+        .into(),
+        ..settings()
+    });
+    let ids: Vec<String> = (0..3)
+        .map(|n| rig.add_for(&format!("card {n}"), "a", 0))
+        .collect();
+    assert_eq!(rig.tick().spawned, 1, "a's own limit is 1");
+    assert_eq!(rig.tick().spawned, 0);
+    assert_eq!(rig.runs_of(&ids), 1);
+    let at_their_limit: Vec<Vec<String>> = rig
+        .events()
+        .into_iter()
+        .filter_map(|event| match event {
+            DispatchEvent::ClaimPlan { at_their_limit, .. } => Some(at_their_limit),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(at_their_limit, [vec![], vec!["a".to_owned()]]);
+}
+
+#[test]
+fn a_card_skipped_for_an_earlier_run_that_will_not_die_uses_up_its_claim() {
+    let mut rig = rig();
+    let stuck = rig.add("an earlier run will not die");
+    let (_, pid) = rig.foreign_claim(&stuck, "h1:99:old");
+    rig.host.make_stubborn(pid);
+    rig.host.make_unkillable(pid);
+    block_on(rig.board.reclaim(&stuck, "operator")).unwrap();
+    let next = rig.add("next");
+    assert_eq!(rig.tick().spawned, 1);
+    assert_eq!(
+        rig.card(&stuck).runs.len(),
+        2,
+        "the earlier run, and one claim this tick, not one per free slot"
+    );
+    assert_eq!(rig.status(&next), TaskStatus::Running);
+}
+
+#[test]
+fn the_log_says_how_each_exit_was_booked_and_where_its_code_came_from() {
+    use kanban_core::{Booking, BookingKind};
+    let booked = |source: &'static str, kind: BookingKind, blocks: bool| {
+        DispatchEvent::Booked {
+            task_id: "t_1".into(),
+            witness: ExitWitness::Code(75),
+            source,
+            booking: Booking {
+                kind,
+                counts_failure: false,
+                blocks,
+                cooldown: false,
+            },
+        }
+        .to_string()
+    };
+    assert_eq!(
+        booked("wait", BookingKind::RateLimited, false),
+        "t_1 worker exited 75: rate limited: back to ready, not counted, held for the cooldown"
+    );
+    assert_eq!(
+        booked("trailer", BookingKind::Crashed, true),
+        "t_1 worker exited 75 (from trailer): crashed, at the failure limit: blocked"
+    );
+}
+
+#[test]
+fn only_the_worker_that_lost_its_claim_is_stopped() {
+    let mut rig = rig();
+    let lost = rig.add("taken back");
+    let kept = rig.add("kept");
+    rig.tick();
+    block_on(rig.board.reclaim(&lost, "operator")).unwrap();
+    rig.tick();
+    assert_eq!(
+        rig.stopping(),
+        [(lost.clone(), kanban_core::SignalReason::Fenced)]
+    );
+    assert_eq!(
+        rig.board_events(&lost, "worker_signalled"),
+        0,
+        "a fenced run's stop is not recorded: its run is over"
+    );
+    assert_eq!(rig.status(&kept), TaskStatus::Running);
 }

@@ -13,6 +13,7 @@
 
 mod architecture;
 mod carrier;
+mod dispatch_ports;
 mod dispatcher;
 mod exit;
 mod interaction;

@@ -11,7 +11,8 @@ use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::walls::Wall;
 use kanban_core::{
     Board, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
-    ProofIdentity, RunStatus, RunningWorker, SignalReason, WorkerProcess, WorkerResult,
+    ProofIdentity, RunStatus, RunningWorker, SignalReason, TickDurations, WorkerProcess,
+    WorkerResult,
 };
 
 use super::exec::{Shared, yield_now};
@@ -183,6 +184,26 @@ impl DispatchBoard for SimBoard {
         self.inner
             .claim_next_ready(ttl_seconds, claim_lock, filter)
             .await
+    }
+    /// One card at a time, each claim through its own gate: the simulator
+    /// fails a batch part way through, as a board without batches would.
+    async fn claim_ready_batch(
+        &self,
+        ttl_seconds: i64,
+        claim_locks: &[String],
+        filter: &ClaimFilter,
+    ) -> Result<Vec<ClaimGrant>, BoardError> {
+        let mut grants = Vec::new();
+        for lock in claim_locks {
+            match self.claim_next_ready(ttl_seconds, lock, filter).await? {
+                Some(grant) => grants.push(grant),
+                None => break,
+            }
+        }
+        Ok(grants)
+    }
+    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
+        self.inner.record_ticks(host, ticks).await
     }
     async fn walls(&self) -> Result<Vec<Wall>, BoardError> {
         self.gate("walls").await?;
