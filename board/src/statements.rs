@@ -1274,8 +1274,9 @@ impl Tx<'_> {
             .iter()
             .enumerate()
             .map(|(bucket, count)| (limit(bucket), *count));
+        // Bucket -1 holds the sum; a zero adds nothing, so it is not sent.
         for (bucket, count) in counts.chain([(-1, ticks.sum_ms)]) {
-            if count > 0 || bucket < 0 {
+            if count != 0 {
                 let count = i64::try_from(count).unwrap_or(i64::MAX);
                 self.sql.execute(add, args![host, bucket, count]).await?;
             }

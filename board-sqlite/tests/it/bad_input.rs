@@ -133,3 +133,53 @@ fn a_board_of_schema_version_1_is_migrated_in_place() {
 fn kanban_board_sqlite_schema_v1() -> &'static str {
     kanban_board_sqlite::MIGRATIONS[0]
 }
+
+#[test]
+fn cards_with_ids_no_kanban_writes_at_the_head_of_the_lane_do_not_stop_a_batch() {
+    use kanban_core::{BoardAdmin, ClaimFilter, DispatchBoard, NewTask, TaskStatus};
+    use kanban_testkit::block_on;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kanban.db");
+    let board = SqliteBoard::create(&path, clock()).unwrap();
+    let add = |title: &str, priority: i64| {
+        block_on(board.create_task(&NewTask {
+            title: title.into(),
+            priority,
+            ..NewTask::default()
+        }))
+        .unwrap()
+    };
+    // Another program's rows, first in claim order.
+    for (n, id) in [add("foreign 1", 9), add("foreign 2", 9)]
+        .iter()
+        .enumerate()
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE tasks SET id = ?1 WHERE id = ?2",
+            (format!("../foreign-{n}"), id),
+        )
+        .unwrap();
+    }
+    let ours = [add("ours 1", 0), add("ours 2", 0)];
+    let locks = ["h:1".to_owned(), "h:2".to_owned()];
+    let grants = block_on(board.claim_ready_batch(300, &locks, &ClaimFilter::any())).unwrap();
+    let claimed: Vec<&str> = grants
+        .iter()
+        .map(|grant| grant.claim.task_id.as_str())
+        .collect();
+    assert_eq!(claimed, [ours[0].as_str(), ours[1].as_str()]);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let untouched: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM tasks WHERE id LIKE '../%' AND status = 'ready' AND claim_lock IS NULL",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(untouched, 2, "passed over and left as they were");
+    assert!(
+        ours.iter()
+            .all(|id| block_on(board.show_task(id)).unwrap().task.status == TaskStatus::Running)
+    );
+}

@@ -13,6 +13,7 @@
 mod bad_input;
 mod concurrency;
 mod contract;
+mod listings;
 mod owner_seam;
 mod proof;
 mod state_machine;

@@ -641,16 +641,12 @@ fn a_rerun_first_kills_what_is_left_of_earlier_runs() {
 #[test]
 fn a_rerun_is_not_started_while_an_earlier_runs_process_will_not_die() {
     let mut rig = rig();
-    let id = rig.add("reclaimed under a stuck worker");
-    rig.tick();
-    let first = rig.host.worker(&id);
-    rig.host.make_stubborn(first.pid);
-    rig.host.make_unkillable(first.pid);
+    let (id, first) = rig.start_unkillable("reclaimed under a stuck worker");
     block_on(rig.board.reclaim(&id, "operator reclaim")).unwrap();
     rig.tick();
     assert_eq!(
         rig.host.worker(&id).pid,
-        first.pid,
+        first,
         "no second worker beside the one that would not die"
     );
     assert_eq!(rig.released(), [(id.clone(), false)], "{:?}", rig.events());
@@ -662,11 +658,7 @@ fn a_rerun_is_not_started_while_an_earlier_runs_process_will_not_die() {
 #[test]
 fn a_worker_that_survives_sigkill_has_its_reclaim_deferred() {
     let mut rig = rig();
-    let id = rig.add("unkillable");
-    rig.tick();
-    let pid = rig.host.worker(&id).pid;
-    rig.host.make_stubborn(pid);
-    rig.host.make_unkillable(pid);
+    let (id, _) = rig.start_unkillable("unkillable");
     for _ in 0..400 {
         rig.time.advance(10);
         rig.tick();
@@ -1500,6 +1492,17 @@ fn a_long_run_records_its_ticks_every_fifteen_seconds_and_at_its_stop() {
 }
 
 impl Rig {
+    /// A card claimed and started, whose worker ignores SIGTERM and
+    /// survives SIGKILL.
+    fn start_unkillable(&mut self, title: &str) -> (String, u32) {
+        let id = self.add(title);
+        self.tick();
+        let pid = self.host.worker(&id).pid;
+        self.host.make_stubborn(pid);
+        self.host.make_unkillable(pid);
+        (id, pid)
+    }
+
     fn tick_whys(&self) -> Vec<&'static str> {
         self.events()
             .into_iter()
@@ -1535,11 +1538,7 @@ fn mono_ms(rig: &Rig) -> u64 {
 fn the_wait_between_ticks_ends_when_a_stop_escalates() {
     let mut rig = rig();
     assert_eq!(rig.dispatcher.next_wait(), Duration::from_secs(10));
-    let id = rig.add("unkillable");
-    rig.tick();
-    let pid = rig.host.worker(&id).pid;
-    rig.host.make_stubborn(pid);
-    rig.host.make_unkillable(pid);
+    let (id, _) = rig.start_unkillable("unkillable");
     rig.time.advance(1);
     block_on(rig.board.reclaim(&id, "operator")).unwrap();
     rig.tick();
@@ -1566,11 +1565,7 @@ fn the_wait_between_ticks_ends_when_a_stop_escalates() {
 #[test]
 fn a_shutdown_waits_out_the_grace_and_the_kill_wait_then_leaves_an_unkillable_worker() {
     let mut rig = rig();
-    let id = rig.add("unkillable");
-    rig.tick();
-    let pid = rig.host.worker(&id).pid;
-    rig.host.make_stubborn(pid);
-    rig.host.make_unkillable(pid);
+    let (id, pid) = rig.start_unkillable("unkillable");
     rig.host.request_stop();
     let began = mono_ms(&rig);
     let end = block_on(rig.dispatcher.run(RunMode::Forever));
@@ -1677,12 +1672,9 @@ fn a_reclaim_is_deferred_once_when_a_worker_outlives_the_kill_wait() {
         max_runtime_seconds: Some(60),
         ..settings()
     });
-    let id = rig.add("unkillable");
+    let (id, _) = rig.start_unkillable("unkillable");
+    // Runs are timed from when this dispatcher first saw them on the board.
     rig.tick();
-    rig.tick();
-    let pid = rig.host.worker(&id).pid;
-    rig.host.make_stubborn(pid);
-    rig.host.make_unkillable(pid);
     rig.time.advance(66);
     rig.tick();
     let deferred =
