@@ -21,8 +21,11 @@ struct Graph {
 type Dependency = (String, Vec<Option<String>>);
 
 fn graph() -> Graph {
+    // Not `--offline`: metadata reads the manifest of every package in the
+    // lock file, those of other platforms too, which a build for this host
+    // never downloads; on a fresh machine cargo fetches them here.
     let output = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["metadata", "--format-version", "1", "--locked"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
