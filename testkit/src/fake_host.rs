@@ -44,9 +44,11 @@ struct State {
     gone_claimers: Vec<String>,
     locks: u64,
     on_spawn: Option<SpawnHook>,
+    on_sweep: Option<SpawnHook>,
 }
 
-/// What a test runs as each worker starts.
+/// What a test runs as each worker starts (or as each rerun's earlier
+/// processes are swept).
 #[derive(Clone)]
 struct SpawnHook(Arc<dyn Fn(&Claim) + Send + Sync>);
 
@@ -171,6 +173,13 @@ impl FakeHost {
         self.state().on_spawn = Some(SpawnHook(Arc::new(hook)));
     }
 
+    /// Runs `hook` with the claim of each rerun as its earlier runs'
+    /// processes are swept, before its worker starts: a slow sweep, or a
+    /// claim taken back meanwhile.
+    pub fn on_sweep(&self, hook: impl Fn(&Claim) + Send + Sync + 'static) {
+        self.state().on_sweep = Some(SpawnHook(Arc::new(hook)));
+    }
+
     /// Makes the next spawns fail with `fault` (or succeed again with `None`).
     pub fn fail_spawns(&self, fault: Option<EnvironmentFault>) {
         self.state().spawn_fault = fault;
@@ -291,6 +300,10 @@ impl Supervisor for FakeHost {
     }
 
     async fn sweep_earlier_runs(&self, claim: &Claim) -> bool {
+        let hook = self.state().on_sweep.clone();
+        if let Some(SpawnHook(hook)) = hook {
+            hook(claim);
+        }
         let mut state = self.state();
         state.swept.push((claim.run_id, "earlier"));
         let mut cleared = true;

@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::board::ClaimGrant;
 use crate::booking::SignalReason;
-use crate::data::{BoardError, Release, RunStatus};
+use crate::data::{BoardError, Claim, Release, RunStatus};
 use crate::dispatcher::children::Child;
 use crate::dispatcher::{ClaimFilter, DispatchEvent, Dispatcher, RunningWorker};
+use crate::rules::lease_expired;
 
 use crate::walls::{Gate, gate, probed_walls, route_label};
 
@@ -202,27 +203,10 @@ impl Dispatcher {
             self.release(&claim, Release::NotStarted { reason }).await;
             return Started::Skipped;
         };
-        if let Some(scopes) = probe {
-            match self.ports.board.start_probe(&claim, &scopes).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Another dispatcher's probe got there first (or the
-                    // wall was re-armed): the wall stays shut for this one.
-                    let reason = "another run probes its wall".to_owned();
-                    self.release(&claim, Release::NotStarted { reason }).await;
-                    return Started::Refused;
-                }
-                Err(error) => {
-                    self.board_trouble(&error);
-                    let reason = "its wall probe could not be recorded".to_owned();
-                    self.release(&claim, Release::NotStarted { reason }).await;
-                    return Started::Stop;
-                }
-            }
-            self.note(DispatchEvent::WallProbe {
-                task_id: claim.task_id.clone(),
-                scopes,
-            });
+        if let Some(scopes) = probe
+            && let Some(refused) = self.start_wall_probe(&claim, scopes).await
+        {
+            return refused;
         }
         self.routing.run_routes.insert(claim.run_id, route.clone());
         if let Some(left) = plan.room.get_mut(&route) {
@@ -235,6 +219,16 @@ impl Dispatcher {
             let reason = "a process of an earlier run of this card would not die".to_owned();
             self.release(&claim, Release::NotStarted { reason }).await;
             return Started::Skipped;
+        }
+        match self.renew_aged_claim(&claim, grant.claim_expires).await {
+            Ok(true) => {}
+            Ok(false) => return Started::Skipped,
+            Err(error) => {
+                self.board_trouble(&error);
+                let reason = "its aged lease could not be renewed".to_owned();
+                self.release(&claim, Release::NotStarted { reason }).await;
+                return Started::Stop;
+            }
         }
         let process = match self
             .ports
@@ -278,6 +272,55 @@ impl Dispatcher {
             Err(error) => self.board_trouble(&error),
         }
         Started::Spawned
+    }
+}
+
+impl Dispatcher {
+    /// Records that this claim's run probes its agent's wall; what the start
+    /// came to instead when the probe cannot be this run's.
+    async fn start_wall_probe(&mut self, claim: &Claim, scopes: Vec<String>) -> Option<Started> {
+        match self.ports.board.start_probe(claim, &scopes).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Another dispatcher's probe got there first (or the
+                // wall was re-armed): the wall stays shut for this one.
+                let reason = "another run probes its wall".to_owned();
+                self.release(claim, Release::NotStarted { reason }).await;
+                return Some(Started::Refused);
+            }
+            Err(error) => {
+                self.board_trouble(&error);
+                let reason = "its wall probe could not be recorded".to_owned();
+                self.release(claim, Release::NotStarted { reason }).await;
+                return Some(Started::Stop);
+            }
+        }
+        self.note(DispatchEvent::WallProbe {
+            task_id: claim.task_id.clone(),
+            scopes,
+        });
+        None
+    }
+
+    /// Renews a claim that aged while this dispatcher was slow to start its
+    /// worker (a stall, a long sweep of earlier runs), so that the worker
+    /// starts with at least two thirds of a lease. Otherwise the renewal
+    /// would wait for the next tick, and by then another host may have
+    /// watched the lease lapse and released the card as stale, charging it
+    /// for its dispatcher's delay. False when the claim moved on (the card
+    /// is someone else's now: nothing to release, nothing to start).
+    async fn renew_aged_claim(&mut self, claim: &Claim, expires: i64) -> Result<bool, BoardError> {
+        let ttl = self.settings.ttl_seconds;
+        let now = self.ports.clock.now();
+        if expires.saturating_sub(now) >= ttl.saturating_mul(2) / 3 {
+            return Ok(true);
+        }
+        let record =
+            lease_expired(Some(expires), now).then_some(("claim_extended", "worker_starting"));
+        self.ports
+            .board
+            .extend_lease(claim, now.saturating_add(ttl), record)
+            .await
     }
 }
 

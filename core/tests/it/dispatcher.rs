@@ -1870,3 +1870,87 @@ fn only_the_worker_that_lost_its_claim_is_stopped() {
     );
     assert_eq!(rig.status(&kept), TaskStatus::Running);
 }
+
+/// A rig whose card failed its first run, with `on_sweep` run as the
+/// rerun's earlier processes are swept; the next tick claims the rerun.
+fn rig_before_a_rerun(
+    on_sweep: impl Fn(&Rig) -> Box<dyn Fn(&Claim) + Send + Sync>,
+) -> (Rig, String) {
+    let mut rig = rig_with(DispatchSettings {
+        failure_policy: FailurePolicy {
+            backoff_base_seconds: 0,
+            ..FailurePolicy::default()
+        },
+        ..settings()
+    });
+    let id = rig.add("again");
+    rig.tick();
+    let first = rig.host.worker(&id);
+    rig.host.on_sweep(on_sweep(&rig));
+    rig.host.exit(first.pid, ExitWitness::Code(1));
+    (rig, id)
+}
+
+#[test]
+fn a_claim_that_aged_before_its_worker_started_is_renewed_before_the_start() {
+    let (mut rig, id) = rig_before_a_rerun(|rig| {
+        let time = rig.time.clone();
+        Box::new(move |_| time.advance(TTL - 10))
+    });
+    rig.tick();
+    let rerun = rig.host.worker(&id);
+    assert_eq!(rerun.claim.run_id, 2, "the rerun started in this tick");
+    assert_eq!(
+        rig.expires(&id),
+        rig.time.now() + TTL,
+        "a whole lease from the start, not the ten seconds the slow sweep left"
+    );
+    assert_eq!(
+        rig.board_events(&id, "claim_extended"),
+        0,
+        "a lease renewed before it lapsed is not news"
+    );
+}
+
+#[test]
+fn a_claim_that_lapsed_before_its_worker_started_is_renewed_and_recorded() {
+    let (mut rig, id) = rig_before_a_rerun(|rig| {
+        let time = rig.time.clone();
+        Box::new(move |_| time.advance(TTL + 5))
+    });
+    rig.tick();
+    assert_eq!(rig.host.worker(&id).claim.run_id, 2);
+    assert_eq!(rig.expires(&id), rig.time.now() + TTL);
+    assert_eq!(rig.board_events(&id, "claim_extended"), 1);
+}
+
+#[test]
+fn a_claim_taken_back_before_its_worker_started_starts_nothing() {
+    let (mut rig, id) = rig_before_a_rerun(|rig| {
+        let (time, board) = (rig.time.clone(), rig.board.clone());
+        Box::new(move |claim| {
+            time.advance(TTL + 5);
+            block_on(board.reclaim(&claim.task_id, "operator")).unwrap();
+        })
+    });
+    rig.tick();
+    assert!(rig.host.live(&id).is_empty(), "{:?}", rig.host.processes());
+    assert!(rig.stopping().is_empty(), "no worker was started to stop");
+    assert_eq!(rig.status(&id), TaskStatus::Ready);
+}
+
+#[test]
+fn a_fresh_claim_keeps_its_lease_until_a_third_of_it_is_gone_by_the_dispatchers_clock() {
+    let mut rig = rig_ahead(settings(), TTL / 3);
+    let id = rig.add("on time");
+    rig.tick();
+    assert_eq!(rig.expires(&id), START + TTL, "two thirds left: untouched");
+    let mut rig = rig_ahead(settings(), TTL / 3 + 1);
+    let id = rig.add("late");
+    rig.tick();
+    assert_eq!(
+        rig.expires(&id),
+        START + TTL / 3 + 1 + TTL,
+        "less than two thirds left at its start: renewed by the dispatcher's clock"
+    );
+}
