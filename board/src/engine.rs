@@ -233,11 +233,11 @@ impl Row {
         self.0.get(at).ok_or_else(|| mismatch(at, "a column"))
     }
 
+    /// A whole number or none; a truth value is read with [`Row::flag`].
     pub fn opt_int(&self, at: usize) -> TxResult<Option<i64>> {
         match self.cell(at)? {
             Cell::Null => Ok(None),
             Cell::Int(value) => Ok(Some(*value)),
-            Cell::Bool(value) => Ok(Some(i64::from(*value))),
             _ => Err(mismatch(at, "a whole number")),
         }
     }

@@ -90,11 +90,12 @@ pub fn lease_from_row(row: Option<&Row>) -> TxResult<LeaseView> {
             claim_expires: row.opt_int(8)?,
         }),
     };
-    let newest_bound = row.json(9)?.map(|payload| {
-        (
-            payload["pid"].as_i64().unwrap_or(-1),
+    // A binding that names no pid binds no process: as good as none.
+    let newest_bound = row.json(9)?.and_then(|payload| {
+        Some((
+            payload["pid"].as_i64()?,
             payload["claim_lock"].as_str().unwrap_or("").to_owned(),
-        )
+        ))
     });
     Ok(LeaseView {
         task: Some(TaskLease {

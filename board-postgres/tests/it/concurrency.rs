@@ -1,6 +1,7 @@
-//! Claims on a real server under contention: a claim never waits for a row
-//! another transaction holds, and claimers racing on one lane never take a
-//! card twice.
+//! The board on a real server under contention: a claim never waits for a
+//! row another transaction holds, claimers racing on one lane never take a
+//! card twice, and a fenced write waits for its card's row and is judged on
+//! what the other transaction left.
 
 use std::collections::BTreeSet;
 use std::sync::mpsc;
@@ -162,4 +163,54 @@ fn racing_creates_with_one_idempotency_key_make_one_card() {
     }
     let board = TempPgBoard::at(&url, time);
     assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), 20);
+}
+
+#[test]
+fn a_fenced_write_waits_for_a_change_to_its_card_and_is_judged_on_what_it_left() {
+    let url = PgCluster::shared().fresh_database();
+    let time = VirtualClock::at(1_000_000);
+    let board = std::sync::Arc::new(TempPgBoard::at(&url, time.clone()));
+    let id = card(&board, "taken back meanwhile", 0);
+    let claim = block_on(board.claim_task(&id, 600, "host:1:w"))
+        .unwrap()
+        .unwrap()
+        .claim;
+    // Another session holds the card's row, about to take the claim back.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, connection) = runtime
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    runtime.spawn(connection);
+    runtime
+        .block_on(client.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM tasks WHERE id = '{id}' FOR UPDATE"
+        )))
+        .unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let writer = board.clone();
+    std::thread::spawn(move || {
+        let _ = sender.send(block_on(writer.complete(&claim, "done", None)));
+    });
+    assert!(
+        receiver.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the write waits for the row"
+    );
+    runtime
+        .block_on(client.batch_execute(&format!(
+            "UPDATE tasks SET status = 'ready', claim_lock = NULL, claim_expires = NULL,
+                              worker_pid = NULL, current_run_id = NULL
+              WHERE id = '{id}';
+             COMMIT"
+        )))
+        .unwrap();
+    let written = receiver.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert!(
+        matches!(written, Err(kanban_core::BoardError::LeaseLost { .. })),
+        "judged on the card as the other session left it: {written:?}"
+    );
+    let card = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(card.task.status, kanban_core::TaskStatus::Ready);
 }
