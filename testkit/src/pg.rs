@@ -382,11 +382,17 @@ impl TempPgBoard {
 
     /// A board at `url` (created or opened), reading time from `clock`.
     pub fn at(url: &str, clock: VirtualClock) -> Self {
-        let config = kanban_board_postgres::parse_url(url).expect("a board URL");
-        let board = crate::block_on(PgBoard::connect(config, Arc::new(clock)))
-            .unwrap_or_else(|error| panic!("{url}: {error}"));
-        Self { board }
+        Self {
+            board: pg_board_at(url, Arc::new(clock)),
+        }
     }
+}
+
+/// The board at `url` (created or opened), reading time from `clock`.
+pub fn pg_board_at(url: &str, clock: Arc<dyn kanban_core::Clock>) -> PgBoard {
+    let config = kanban_board_postgres::parse_url(url).expect("a board URL");
+    crate::block_on(PgBoard::connect(config, clock))
+        .unwrap_or_else(|error| panic!("{url}: {error}"))
 }
 
 impl std::ops::Deref for TempPgBoard {

@@ -2,7 +2,11 @@
 //!
 //! `KANBAN_SIM_SEEDS=N` runs N seeds (default 200), `KANBAN_SIM_STEPS=S`
 //! steps each (default 1000), `KANBAN_SIM_FIRST=K` starts at seed K;
-//! `KANBAN_SIM_SEED=K` runs seed K alone and prints its trace.
+//! `KANBAN_SIM_FRESH=F` runs N more from seed F (CI derives F from the
+//! commit id, so every commit tries seeds no one tuned the system to);
+//! `KANBAN_SIM_SEED=K` runs seed K alone and prints its trace;
+//! `KANBAN_SIM_STORE=file|postgres` runs them on that board instead of
+//! SQLite in memory.
 
 #![allow(
     clippy::too_many_lines,
@@ -26,8 +30,9 @@ mod sim {
 
     /// Seeds that once found a bug (docs/reliability.md lists each); they
     /// stay in CI for good.
-    const REGRESSION_SEEDS: [u64; 15] = [
-        0, 9, 15, 32, 423, 877, 1194, 1252, 1591, 1918, 2324, 5348, 8530, 8560, 9691,
+    const REGRESSION_SEEDS: [u64; 18] = [
+        0, 9, 15, 32, 423, 877, 1194, 1252, 1591, 1918, 2324, 4688, 5348, 8530, 8560, 9691,
+        707_181, 707_376,
     ];
 
     fn run(seeds: impl Iterator<Item = u64>, steps: u64, store: SimStore) -> Counts {
@@ -63,16 +68,38 @@ mod sim {
                 None => {
                     let first = env_u64("KANBAN_SIM_FIRST", 0);
                     let count = env_u64("KANBAN_SIM_SEEDS", 200);
+                    let fresh = std::env::var("KANBAN_SIM_FRESH")
+                        .ok()
+                        .and_then(|raw| raw.trim().parse::<u64>().ok())
+                        .map(|fresh| fresh..fresh.saturating_add(count));
+                    let named = match &fresh {
+                        Some(range) => format!(
+                            "seeds {first}..{}, fresh seeds {}..{}",
+                            first + count,
+                            range.start,
+                            range.end
+                        ),
+                        None => format!("seeds {first}..{}", first + count),
+                    };
                     (
-                        Box::new((first..first + count).chain(REGRESSION_SEEDS)),
-                        format!("seeds {first}..{}", first + count),
+                        Box::new(
+                            (first..first + count)
+                                .chain(REGRESSION_SEEDS)
+                                .chain(fresh.into_iter().flatten()),
+                        ),
+                        named,
                     )
                 }
             };
+        let store = match std::env::var("KANBAN_SIM_STORE") {
+            Ok(name) => SimStore::parse(&name)
+                .unwrap_or_else(|| panic!("KANBAN_SIM_STORE={name}: say memory, file or postgres")),
+            Err(_) => SimStore::Memory,
+        };
         let started = std::time::Instant::now();
-        let total = run(seeds, steps, SimStore::Memory);
+        let total = run(seeds, steps, store);
         println!(
-            "simulation, {first} x {steps} steps in memory: {} steps, {} virtual s, {} cards, {} runs, {} faults ({} worker kills, {} dispatcher kills, {} stops, {} pauses, {} clock jumps, {} skews, {} board faults, {} spawn faults), {} orphaned agents, {} stale writes refused, {} bookings, {:.1} s",
+            "simulation, {first} x {steps} steps on {store:?}: {} steps, {} virtual s, {} cards, {} runs, {} faults ({} worker kills, {} dispatcher kills, {} stops, {} pauses, {} clock jumps, {} skews, {} board faults, {} spawn faults), {} orphaned agents, {} stale writes refused, {} bookings, {:.1} s",
             total.steps,
             total.virtual_seconds,
             total.cards,
@@ -100,6 +127,24 @@ mod sim {
         let count = env_u64("KANBAN_SIM_FILE_SEEDS", 8);
         let total = run(1_000_000..1_000_000 + count, 600, SimStore::File);
         assert!(total.runs > 0);
+    }
+
+    /// The same simulation on PostgreSQL: a fresh database per seed on the
+    /// test cluster (`KANBAN_SIM_PG_SEEDS`, default 200).
+    #[test]
+    fn seeds_on_postgresql() {
+        let count = env_u64("KANBAN_SIM_PG_SEEDS", 200);
+        let steps = env_u64("KANBAN_SIM_STEPS", 1000);
+        let started = std::time::Instant::now();
+        let total = run(2_000_000..2_000_000 + count, steps, SimStore::Postgres);
+        println!(
+            "simulation, {count} seeds x {steps} steps on PostgreSQL: {} runs, {} faults, {} bookings, {:.1} s",
+            total.runs,
+            total.faults(),
+            total.bookings,
+            started.elapsed().as_secs_f64()
+        );
+        assert!(total.runs > 0 && total.faults() > 0 && total.bookings > 0);
     }
 
     #[test]

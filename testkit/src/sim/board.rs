@@ -1,18 +1,20 @@
-//! The board as simulated processes see it: the real SQLite board, with a
-//! scheduling point before every call, BUGGIFY-style faults, and an oracle
-//! that no fenced-out run's write is ever accepted.
+//! The board as simulated processes see it: the real board (SQLite, or
+//! PostgreSQL on a test cluster), with a scheduling point before every
+//! call, BUGGIFY-style faults, and an oracle that no fenced-out run's write
+//! is ever accepted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use async_trait::async_trait;
+use kanban_board_postgres::PgBoard;
 use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::{FailurePolicy, Overrun, Release};
 use kanban_core::walls::Wall;
 use kanban_core::{
-    Board, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard, ExitReport, NotLive,
-    ProofIdentity, RunStatus, RunningWorker, SignalReason, TickDurations, WorkerProcess,
-    WorkerResult,
+    Board, BoardAdmin, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard,
+    ExitReport, NotLive, ProofIdentity, RunStatus, RunningWorker, SignalReason, TickDurations,
+    WorkerProcess, WorkerResult,
 };
 
 use super::exec::{Shared, yield_now};
@@ -26,11 +28,64 @@ pub(crate) struct BoardFaults {
     pub(crate) sites: BTreeMap<&'static str, bool>,
 }
 
+/// A stored board the simulation runs on: either engine.
+pub(crate) trait Stored: Board + DispatchBoard + BoardAdmin + Send + Sync {
+    /// What a claim names as its board.
+    fn location(&self) -> String;
+    /// The board's own consistency check ([`kanban_board::StoredBoard::audit`]).
+    fn audit(&self) -> Result<Vec<String>, BoardError>;
+}
+
+impl Stored for SqliteBoard {
+    fn location(&self) -> String {
+        self.path().display().to_string()
+    }
+    fn audit(&self) -> Result<Vec<String>, BoardError> {
+        crate::block_on((**self).audit())
+    }
+}
+
+impl Stored for PgBoard {
+    fn location(&self) -> String {
+        self.url().to_owned()
+    }
+    fn audit(&self) -> Result<Vec<String>, BoardError> {
+        crate::block_on((**self).audit())
+    }
+}
+
 /// The board every simulated process shares.
-#[derive(Debug)]
 pub(crate) struct SimBoard {
-    pub(crate) inner: SqliteBoard,
+    pub(crate) inner: Box<dyn Stored>,
     pub(crate) world: Shared,
+    /// The PostgreSQL database made for this seed, dropped with it: a run
+    /// of hundreds of seeds would otherwise fill the cluster's disk.
+    pub(crate) database: Option<String>,
+}
+
+impl Drop for SimBoard {
+    fn drop(&mut self) {
+        if let Some(name) = &self.database {
+            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            if let Err(error) = crate::PgCluster::shared().try_admin(&sql) {
+                eprintln!("{sql}: {error}");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for SimBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimBoard")
+    }
+}
+
+/// Runs a call of the stored board to its end before the simulated
+/// process goes on: the scheduling points are the simulator's alone, so a
+/// board on a server (whose calls wait on its sockets) replays as exactly
+/// as one in memory.
+fn done<F: Future>(call: F) -> F::Output {
+    crate::block_on(call)
 }
 
 impl SimBoard {
@@ -73,11 +128,8 @@ impl SimBoard {
         call: impl Future<Output = Result<T, BoardError>>,
     ) -> Result<T, BoardError> {
         self.gate(site).await?;
-        let live = self
-            .inner
-            .prove_claim(claim, ProofIdentity::AnyProcess)
-            .await;
-        let result = call.await;
+        let live = done(self.inner.prove_claim(claim, ProofIdentity::AnyProcess));
+        let result = done(call);
         let mut world = self.world.lock();
         match (&live, &result) {
             (Err(reason), Ok(_)) => world.finding(format!(
@@ -101,7 +153,7 @@ impl Board for SimBoard {
         self.gate("prove")
             .await
             .map_err(|error| NotLive::Unreadable(error.to_string()))?;
-        self.inner.prove_claim(claim, identity).await
+        done(self.inner.prove_claim(claim, identity))
     }
     async fn bind_worker(&self, claim: &Claim, pid: u32) -> Result<(), BoardError> {
         self.fenced(claim, "bind", self.inner.bind_worker(claim, pid))
@@ -109,11 +161,11 @@ impl Board for SimBoard {
     }
     async fn book_result(&self, claim: &Claim, result: &WorkerResult) -> Result<(), BoardError> {
         self.gate("book_result").await?;
-        self.inner.book_result(claim, result).await
+        done(self.inner.book_result(claim, result))
     }
     async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError> {
         self.gate("run_status").await?;
-        self.inner.run_status(claim).await
+        done(self.inner.run_status(claim))
     }
     async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
         self.fenced(claim, "heartbeat", self.inner.heartbeat(claim, note))
@@ -172,7 +224,7 @@ impl Board for SimBoard {
 impl DispatchBoard for SimBoard {
     async fn running_workers(&self) -> Result<Vec<RunningWorker>, BoardError> {
         self.gate("running_workers").await?;
-        self.inner.running_workers().await
+        done(self.inner.running_workers())
     }
     async fn claim_next_ready(
         &self,
@@ -181,9 +233,7 @@ impl DispatchBoard for SimBoard {
         filter: &ClaimFilter,
     ) -> Result<Option<ClaimGrant>, BoardError> {
         self.gate("claim_next_ready").await?;
-        self.inner
-            .claim_next_ready(ttl_seconds, claim_lock, filter)
-            .await
+        done(self.inner.claim_next_ready(ttl_seconds, claim_lock, filter))
     }
     /// One card at a time, each claim through its own gate: the simulator
     /// fails a batch part way through, as a board without batches would.
@@ -203,27 +253,21 @@ impl DispatchBoard for SimBoard {
         Ok(grants)
     }
     async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
-        self.inner.record_ticks(host, ticks).await
+        done(self.inner.record_ticks(host, ticks))
     }
     async fn walls(&self) -> Result<Vec<Wall>, BoardError> {
         self.gate("walls").await?;
-        self.inner.walls().await
+        done(self.inner.walls())
     }
     async fn start_probe(&self, claim: &Claim, scopes: &[String]) -> Result<bool, BoardError> {
         self.gate("start_probe").await?;
         // The oracle: one probe per wall. The board as it stands just before
         // the call (nothing else runs between: no scheduling point).
-        let running: BTreeSet<i64> = self
-            .inner
-            .running_workers()
-            .await?
+        let running: BTreeSet<i64> = done(self.inner.running_workers())?
             .iter()
             .map(|worker| worker.claim.run_id)
             .collect();
-        let probed: Vec<String> = self
-            .inner
-            .walls()
-            .await?
+        let probed: Vec<String> = done(self.inner.walls())?
             .into_iter()
             .filter(|wall| scopes.contains(&wall.scope))
             .filter_map(|wall| {
@@ -232,7 +276,7 @@ impl DispatchBoard for SimBoard {
                     .then(|| format!("{} (run {probe})", wall.scope))
             })
             .collect();
-        let started = self.inner.start_probe(claim, scopes).await?;
+        let started = done(self.inner.start_probe(claim, scopes))?;
         if started && !probed.is_empty() {
             self.world.lock().finding(format!(
                 "run {} started a second probe of a wall another running run probes: {probed:?}",
@@ -243,7 +287,7 @@ impl DispatchBoard for SimBoard {
     }
     async fn record_spawn(&self, claim: &Claim, process: &WorkerProcess) -> Result<(), BoardError> {
         self.gate("record_spawn").await?;
-        self.inner.record_spawn(claim, process).await
+        done(self.inner.record_spawn(claim, process))
     }
     async fn record_signal(
         &self,
@@ -252,7 +296,7 @@ impl DispatchBoard for SimBoard {
         reason: SignalReason,
     ) -> Result<(), BoardError> {
         self.gate("record_signal").await?;
-        self.inner.record_signal(claim, signal, reason).await
+        done(self.inner.record_signal(claim, signal, reason))
     }
     async fn extend_lease(
         &self,
@@ -261,15 +305,15 @@ impl DispatchBoard for SimBoard {
         record: Option<(&'static str, &'static str)>,
     ) -> Result<bool, BoardError> {
         self.gate("extend_lease").await?;
-        self.inner.extend_lease(claim, expires, record).await
+        done(self.inner.extend_lease(claim, expires, record))
     }
     async fn booked_result(&self, claim: &Claim) -> Result<Option<WorkerResult>, BoardError> {
         self.gate("booked_result").await?;
-        self.inner.booked_result(claim).await
+        done(self.inner.booked_result(claim))
     }
     async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError> {
         self.gate("book_exit").await?;
-        self.inner.book_exit(claim, report).await
+        done(self.inner.book_exit(claim, report))
     }
     async fn release_claim(
         &self,
@@ -278,14 +322,14 @@ impl DispatchBoard for SimBoard {
         policy: &FailurePolicy,
     ) -> Result<bool, BoardError> {
         self.gate("release_claim").await?;
-        self.inner.release_claim(claim, release, policy).await
+        done(self.inner.release_claim(claim, release, policy))
     }
     async fn check_health(&self) -> Result<(), BoardError> {
-        self.inner.check_health().await
+        done(self.inner.check_health())
     }
 
     async fn promote_ready(&self) -> Result<usize, BoardError> {
         self.gate("promote_ready").await?;
-        self.inner.promote_ready().await
+        done(self.inner.promote_ready())
     }
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::FailurePolicy;
-use kanban_core::{BoardAdmin, DispatchSettings, NewTask, StopReason, TaskStatus, WorkerExit};
+use kanban_core::{DispatchSettings, NewTask, StopReason, TaskStatus, WorkerExit};
 use serde_json::Value;
 
 use agent::{RunScript, WorkerPlan, orphan_agent};
@@ -106,6 +106,30 @@ pub enum SimStore {
     Memory,
     /// A SQLite file in a temporary folder, one host (as SQLite serves one machine).
     File,
+    /// A fresh database on the shared PostgreSQL test cluster
+    /// ([`crate::PgCluster::shared`]), with several hosts.
+    Postgres,
+}
+
+impl SimStore {
+    /// The store as `KANBAN_SIM_STORE` names it (`memory`, `file`, `postgres`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.trim() {
+            "memory" => Some(Self::Memory),
+            "file" => Some(Self::File),
+            "postgres" => Some(Self::Postgres),
+            _ => None,
+        }
+    }
+
+    /// What a replay command sets to run on this store.
+    fn replay_setting(self) -> &'static str {
+        match self {
+            Self::Memory => "",
+            Self::File => "KANBAN_SIM_STORE=file ",
+            Self::Postgres => "KANBAN_SIM_STORE=postgres ",
+        }
+    }
 }
 
 /// One simulation run.
@@ -140,11 +164,12 @@ impl SimReport {
     /// end of the trace.
     pub fn failure_text(&self, options: &SimOptions) -> String {
         format!(
-            "simulation seed {} failed ({} steps, {:?}):\n  {}\nreplay: KANBAN_SIM_SEED={} KANBAN_SIM_STEPS={} cargo test -p kanban-testkit --test it sim::seeds_hold -- --nocapture\nthe trace up to the first finding:\n{}\nthe last trace lines:\n{}",
+            "simulation seed {} failed ({} steps, {:?}):\n  {}\nreplay: {}KANBAN_SIM_SEED={} KANBAN_SIM_STEPS={} cargo test -p kanban-testkit --test it sim::seeds_hold -- --nocapture\nthe trace up to the first finding:\n{}\nthe last trace lines:\n{}",
             self.seed,
             options.steps,
             options.store,
             self.findings.join("\n  "),
+            options.store.replay_setting(),
             self.seed,
             options.steps,
             self.first_finding_trace.join("\n"),
@@ -332,7 +357,7 @@ impl Scheduler {
         let run = view.runs.iter().find(|run| run.id == run_id)?;
         Some(kanban_core::Claim {
             task_id,
-            db: self.fleet.board.inner.path().display().to_string(),
+            db: self.fleet.board.inner.location(),
             run_id,
             claim_lock: run.claim_lock.clone()?,
             board: None,
@@ -588,7 +613,7 @@ impl Scheduler {
 
     /// The invariants checked after every step.
     fn check_step(&mut self) {
-        let audit = crate::block_on(self.fleet.board.inner.audit());
+        let audit = self.fleet.board.inner.audit();
         let mut world = self.world.lock();
         match audit {
             Ok(problems) => {
@@ -655,15 +680,25 @@ fn run_script(rng: &mut Rng, ttl: i64) -> RunScript {
 /// Builds a seed's fleet: hosts, settings, cards and their scripts.
 fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, usize) {
     let hosts = match options.store {
-        SimStore::Memory => 1 + rng.pick(3),
+        SimStore::Memory | SimStore::Postgres => 1 + rng.pick(3),
         SimStore::File => 1,
     };
     let clock = Arc::new(SimClock(world.clone()));
-    let inner = match options.store {
-        SimStore::Memory => SqliteBoard::open_in_memory(clock).expect("a board in memory"),
+    let mut database = None;
+    let inner: Box<dyn board::Stored> = match options.store {
+        SimStore::Memory => {
+            Box::new(SqliteBoard::open_in_memory(clock).expect("a board in memory"))
+        }
         SimStore::File => {
             let dir = tempfile::tempdir().expect("a temporary folder").keep();
-            SqliteBoard::create(dir.join("kanban.db"), clock).expect("a board file")
+            Box::new(SqliteBoard::create(dir.join("kanban.db"), clock).expect("a board file"))
+        }
+        SimStore::Postgres => {
+            let cluster = crate::PgCluster::shared();
+            let name = cluster.fresh_database_name();
+            let board = crate::pg::pg_board_at(&cluster.url(&name), clock);
+            database = Some(name);
+            Box::new(board)
         }
     };
     let ttl = TTLS[rng.pick(TTLS.len())];
@@ -676,6 +711,7 @@ fn fleet(options: &SimOptions, world: &Shared, rng: &mut Rng) -> (Arc<Fleet>, us
     let board = Arc::new(SimBoard {
         inner,
         world: world.clone(),
+        database,
     });
     let cards = 3 + rng.pick(10);
     let mut scripts = BTreeMap::new();
