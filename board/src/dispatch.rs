@@ -2,7 +2,8 @@
 //! lease extensions, bookings and releases. Every decision is core's.
 
 use kanban_core::rules::{
-    self, ClaimCandidate, ClaimVerdict, ExitHistory, FailurePolicy, Release, STREAK_SCAN_LIMIT,
+    self, ClaimCandidate, ClaimVerdict, ExitHistory, FailurePolicy, Release, Released,
+    STREAK_SCAN_LIMIT,
 };
 use kanban_core::walls::Wall;
 use kanban_core::{
@@ -123,6 +124,20 @@ async fn claim_batch(
     Ok(grants)
 }
 
+/// Why the claim's run was last signalled by a dispatcher, if it was.
+async fn recorded_signal(tx: &mut Tx<'_>, claim: &Claim) -> TxResult<Option<SignalReason>> {
+    Ok(tx
+        .latest_payload(&claim.task_id, claim.run_id, "worker_signalled")
+        .await?
+        // A record without a reason predates reasons: it was a shutdown.
+        .map(|payload| {
+            payload["reason"]
+                .as_str()
+                .and_then(SignalReason::parse)
+                .unwrap_or(SignalReason::Shutdown)
+        }))
+}
+
 /// What a board knows about the run when its exit is booked.
 async fn exit_history(
     tx: &mut Tx<'_>,
@@ -132,16 +147,7 @@ async fn exit_history(
     let recent_outcomes = tx
         .recent_outcomes(&claim.task_id, STREAK_SCAN_LIMIT)
         .await?;
-    let recorded_signal = tx
-        .latest_payload(&claim.task_id, claim.run_id, "worker_signalled")
-        .await?
-        // A record without a reason predates reasons: it was a shutdown.
-        .map(|payload| {
-            payload["reason"]
-                .as_str()
-                .and_then(SignalReason::parse)
-                .unwrap_or(SignalReason::Shutdown)
-        });
+    let recorded_signal = recorded_signal(tx, claim).await?;
     let walls = tx.walls_of(scope, claim.run_id).await?;
     Ok(ExitHistory {
         recent_outcomes,
@@ -351,7 +357,7 @@ impl<E: Engine> StoredBoard<E> {
         claim: &Claim,
         release: &Release,
         policy: &FailurePolicy,
-    ) -> Result<bool, BoardError> {
+    ) -> Result<Released, BoardError> {
         let (claim, release, policy) = (claim.clone(), release.clone(), *policy);
         self.engine
             .write(Durability::Synced, move |sql, now| {
@@ -359,13 +365,22 @@ impl<E: Engine> StoredBoard<E> {
                 Box::pin(async move {
                     let tx = &mut Tx::new(sql);
                     let card = existing_card(tx, &claim.task_id).await?;
+                    let signalled = match release {
+                        Release::Expired => recorded_signal(tx, &claim).await?,
+                        Release::NotStarted { .. } => None,
+                    };
                     let Some(transition) =
-                        rules::release_claim(&card, &claim, &release, &policy, now)
+                        rules::release_claim(&card, &claim, &release, &policy, now, signalled)
                     else {
-                        return Ok(false);
+                        return Ok(Released::NotHeld);
                     };
                     apply(tx, &claim.task_id, &transition, now).await?;
-                    Ok(true)
+                    // A counted release is the one that sets the count.
+                    Ok(if transition.consecutive_failures.is_some() {
+                        Released::Counted
+                    } else {
+                        Released::Uncounted
+                    })
                 })
             })
             .await

@@ -407,7 +407,7 @@ macro_rules! board_ports {
                 claim: &::kanban_core::Claim,
                 release: &::kanban_core::rules::Release,
                 policy: &::kanban_core::rules::FailurePolicy,
-            ) -> Result<bool, ::kanban_core::BoardError> {
+            ) -> Result<::kanban_core::rules::Released, ::kanban_core::BoardError> {
                 (**self).release_claim(claim, release, policy).await
             }
             async fn promote_ready(&self) -> Result<usize, ::kanban_core::BoardError> {

@@ -391,6 +391,18 @@ pub enum Release {
     NotStarted { reason: String },
 }
 
+/// What releasing a claim came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The card no longer holds the claim, or its lease is live again:
+    /// nothing changed.
+    NotHeld,
+    /// Released, no failure counted against the card.
+    Uncounted,
+    /// Released, and a failure counted against the card.
+    Counted,
+}
+
 /// Why a worker settled its own run as timed out.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Overrun {

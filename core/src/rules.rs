@@ -15,7 +15,7 @@ use crate::booking::{
     Booking, BookingInput, BookingKind, ExitWitness, PROTOCOL_VIOLATION_LIMIT, SignalReason,
     book_worker_exit,
 };
-pub use crate::data::{FailurePolicy, NewEvent, Overrun, Release};
+pub use crate::data::{FailurePolicy, NewEvent, Overrun, Release, Released};
 
 use crate::dispatcher::ExitReport;
 
@@ -624,12 +624,16 @@ fn uncounted_exit(
 
 /// Releases `claim` back to the card's lane, or `None` when the card no
 /// longer holds it (or, for an expired release, its lease is live again).
+/// `recorded_signal` is the reason of the run's newest `worker_signalled`
+/// event: a worker its own dispatcher stopped as it shut down is not
+/// charged to the card, whoever releases its claim.
 pub fn release_claim(
     card: &CardState,
     claim: &Claim,
     release: &Release,
     policy: &FailurePolicy,
     now: i64,
+    recorded_signal: Option<SignalReason>,
 ) -> Option<Transition> {
     if !holds_claim(card, claim) {
         return None;
@@ -646,6 +650,13 @@ pub fn release_claim(
                 "claim_expires": card.claim_expires,
                 "now": now,
             });
+            if recorded_signal == Some(SignalReason::Shutdown) {
+                // Its dispatcher stopped the worker as it shut down, then
+                // died or stalled before it booked the exit: the run was cut
+                // short by its environment, and that exit's booking would
+                // not have charged the card either.
+                return Some(uncounted_stale_release(card, claim, error, payload));
+            }
             let mut transition =
                 counted_failure(card, run_id, "reclaimed", error, policy, now, payload);
             transition.status = transition.status.map(|status| match status {
@@ -670,6 +681,32 @@ pub fn release_claim(
             )],
             ..Transition::default()
         }),
+    }
+}
+
+/// The stale release of a run its dispatcher stopped as it shut down: the
+/// run closes as reclaimed, the card goes back in line, nothing counted.
+fn uncounted_stale_release(
+    card: &CardState,
+    claim: &Claim,
+    error: String,
+    mut payload: Value,
+) -> Transition {
+    if let Value::Object(map) = &mut payload {
+        map.insert("counted".into(), json!(false));
+        map.insert("signalled".into(), json!(SignalReason::Shutdown.as_str()));
+    }
+    Transition {
+        close_run: Some(RunClose {
+            status: "reclaimed".to_owned(),
+            outcome: "reclaimed".to_owned(),
+            summary: None,
+            error: Some(error),
+        }),
+        release_claim: true,
+        status: Some(requeue_landing(card.open_parents)),
+        events: vec![NewEvent::new("reclaimed", Some(claim.run_id), payload)],
+        ..Transition::default()
     }
 }
 

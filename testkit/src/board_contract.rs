@@ -9,7 +9,7 @@
 //! kanban_testkit::board_contract_tests!(|time| make_board(time));
 //! ```
 
-use kanban_core::rules::{FailurePolicy, Overrun, Release};
+use kanban_core::rules::{FailurePolicy, Overrun, Release, Released};
 use kanban_core::walls::{WallHit, WallKind};
 use kanban_core::{
     Board, BoardAdmin, BoardError, BookingKind, Claim, ClaimFilter, DispatchBoard, ExitCode,
@@ -37,6 +37,7 @@ macro_rules! board_contract_tests {
             fenced_worker_writes,
             expired_leases_refuse_writes,
             expired_releases_count_and_block_at_the_limit,
+            a_stale_run_its_dispatcher_stopped_at_shutdown_is_not_counted,
             releases_of_claims_never_started_are_not_counted,
             a_grant_tells_a_card_that_ran_before,
             operator_reclaim_fences_the_worker,
@@ -388,14 +389,16 @@ pub fn expired_leases_refuse_writes<B: Board + BoardAdmin + DispatchBoard>(
         block_on(board.heartbeat(&stale, None)),
         "heartbeat after expiry",
     );
-    assert!(
-        !block_on(board.release_claim(&fresh_claim, &Release::Expired, &FailurePolicy::default()))
+    assert_eq!(
+        block_on(board.release_claim(&fresh_claim, &Release::Expired, &FailurePolicy::default()))
             .unwrap(),
+        Released::NotHeld,
         "a live lease is not released as expired"
     );
-    assert!(
+    assert_eq!(
         block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
-            .unwrap()
+            .unwrap(),
+        Released::Counted
     );
     let view = block_on(board.show_task(&id)).unwrap();
     assert_eq!(view.task.status, TaskStatus::Ready);
@@ -415,9 +418,10 @@ pub fn expired_leases_refuse_writes<B: Board + BoardAdmin + DispatchBoard>(
         block_on(board.run_status(&stale)).unwrap(),
         RunStatus::Superseded
     );
-    assert!(
-        !block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
+    assert_eq!(
+        block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
             .unwrap(),
+        Released::NotHeld,
         "a release is applied once"
     );
     time.advance(3600);
@@ -438,9 +442,10 @@ pub fn expired_releases_count_and_block_at_the_limit<B: Board + BoardAdmin + Dis
     for round in 1..=2 {
         let stale = claim(board, &id, "host:1");
         time.advance(TTL + 1);
-        assert!(
+        assert_eq!(
             block_on(board.release_claim(&stale, &Release::Expired, &FailurePolicy::default()))
-                .unwrap()
+                .unwrap(),
+            Released::Counted
         );
         assert_eq!(failures(board, &id), round);
         let expected = if round == 2 {
@@ -460,6 +465,46 @@ pub fn expired_releases_count_and_block_at_the_limit<B: Board + BoardAdmin + Dis
     assert_eq!(gave_up.payload["effective_limit"], 2);
 }
 
+/// A worker its dispatcher stopped as it shut down, whose exit that
+/// dispatcher never booked (it died, or stalled), is released as stale by
+/// another without a failure counted: its run was cut short by its
+/// environment. Any other signal leaves the release counted.
+pub fn a_stale_run_its_dispatcher_stopped_at_shutdown_is_not_counted<
+    B: Board + BoardAdmin + DispatchBoard,
+>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let id = create(board, &task("stopped"));
+    let stopped = claim(board, &id, "host:1");
+    block_on(board.record_signal(&stopped, 15, SignalReason::Shutdown)).unwrap();
+    time.advance(TTL + 1);
+    assert_eq!(
+        block_on(board.release_claim(&stopped, &Release::Expired, &FailurePolicy::default()))
+            .unwrap(),
+        Released::Uncounted
+    );
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.consecutive_failures, 0, "not counted");
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("reclaimed"));
+    let reclaimed = view.events.iter().find(|e| e.kind == "reclaimed").unwrap();
+    assert_eq!(reclaimed.payload["counted"], false);
+    assert_eq!(reclaimed.payload["signalled"], "shutdown");
+
+    // Stopped for overrunning: the run's own doing, counted.
+    time.advance(3600);
+    let overran = claim(board, &id, "host:2");
+    block_on(board.record_signal(&overran, 15, SignalReason::Overrun)).unwrap();
+    time.advance(TTL + 1);
+    assert_eq!(
+        block_on(board.release_claim(&overran, &Release::Expired, &FailurePolicy::default()))
+            .unwrap(),
+        Released::Counted
+    );
+    assert_eq!(failures(board, &id), 1);
+}
+
 /// A claim whose worker never ran goes back without a failure counted.
 pub fn releases_of_claims_never_started_are_not_counted<B: Board + BoardAdmin + DispatchBoard>(
     board: &B,
@@ -470,7 +515,10 @@ pub fn releases_of_claims_never_started_are_not_counted<B: Board + BoardAdmin + 
     let release = Release::NotStarted {
         reason: "the agent is missing".into(),
     };
-    assert!(block_on(board.release_claim(&held, &release, &FailurePolicy::default())).unwrap());
+    assert_eq!(
+        block_on(board.release_claim(&held, &release, &FailurePolicy::default())).unwrap(),
+        Released::Uncounted
+    );
     let view = block_on(board.show_task(&id)).unwrap();
     assert_eq!(view.task.status, TaskStatus::Ready);
     assert_eq!(view.task.consecutive_failures, 0, "not counted");
@@ -508,8 +556,9 @@ pub fn a_grant_tells_a_card_that_ran_before<B: Board + BoardAdmin + DispatchBoar
     let release = Release::NotStarted {
         reason: "the agent is missing".into(),
     };
-    assert!(
-        block_on(board.release_claim(&first.claim, &release, &FailurePolicy::default())).unwrap()
+    assert_eq!(
+        block_on(board.release_claim(&first.claim, &release, &FailurePolicy::default())).unwrap(),
+        Released::Uncounted
     );
     assert!(grant("host:2").rerun, "the card ran before");
 }
@@ -1167,7 +1216,10 @@ pub fn one_probe_per_wall<B: BoardAdmin + DispatchBoard>(board: &B, time: &Virtu
     let unstarted = Release::NotStarted {
         reason: "test".into(),
     };
-    assert!(block_on(board.release_claim(&first, &unstarted, &FailurePolicy::default())).unwrap());
+    assert_eq!(
+        block_on(board.release_claim(&first, &unstarted, &FailurePolicy::default())).unwrap(),
+        Released::Uncounted
+    );
     assert!(block_on(board.start_probe(&second, &scopes)).unwrap());
     assert_eq!(
         block_on(board.walls()).unwrap()[0].probe_run,

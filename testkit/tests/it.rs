@@ -30,9 +30,26 @@ mod sim {
 
     /// Seeds that once found a bug (docs/reliability.md lists each); they
     /// stay in CI for good.
-    const REGRESSION_SEEDS: [u64; 18] = [
-        0, 9, 15, 32, 423, 877, 1194, 1252, 1591, 1918, 2324, 4688, 5348, 8530, 8560, 9691,
-        707_181, 707_376,
+    const REGRESSION_SEEDS: [u64; 19] = [
+        0,
+        9,
+        15,
+        32,
+        423,
+        877,
+        1194,
+        1252,
+        1591,
+        1918,
+        2324,
+        4688,
+        5348,
+        8530,
+        8560,
+        9691,
+        707_181,
+        707_376,
+        300_036_365,
     ];
 
     fn run(seeds: impl Iterator<Item = u64>, steps: u64, store: SimStore) -> Counts {

@@ -2,7 +2,7 @@
 //! attempt when the board could not take them.
 
 use crate::booking::{ExitWitness, SignalReason};
-use crate::data::{Claim, Release};
+use crate::data::{Claim, Release, Released};
 
 use crate::BoardError;
 use crate::dispatcher::routing::wall_hit;
@@ -23,7 +23,6 @@ pub(super) struct Backlog {
 
 impl Dispatcher {
     pub(super) async fn release(&mut self, claim: &Claim, release: Release) {
-        let counted = release == Release::Expired;
         let why = match &release {
             Release::Expired => "its lease ran out and its worker is gone".to_owned(),
             Release::NotStarted { reason } => reason.clone(),
@@ -34,15 +33,15 @@ impl Dispatcher {
             .release_claim(claim, &release, &self.settings.failure_policy)
             .await
         {
-            Ok(true) => {
+            Ok(Released::NotHeld) => {}
+            Ok(released) => {
                 self.ports.supervisor.sweep(claim).await;
                 self.note(DispatchEvent::Released {
                     task_id: claim.task_id.clone(),
-                    counted,
+                    counted: released == Released::Counted,
                     why,
                 });
             }
-            Ok(false) => {}
             Err(error) => {
                 self.board_trouble(&error);
                 keep(&mut self.backlog.unreleased, (claim.clone(), release));
@@ -124,7 +123,8 @@ impl Dispatcher {
                 )
                 .await
             {
-                Ok(true) => {
+                Ok(Released::NotHeld) => {}
+                Ok(Released::Uncounted | Released::Counted) => {
                     self.ports.supervisor.sweep(claim).await;
                     self.note(DispatchEvent::Released {
                         task_id: claim.task_id.clone(),
@@ -134,7 +134,6 @@ impl Dispatcher {
                     self.halt(fault);
                     return true;
                 }
-                Ok(false) => {}
                 Err(error) => {
                     self.board_trouble(&error);
                     self.halt(fault);

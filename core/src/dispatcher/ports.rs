@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use crate::board::ClaimGrant;
 use crate::booking::{Booking, ExitWitness, SignalReason};
 use crate::data::{
-    BoardError, Claim, EnvironmentFault, ExitCode, FailurePolicy, Release, WorkerResult,
+    BoardError, Claim, EnvironmentFault, ExitCode, FailurePolicy, Release, Released, WorkerResult,
 };
 
 use crate::ports::Board;
@@ -155,14 +155,14 @@ pub trait DispatchBoard: Board {
     /// Books one worker exit with [`crate::rules::book_exit`] and applies
     /// it, in one transaction.
     async fn book_exit(&self, claim: &Claim, report: &ExitReport) -> Result<Booking, BoardError>;
-    /// Releases a claim with [`crate::rules::release_claim`]; false when the
-    /// card no longer holds it (or its lease is live again).
+    /// Releases a claim with [`crate::rules::release_claim`], given the
+    /// run's recorded signal, and says what it came to.
     async fn release_claim(
         &self,
         claim: &Claim,
         release: &Release,
         policy: &FailurePolicy,
-    ) -> Result<bool, BoardError>;
+    ) -> Result<Released, BoardError>;
     /// Promotes `todo` cards whose parents are all done; returns how many.
     async fn promote_ready(&self) -> Result<usize, BoardError>;
     /// Checks that the board is still the one it was opened as and safe to

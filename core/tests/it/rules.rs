@@ -511,7 +511,7 @@ fn releasing_a_claim() {
         ..running()
     };
     assert_eq!(
-        rules::release_claim(&running(), &claim(), &Release::Expired, &policy, NOW),
+        rules::release_claim(&running(), &claim(), &Release::Expired, &policy, NOW, None),
         None,
         "a live lease is not released"
     );
@@ -521,12 +521,14 @@ fn releasing_a_claim() {
             &claim(),
             &Release::Expired,
             &policy,
-            NOW
+            NOW,
+            None
         ),
         None,
         "a claim the card no longer holds"
     );
-    let t = rules::release_claim(&expired, &claim(), &Release::Expired, &policy, NOW).unwrap();
+    let t =
+        rules::release_claim(&expired, &claim(), &Release::Expired, &policy, NOW, None).unwrap();
     assert_eq!(t.consecutive_failures, Some(1), "counted");
     assert_eq!(t.status, Some(TaskStatus::Ready));
     assert_eq!(t.close_run.as_ref().unwrap().outcome, "reclaimed");
@@ -540,6 +542,7 @@ fn releasing_a_claim() {
         &Release::Expired,
         &policy,
         NOW,
+        None,
     )
     .unwrap();
     assert_eq!(
@@ -556,18 +559,77 @@ fn releasing_a_claim() {
         &Release::Expired,
         &policy,
         NOW,
+        None,
     )
     .unwrap();
     assert_eq!(t.status, Some(TaskStatus::Blocked), "at the limit");
     let not_started = Release::NotStarted {
         reason: "no agent".into(),
     };
-    let t = rules::release_claim(&running(), &claim(), &not_started, &policy, NOW).unwrap();
+    let t = rules::release_claim(&running(), &claim(), &not_started, &policy, NOW, None).unwrap();
     assert_eq!(t.consecutive_failures, None, "not counted");
     assert_eq!(t.not_before, Change::Keep, "not held back");
     assert_eq!(t.status, Some(TaskStatus::Ready));
     assert_eq!(t.close_run.as_ref().unwrap().outcome, "released");
     assert_eq!(t.events[0].payload["counted"], false);
+}
+
+#[test]
+fn a_stale_run_its_dispatcher_stopped_at_shutdown_is_released_uncounted() {
+    let policy = FailurePolicy::default();
+    let expired = CardState {
+        claim_expires: Some(NOW - 1),
+        consecutive_failures: 1,
+        ..running()
+    };
+    let release = |signal, card: &CardState| {
+        rules::release_claim(card, &claim(), &Release::Expired, &policy, NOW, signal)
+    };
+    let t = release(Some(SignalReason::Shutdown), &expired).unwrap();
+    assert_eq!(t.consecutive_failures, None, "not counted");
+    assert_eq!(t.not_before, Change::Keep, "not held back");
+    assert!(t.release_claim);
+    assert_eq!(
+        t.status,
+        Some(TaskStatus::Ready),
+        "not blocked at the limit"
+    );
+    let closed = t.close_run.as_ref().unwrap();
+    assert_eq!(
+        (closed.status.as_str(), closed.outcome.as_str()),
+        ("reclaimed", "reclaimed")
+    );
+    assert!(closed.error.as_deref().unwrap().starts_with("stale_lock="));
+    assert_eq!(kinds(&t), ["reclaimed"]);
+    assert_eq!(t.events[0].run_id, Some(claim().run_id));
+    assert_eq!(t.events[0].payload["counted"], false);
+    assert_eq!(t.events[0].payload["signalled"], "shutdown");
+    let waiting = CardState {
+        open_parents: true,
+        ..expired.clone()
+    };
+    assert_eq!(
+        release(Some(SignalReason::Shutdown), &waiting)
+            .unwrap()
+            .status,
+        Some(TaskStatus::Todo),
+        "back to todo while a parent is open"
+    );
+    assert_eq!(
+        release(Some(SignalReason::Shutdown), &running()),
+        None,
+        "a live lease is not released"
+    );
+    // Any other signal (or none) leaves the stale release the run's own.
+    for signal in [
+        None,
+        Some(SignalReason::Overrun),
+        Some(SignalReason::Fenced),
+    ] {
+        let t = release(signal, &expired).unwrap();
+        assert_eq!(t.consecutive_failures, Some(2), "{signal:?}");
+        assert_eq!(t.status, Some(TaskStatus::Blocked), "{signal:?}");
+    }
 }
 
 #[test]

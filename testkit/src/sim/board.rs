@@ -9,7 +9,7 @@ use std::future::Future;
 use async_trait::async_trait;
 use kanban_board_postgres::PgBoard;
 use kanban_board_sqlite::SqliteBoard;
-use kanban_core::rules::{FailurePolicy, Overrun, Release};
+use kanban_core::rules::{FailurePolicy, Overrun, Release, Released};
 use kanban_core::walls::Wall;
 use kanban_core::{
     Board, BoardAdmin, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard,
@@ -320,7 +320,7 @@ impl DispatchBoard for SimBoard {
         claim: &Claim,
         release: &Release,
         policy: &FailurePolicy,
-    ) -> Result<bool, BoardError> {
+    ) -> Result<Released, BoardError> {
         self.gate("release_claim").await?;
         done(self.inner.release_claim(claim, release, policy))
     }
