@@ -31,6 +31,19 @@ pub const FORWARD_LIMIT_BYTES: usize = 8 * 1024 * 1024;
 /// that inherited them (a `setsid` daemon) must not hold the turn open.
 pub const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
+/// Which of an agent's pipes a turn copies to its own as they arrive (what
+/// is not copied is still read: stdout for the result line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// A worker's: both go to the card's log.
+    Both,
+    /// `kanban turn`'s: the agent's complaints are shown, its result line
+    /// is read and its text printed once.
+    Stderr,
+    /// Nothing is shown.
+    Neither,
+}
+
 /// The card the agent works on, as the agent sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TaskBrief {
@@ -64,8 +77,8 @@ pub struct ExecAgentConfig {
     pub session_id: String,
     /// How long a stopped agent's process group gets before SIGKILL.
     pub interrupt_grace: Duration,
-    /// Copy the agent's stdout and stderr to ours as they arrive.
-    pub forward_output: bool,
+    /// Which of the agent's pipes are copied to ours as they arrive.
+    pub forward: Forward,
     /// A turn is stopped after this long.
     pub turn_timeout: Option<Duration>,
 }
@@ -444,10 +457,10 @@ impl TurnRunner for ExecAgent {
         );
         self.activity.set_turn_active(true);
         let (out_forward, err_forward): (Option<fn(&[u8])>, Option<fn(&[u8])>) =
-            if self.config.forward_output {
-                (Some(to_stdout), Some(to_stderr))
-            } else {
-                (None, None)
+            match self.config.forward {
+                Forward::Both => (Some(to_stdout), Some(to_stderr)),
+                Forward::Stderr => (None, Some(to_stderr)),
+                Forward::Neither => (None, None),
             };
         let mut stdout = child
             .stdout

@@ -16,8 +16,8 @@ mod tools;
 
 pub use activity::Activity;
 pub use exec::{
-    BRIEF_COMMENTS, EXIT_DRAIN, ExecAgent, ExecAgentConfig, FORWARD_LIMIT_BYTES, ProcessStat,
-    STDOUT_TAIL_BYTES, TaskBrief, own_children, process_stat,
+    BRIEF_COMMENTS, EXIT_DRAIN, ExecAgent, ExecAgentConfig, FORWARD_LIMIT_BYTES, Forward,
+    ProcessStat, STDOUT_TAIL_BYTES, TaskBrief, own_children, process_stat,
 };
 pub use http::{HttpAgent, HttpAgentConfig, parse_chat_completion, parse_chat_stream};
 pub use judge::{CommandJudge, parse_verdict};

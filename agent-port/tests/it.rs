@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use kanban_agent_port::Activity;
 use kanban_agent_port::{
-    AgentExit, BoardTools, ExecAgent, ExecAgentConfig, McpServer, ResultLine, TaskBrief,
+    AgentExit, BoardTools, ExecAgent, ExecAgentConfig, Forward, McpServer, ResultLine, TaskBrief,
     parse_chat_completion, parse_chat_stream, parse_result_line, parse_verdict, settle_turn,
 };
 use kanban_board_sqlite::SqliteBoard;
@@ -129,7 +129,7 @@ fn a_chatty_agent_cannot_deadlock_the_worker_on_its_pipes() {
             env_remove: Vec::new(),
             session_id: "s".into(),
             interrupt_grace: Duration::from_secs(1),
-            forward_output: false,
+            forward: Forward::Neither,
             turn_timeout: None,
         },
         activity(),
@@ -153,7 +153,7 @@ fn an_agent_the_shell_cannot_find_is_the_environments_fault() {
             env_remove: Vec::new(),
             session_id: "s".into(),
             interrupt_grace: Duration::from_secs(1),
-            forward_output: false,
+            forward: Forward::Neither,
             turn_timeout: None,
         },
         activity(),
@@ -182,7 +182,7 @@ fn an_agent_that_answers_before_exiting_127_is_judged_by_its_answer() {
             env_remove: Vec::new(),
             session_id: "s".into(),
             interrupt_grace: Duration::from_secs(1),
-            forward_output: false,
+            forward: Forward::Neither,
             turn_timeout: None,
         },
         activity(),
@@ -354,7 +354,7 @@ fn exec_agent(
         env_remove: Vec::new(),
         session_id: "s".into(),
         interrupt_grace: Duration::from_secs(2),
-        forward_output: false,
+        forward: Forward::Neither,
         turn_timeout: None,
     };
     config(&mut settings);

@@ -12,14 +12,14 @@ use serde_json::json;
 use crate::agents_file::{agents_file_path, load, names};
 use crate::args::{AddArgs, EditArgs, GlobalArgs};
 use crate::board_path::{
-    Schema, board_path, board_slug, open_board, open_board_for_reading, open_board_with,
+    OpenBoard, Schema, board_path, board_slug, open_board, open_board_for_reading, open_board_with,
     postgres_url,
 };
 use crate::duration::parse_moment;
 use crate::out::{errln, out, outln};
 use crate::output::{
-    event_json, human_time, run_json, short, table, task_json, visible, visible_line, wait_note,
-    walls_table,
+    event_json, human_time, run_json, short, span, table, task_json, visible, visible_line,
+    wait_note, walls_table,
 };
 use crate::runtime::block_on;
 
@@ -138,6 +138,7 @@ pub(crate) fn operate(
     operation: Operation<'_>,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
+    let id = &card_id(&board, id)?;
     let done = match operation {
         Operation::Cancel(reason) => {
             block_on(board.cancel(id, reason))?;
@@ -158,6 +159,41 @@ pub(crate) fn operate(
     };
     outln!("{id} {done}");
     Ok(ExitCode::Success)
+}
+
+/// The card `given` names: its id, or (as git takes a short hash) a unique
+/// start of one, with or without its `t_`.
+pub(crate) fn card_id(board: &OpenBoard, given: &str) -> anyhow::Result<String> {
+    match block_on(board.show_task(given)) {
+        Ok(_) => return Ok(given.to_owned()),
+        Err(kanban_core::BoardError::TaskNotFound(_)) => {}
+        Err(other) => return Err(other.into()),
+    }
+    let short = given.strip_prefix("t_").unwrap_or(given);
+    if short.is_empty() {
+        return Err(kanban_core::BoardError::TaskNotFound(given.to_owned()).into());
+    }
+    let found: Vec<String> = block_on(board.list_tasks(None))?
+        .into_iter()
+        .map(|task| task.id)
+        .filter(|id| id.strip_prefix("t_").unwrap_or(id).starts_with(short))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(kanban_core::BoardError::TaskNotFound(given.to_owned()).into()),
+        many => {
+            let shown = many.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+            let more = match many.len() {
+                ..=10 => String::new(),
+                count => format!(" and {} more", count - 10),
+            };
+            bail!(
+                "{} starts {} card ids ({shown}{more}): give more of it",
+                visible_line(given),
+                many.len()
+            )
+        }
+    }
 }
 
 /// With an agents file, an assignee must name one of its agents: a typo is
@@ -192,6 +228,7 @@ pub(crate) fn edit(
     args: &EditArgs,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
+    let id = card_id(&board, &args.id)?;
     check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let change = kanban_core::rules::CardEdit {
         title: args.title.clone(),
@@ -203,8 +240,8 @@ pub(crate) fn edit(
         max_retries: args.max_retries.map_or(Change::Keep, Change::Set),
         max_runtime_seconds: args.max_runtime.map_or(Change::Keep, Change::Set),
     };
-    block_on(board.edit(&args.id, &change))?;
-    outln!("{} edited: {}", args.id, change.fields().join(", "));
+    block_on(board.edit(&id, &change))?;
+    outln!("{id} edited: {}", change.fields().join(", "));
     Ok(ExitCode::Success)
 }
 
@@ -239,19 +276,30 @@ pub(crate) fn prune(
     Ok(ExitCode::Success)
 }
 
+/// Which cards `kanban ls` lists.
+#[derive(Debug)]
+pub(crate) struct ListFilter<'a> {
+    pub(crate) status: Option<&'a str>,
+    /// An agent's name, or `-` for cards with no assignee.
+    pub(crate) assignee: Option<&'a str>,
+    pub(crate) archived: bool,
+}
+
 pub(crate) fn list(
     global: &GlobalArgs,
     env: &Environment,
-    status: Option<&str>,
-    archived: bool,
+    filter: &ListFilter<'_>,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let status = status.map(parse_status).transpose()?;
+    let status = filter.status.map(parse_status).transpose()?;
     let board = open_board_for_reading(global, env)?;
     let mut tasks = block_on(board.list_tasks(status))?;
     // Archived cards are out of the way unless asked for.
-    if !archived && status.is_none() {
+    if !filter.archived && status.is_none() {
         tasks.retain(|task| task.status != TaskStatus::Archived);
+    }
+    if let Some(assignee) = filter.assignee {
+        tasks.retain(|task| task.assignee.as_deref().unwrap_or("-") == assignee);
     }
     let now = SystemClock.now();
     if as_json {
@@ -261,13 +309,19 @@ pub(crate) fn list(
         );
         return Ok(ExitCode::Success);
     }
+    let waits = open_parents(&board, &tasks)?;
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
+            let mut status = status_line(t, now);
+            if let Some(parents) = waits.get(&t.id) {
+                status.push_str(&format!(", waits for {}", parents.join(", ")));
+            }
             vec![
                 t.id.clone(),
-                status_line(t, now),
+                status,
                 t.priority.to_string(),
+                short(t.assignee.as_deref().unwrap_or("-"), 20),
                 t.current_run_id
                     .map(|r| r.to_string())
                     .unwrap_or_else(|| "-".into()),
@@ -277,7 +331,7 @@ pub(crate) fn list(
         .collect();
     out!(
         "{}",
-        table(&["ID", "STATUS", "PRIO", "RUN", "TITLE"], &rows)
+        table(&["ID", "STATUS", "PRIO", "ASSIGNEE", "RUN", "TITLE"], &rows)
     );
     let walls = block_on(board.walls())?;
     let holding = walls.iter().filter(|wall| wall.until > now).count();
@@ -288,6 +342,43 @@ pub(crate) fn list(
         );
     }
     Ok(ExitCode::Success)
+}
+
+/// The parents each `todo` card of `tasks` still waits for (those not
+/// done): read per waiting card, so a board of finished work costs nothing.
+fn open_parents(
+    board: &OpenBoard,
+    tasks: &[kanban_core::TaskRecord],
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<String>>> {
+    let mut waits = std::collections::BTreeMap::new();
+    let mut statuses: Option<std::collections::BTreeMap<String, kanban_core::CardStatus>> = None;
+    for task in tasks.iter().filter(|task| task.status == TaskStatus::Todo) {
+        let parents = block_on(board.show_task(&task.id))?.parents;
+        if parents.is_empty() {
+            continue;
+        }
+        let statuses = match &mut statuses {
+            Some(statuses) => statuses,
+            None => statuses.insert(
+                block_on(board.list_tasks(None))?
+                    .into_iter()
+                    .map(|task| (task.id, task.status))
+                    .collect(),
+            ),
+        };
+        let open: Vec<String> = parents
+            .into_iter()
+            .filter(|parent| {
+                statuses
+                    .get(parent)
+                    .is_none_or(|status| *status != TaskStatus::Done)
+            })
+            .collect();
+        if !open.is_empty() {
+            waits.insert(task.id.clone(), open);
+        }
+    }
+    Ok(waits)
 }
 
 /// `kanban walls`: the provider walls of the board.
@@ -321,6 +412,7 @@ pub(crate) fn comment(
     author: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
+    let task = &card_id(&board, task)?;
     let author = author
         .map(str::trim)
         .filter(|author| !author.is_empty())
@@ -362,6 +454,7 @@ pub(crate) fn show(
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
+    let id = &card_id(&board, id)?;
     let view = block_on(board.show_task(id))?;
     let now = SystemClock.now();
     // The walls this card met last (a wall names the card and run that
@@ -374,6 +467,7 @@ pub(crate) fn show(
     if as_json {
         let value = json!({
             "task": task_json(&view.task),
+            "parents": view.parents,
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
             "comments": view.comments,
@@ -390,6 +484,7 @@ pub(crate) fn show(
         task.priority,
         task.consecutive_failures
     );
+    out!("{}", whom_and_why(&board, &view));
     if !met.is_empty() {
         outln!("met a provider wall (it holds every card of that provider; kanban walls):");
         out!("{}", walls_table(&met, now));
@@ -425,6 +520,54 @@ pub(crate) fn show(
         }
     }
     Ok(ExitCode::Success)
+}
+
+/// `show`'s lines on whom a card is for and why it stands where it stands:
+/// its assignee, its parents with their statuses, why it is blocked or was
+/// cancelled.
+fn whom_and_why(board: &OpenBoard, view: &kanban_core::TaskView) -> String {
+    let task = &view.task;
+    let mut lines = String::new();
+    if let Some(assignee) = &task.assignee {
+        lines.push_str(&format!("assignee: {}\n", visible_line(assignee)));
+    }
+    if !view.parents.is_empty() {
+        let parents: Vec<String> = view
+            .parents
+            .iter()
+            .map(|parent| match block_on(board.show_task(parent)) {
+                Ok(parent) => format!("{} ({})", parent.task.id, parent.task.status.as_str()),
+                Err(_) => format!("{parent} (gone)"),
+            })
+            .collect();
+        lines.push_str(&format!("parents: {}\n", visible_line(&parents.join(", "))));
+    }
+    if task.status == TaskStatus::Blocked
+        && let Some(reason) = blocked_reason(view)
+    {
+        lines.push_str(&format!("blocked: {}\n", visible_line(&reason)));
+    }
+    if task.status == TaskStatus::Archived
+        && let Some(reason) = last_reason(view, "cancelled")
+    {
+        lines.push_str(&format!("cancelled: {}\n", visible_line(&reason)));
+    }
+    lines
+}
+
+/// Why a blocked card is blocked: the reason of its last `blocked` event
+/// (its agent's, an operator's), else its last failure.
+fn blocked_reason(view: &kanban_core::TaskView) -> Option<String> {
+    last_reason(view, "blocked").or_else(|| view.task.last_failure_error.clone())
+}
+
+/// The reason of the card's last event of `kind`.
+fn last_reason(view: &kanban_core::TaskView, kind: &str) -> Option<String> {
+    view.events
+        .iter()
+        .rev()
+        .find(|event| event.kind == kind)
+        .and_then(|event| event.payload.get("reason")?.as_str().map(str::to_owned))
 }
 
 fn runs_table(runs: &[kanban_core::RunRecord]) -> String {
@@ -475,6 +618,7 @@ pub(crate) fn events(
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
+    let id = &card_id(&board, id)?;
     let view = block_on(board.show_task(id))?;
     if as_json {
         for event in &view.events {
@@ -499,6 +643,7 @@ pub(crate) fn claim(
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
+    let id = &card_id(&board, id)?;
     let ttl = claim_ttl_seconds(ttl, env).map_err(anyhow::Error::msg)?;
     let Some(grant) = block_on(board.claim_task(id, ttl, &crate::supervisor::hand_claim_lock()))?
     else {
@@ -530,6 +675,7 @@ pub(crate) fn unblock(
     id: &str,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
+    let id = &card_id(&board, id)?;
     block_on(board.unblock(id))?;
     outln!(
         "{id} unblocked: {}",
@@ -545,6 +691,7 @@ pub(crate) fn reclaim(
     reason: &str,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
+    let id = &card_id(&board, id)?;
     block_on(board.reclaim(id, reason))?;
     outln!(
         "{id} reclaimed: {}",
@@ -563,7 +710,7 @@ fn status_line(task: &kanban_core::TaskRecord, now: i64) -> String {
         line.push_str(&format!(", {note}"));
     }
     if let Some(every) = task.every_seconds {
-        line.push_str(&format!(", every {every}s"));
+        line.push_str(&format!(", every {}", span(every)));
     }
     line
 }

@@ -24,7 +24,7 @@ pub(crate) fn parse_agents(
             Some((name, spec)) if is_agent_name(name) => (name.to_owned(), spec.to_owned()),
             _ => (String::new(), value.clone()),
         };
-        validate_agent(Some(&spec), env).map_err(|problem| match route.as_str() {
+        validate_agent(Some(&spec), "--agent", env).map_err(|problem| match route.as_str() {
             "" => problem,
             name => format!("agent {name}: {problem}"),
         })?;
@@ -41,7 +41,7 @@ pub(crate) fn parse_agents(
         }
     }
     if agents.is_empty() {
-        validate_agent(None, env)?;
+        validate_agent(None, "--agent", env)?;
     }
     Ok(agents)
 }
@@ -88,17 +88,69 @@ pub(crate) fn agent_route(route: &str, agent: &AgentCommand, env: &Environment) 
 
 /// The first word of a shell command, unquoted.
 fn first_word(command: &str) -> Option<String> {
+    split_program(command).map(|(program, _)| program)
+}
+
+/// A shell command's first word, unquoted, and the rest of the command
+/// after it.
+fn split_program(command: &str) -> Option<(String, &str)> {
     let command = command.trim_start();
     let quote = command.chars().next().filter(|c| *c == '\'' || *c == '"');
-    match quote {
-        Some(quote) => command[1..].split(quote).next().map(str::to_owned),
-        None => command.split_whitespace().next().map(str::to_owned),
+    let (program, rest) = match quote {
+        Some(quote) => {
+            let inner = &command[1..];
+            let end = inner.find(quote)?;
+            (&inner[..end], &inner[end + 1..])
+        }
+        None => {
+            let end = command.find(char::is_whitespace).unwrap_or(command.len());
+            (&command[..end], &command[end..])
+        }
+    };
+    (!program.is_empty()).then(|| (program.to_owned(), rest))
+}
+
+/// A command whose program is a relative path (`./agents/coder.sh`, with a
+/// `/` in it) rewritten with the program's absolute path under `folder`, as
+/// Cargo and git resolve the paths of their configuration files against the
+/// file's folder: a worker runs it the same from any folder. Other commands
+/// (a program found on `PATH`, an absolute path, a relative path given as an
+/// argument) are kept as written.
+pub(crate) fn anchor_program(command: &str, folder: &Path) -> String {
+    match split_program(command) {
+        Some((program, rest)) if program.contains('/') && !program.starts_with('/') => {
+            match folder.join(program.trim_start_matches("./")).to_str() {
+                Some(absolute) => format!("{}{rest}", shell_quoted(absolute)),
+                // A folder whose name is not UTF-8 cannot be written into
+                // a command: the command is checked as written instead.
+                None => command.to_owned(),
+            }
+        }
+        _ => command.to_owned(),
+    }
+}
+
+/// A word the shell reads back as exactly `word`.
+fn shell_quoted(word: &str) -> String {
+    let plain = word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+' | ',' | ':'));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
 /// Checks the agent before anything is claimed: a missing or mistyped agent
-/// is the dispatcher's configuration, and no card may pay for it.
-pub(crate) fn validate_agent(agent: Option<&str>, env: &Environment) -> Result<(), String> {
+/// is the dispatcher's configuration, and no card may pay for it. `key` is
+/// where the agent was given (`--agent`, or an agents file's `command`), for
+/// the messages.
+pub(crate) fn validate_agent(
+    agent: Option<&str>,
+    key: &str,
+    env: &Environment,
+) -> Result<(), String> {
     let Some(agent) = agent.map(str::trim).filter(|agent| !agent.is_empty()) else {
         return Err(
             "dispatch needs an agent: pass --agent CMD or set KANBAN_AGENT (see docs/agent-protocol.md)"
@@ -108,10 +160,10 @@ pub(crate) fn validate_agent(agent: Option<&str>, env: &Environment) -> Result<(
     if agent.starts_with("http:") {
         return kanban_agent_port::HttpAgentConfig::parse(agent, env)
             .map(|_| ())
-            .map_err(|error| format!("--agent {agent:?}: {error}"));
+            .map_err(|error| format!("{key} {agent:?}: {error}"));
     }
     let Some(program) = first_word(agent) else {
-        return Err(format!("--agent {agent:?} names no command"));
+        return Err(format!("{key} {agent:?} names no command"));
     };
     let executable = |path: &Path| {
         use std::os::unix::fs::PermissionsExt;
@@ -122,12 +174,12 @@ pub(crate) fn validate_agent(agent: Option<&str>, env: &Environment) -> Result<(
         let path = Path::new(&program);
         if !path.exists() {
             return Err(format!(
-                "the agent {program} does not exist; check the path given to --agent"
+                "the agent {program} does not exist; check the path given to {key}"
             ));
         }
         if !executable(path) {
             return Err(format!(
-                "the agent {program} is not an executable file; make it one (chmod +x) or run it through an interpreter (--agent 'sh {program}')"
+                "the agent {program} is not an executable file; make it one (chmod +x) or run it through an interpreter ('sh {program}')"
             ));
         }
         return Ok(());
@@ -145,7 +197,36 @@ pub(crate) fn validate_agent(agent: Option<&str>, env: &Environment) -> Result<(
         Ok(())
     } else {
         Err(format!(
-            "the agent command {program} is not on PATH; give its full path to --agent"
+            "the agent command {program} is not on PATH; give its full path to {key}"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::anchor_program;
+    use std::path::Path;
+
+    #[test]
+    fn a_relative_program_is_anchored_and_the_rest_kept_as_written() {
+        let folder = Path::new("/srv/my board's");
+        for (command, anchored) in [
+            ("./a.sh", "'/srv/my board'\\''s/a.sh'"),
+            (
+                "bin/a --fast 'x y'",
+                "'/srv/my board'\\''s/bin/a' --fast 'x y'",
+            ),
+            ("'sub dir/a' -v", "'/srv/my board'\\''s/sub dir/a' -v"),
+            ("/opt/a.sh -v", "/opt/a.sh -v"),
+            ("python3 ./a.py", "python3 ./a.py"),
+            ("'unclosed", "'unclosed"),
+            ("", ""),
+        ] {
+            assert_eq!(anchor_program(command, folder), anchored, "{command}");
+        }
+        assert_eq!(
+            anchor_program("./a.sh x", Path::new("/srv/board")),
+            "/srv/board/a.sh x"
+        );
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! [agents.coder]
 //! command = "./agents/coder.sh"      # or: http = "https://api.example/v1?model=m"
+//!                                    # (a relative program: from this file's folder)
 //! turn_timeout = "20m"
 //! recovery_delays = "15,45,90"
 //! max_in_progress = 2
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use kanban_core::Environment;
 use serde::Deserialize;
 
-use crate::agent_check::{is_agent_name, validate_agent};
+use crate::agent_check::{anchor_program, is_agent_name, validate_agent};
 use crate::duration::parse_limit;
 
 /// The file name looked for beside the board.
@@ -135,9 +136,14 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
             error.to_string().trim()
         )
     })?;
+    // Relative commands are read from the file's folder, wherever the
+    // dispatcher runs (and a worker gets them absolute).
+    let absolute = std::path::absolute(path)
+        .map_err(|error| format!("cannot read the agents file {where_}: {error}"))?;
+    let folder = absolute.parent().unwrap_or(Path::new("/"));
     let mut agents = BTreeMap::new();
     for (name, entry) in shape.agents {
-        let agent = agent_of(&where_, &name, entry, env)?;
+        let agent = agent_of(&where_, folder, &name, entry, env)?;
         agents.insert(name, agent);
     }
     if let Some(default) = &shape.default
@@ -158,6 +164,7 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
 /// One agent of an agents file, checked.
 fn agent_of(
     where_: &std::path::Display<'_>,
+    folder: &Path,
     name: &str,
     entry: EntryShape,
     env: &Environment,
@@ -168,8 +175,13 @@ fn agent_of(
             "{where_}: {name:?} cannot name an agent: use letters, digits, '_', '-' and '.'"
         ));
     }
+    let key = if entry.http.is_some() {
+        "`http`"
+    } else {
+        "`command`"
+    };
     let spec = match (entry.command, entry.http) {
-        (Some(command), None) => command,
+        (Some(command), None) => anchor_program(&command, folder),
         // `http:` before the URL, as `--agent` takes it, is allowed too.
         (None, Some(http))
             if http.starts_with("http:http://") || http.starts_with("http:https://") =>
@@ -183,7 +195,7 @@ fn agent_of(
             ));
         }
     };
-    validate_agent(Some(&spec), env).map_err(&problem)?;
+    validate_agent(Some(&spec), key, env).map_err(&problem)?;
     let mut args = Vec::new();
     if let Some(limit) = &entry.turn_timeout {
         parse_limit(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;

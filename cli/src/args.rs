@@ -7,6 +7,30 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::duration::{parse_duration, parse_limit, parse_positive_seconds};
 
+/// The command line as it is parsed and shown: each command's examples
+/// moved to the end of its help, where `-h` shows them as `--help` does
+/// (clap's short help shows only a command's first paragraph).
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory as _;
+    Cli::command().mut_subcommands(examples_at_the_end)
+}
+
+fn examples_at_the_end(command: clap::Command) -> clap::Command {
+    let command = command.mut_subcommands(examples_at_the_end);
+    let Some(long) = command.get_long_about().map(ToString::to_string) else {
+        return command;
+    };
+    let (examples, rest): (Vec<&str>, Vec<&str>) = long
+        .split("\n\n")
+        .partition(|paragraph| paragraph.starts_with("Example"));
+    if examples.is_empty() {
+        return command;
+    }
+    command
+        .after_help(examples.join("\n\n"))
+        .long_about(rest.join("\n\n"))
+}
+
 /// Run AI-agent workers off a kanban board, recovering failed turns in place.
 ///
 /// The board is `--db PATH` (or `--db postgres://USER@HOST:PORT/DBNAME` for a
@@ -30,12 +54,15 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// The options every command takes, shown after the command's own.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub(crate) struct GlobalArgs {
-    /// The board: a SQLite file, or a PostgreSQL database named by
-    /// postgres://USER@HOST:PORT/DBNAME (the password from PGPASSWORD or
-    /// ~/.pgpass, never the URL; add ?sslmode=require&sslrootcert=CA.pem
-    /// for verified TLS).
+    /// The board: a SQLite file, or postgres://USER@HOST:PORT/DBNAME.
+    ///
+    /// A PostgreSQL board's password comes from PGPASSWORD or ~/.pgpass,
+    /// never the URL; add ?sslmode=require&sslrootcert=CA.pem for verified
+    /// TLS (docs/cli.md).
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
     /// The board's name under the kanban home.
@@ -76,13 +103,16 @@ pub(crate) enum Command {
     ///
     /// Example: kanban add "write the release notes" --priority 2 --body "cover 0.2"
     Add(AddArgs),
-    /// List cards, oldest first.
+    /// List cards, oldest first, with whom each is for and what it waits for.
     ///
-    /// Example: kanban ls --status ready
+    /// Example: kanban ls --status ready --assignee coder
     Ls {
         /// Only cards with this status (todo, ready, running, blocked, done, archived).
         #[arg(long)]
         status: Option<String>,
+        /// Only cards assigned to this agent (`-` for cards with no assignee).
+        #[arg(long, value_name = "NAME")]
+        assignee: Option<String>,
         /// Include archived (and cancelled) cards, hidden otherwise.
         #[arg(long)]
         archived: bool,
@@ -295,16 +325,19 @@ pub(crate) enum Command {
     ///
     /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent cli/examples/agents/finish.sh
     Worker(WorkerArgs),
-    /// Run one agent turn outside any board; prints its text.
+    /// Run one agent turn, to try an agent; prints its text, shows its stderr.
+    ///
+    /// Nothing on the board changes: with --card the agent is told that
+    /// card as its worker would be (its first message, title, body and
+    /// comments), but nothing is claimed, so the agent's own board calls
+    /// are refused.
     ///
     /// Example: kanban turn --agent cli/examples/agents/finish.sh "say hello"
-    Turn {
-        /// The agent command (run with `sh -c`), or `http:URL?model=M…` (docs/agents.md).
-        #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
-        agent: String,
-        /// The user message.
-        message: String,
-    },
+    ///
+    /// Example: kanban turn --agent ./agents/writer.sh --title "fix the README" --body "the install line is wrong"
+    ///
+    /// Example: kanban --db ./kanban.db turn --agent ./agents/writer.sh --card t_1a2b3c4d
+    Turn(TurnArgs),
     /// Fencing for side effects: refuse a push, a post or a write from a run
     /// that lost its claim (docs/cli.md, "Fencing side effects").
     ///
@@ -510,6 +543,28 @@ pub(crate) struct EditArgs {
     /// The longest one run may take (90s, 30m, 2h…).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
     pub(crate) max_runtime: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TurnArgs {
+    /// The agent command (run with `sh -c`), or `http:URL?model=M…` (docs/agents.md).
+    #[arg(long, env = "KANBAN_AGENT", value_name = "CMD")]
+    pub(crate) agent: String,
+    /// The user message (default: the first message of the card the other
+    /// options describe, as a worker sends it).
+    pub(crate) message: Option<String>,
+    /// Tell the agent this card of the board (read only).
+    #[arg(long, value_name = "ID")]
+    pub(crate) card: Option<String>,
+    /// The task's id, as the agent is told it.
+    #[arg(long)]
+    pub(crate) id: Option<String>,
+    /// The task's title, as the agent is told it.
+    #[arg(long)]
+    pub(crate) title: Option<String>,
+    /// The task's body, as the agent is told it.
+    #[arg(long)]
+    pub(crate) body: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -38,7 +38,7 @@ pub(crate) fn parse_moment(raw: &str, now: i64) -> Result<i64, String> {
 }
 
 /// Parses a duration: seconds (`90`, `0.5`) or a number with a unit (`90s`,
-/// `30m`, `2h`, `1d`). Negative, non-finite and absurd values (over a
+/// `30m`, `2h`, `1d`, `2w`). Negative, non-finite and absurd values (over a
 /// year) are refused with a message that says what is accepted.
 pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     let text = raw.trim();
@@ -52,14 +52,15 @@ pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86_400.0,
+        "w" => 604_800.0,
         _ => {
             return Err(format!(
-                "{raw:?} is not a duration: use seconds (90) or a unit (90s, 30m, 2h, 1d)"
+                "{raw:?} is not a duration: use seconds (90) or a unit (90s, 30m, 2h, 1d, 2w)"
             ));
         }
     };
     let value: f64 = number.trim().parse().map_err(|_| {
-        format!("{raw:?} is not a duration: use seconds (90) or a unit (90s, 30m, 2h, 1d)")
+        format!("{raw:?} is not a duration: use seconds (90) or a unit (90s, 30m, 2h, 1d, 2w)")
     })?;
     let seconds = value * scale;
     if !seconds.is_finite() || seconds < 0.0 {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use kanban_core::ExitCode;
-use kanban_core::{Environment, TaskStatus};
+use kanban_core::{Environment, TaskStatus, WORKER_END_DETAIL, WORKER_EXIT_TRAILER};
 
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
@@ -50,6 +50,7 @@ pub(crate) fn logs(
 ) -> anyhow::Result<ExitCode> {
     let board = open_board_for_reading(global, env)?;
     // The card must exist: a typo names no file, and says so.
+    let task = &crate::admin::card_id(&board, task)?;
     let view = block_on(board.show_task(task))?;
     let folder = board.folder.join("logs");
     let current = log_path(&folder, task);
@@ -67,7 +68,7 @@ pub(crate) fn logs(
             .find_map(|text| run_section(&text, run));
         match section {
             Some(section) if !follow => {
-                out!("{}", visible(&section));
+                out!("{}", visible(&for_people(&section)));
                 return Ok(ExitCode::Success);
             }
             Some(_) => {}
@@ -89,7 +90,7 @@ pub(crate) fn logs(
         Some(run) => run_section(text, run).unwrap_or_default(),
         None => text.to_owned(),
     };
-    out!("{}", visible(&print(&shown)));
+    out!("{}", visible(&for_people(&print(&shown))));
     if !follow {
         return Ok(ExitCode::Success);
     }
@@ -151,7 +152,7 @@ fn follow_log(
                     if run.is_some() && line.starts_with("[kanban-dispatch] run ") {
                         return Ok(ExitCode::Success);
                     }
-                    out!("{}", visible(line));
+                    out!("{}", visible(&for_people(line)));
                 }
             }
         }
@@ -163,11 +164,24 @@ fn follow_log(
             .unwrap_or(false);
         if !running && quiet_since.elapsed() > Duration::from_secs(1) {
             if !pending.is_empty() {
-                out!("{}", visible(&pending));
+                out!("{}", visible(&for_people(&pending)));
             }
             return Ok(ExitCode::Success);
         }
     }
+}
+
+/// A log as people read it: a worker's closing lines, written for the
+/// dispatchers that read them back (its code, its seal), are shown as
+/// `exit N`; the log file itself keeps them as written.
+fn for_people(text: &str) -> String {
+    text.split_inclusive('\n')
+        .filter(|line| !line.starts_with(WORKER_END_DETAIL))
+        .map(|line| match line.strip_prefix(WORKER_EXIT_TRAILER) {
+            Some(code) => format!("exit {}\n", code.trim_end()),
+            None => line.to_owned(),
+        })
+        .collect()
 }
 
 /// The log to follow from its start, and why, when the one followed was
@@ -194,7 +208,15 @@ fn started_over(
 
 #[cfg(test)]
 mod tests {
-    use super::run_section;
+    use super::{for_people, run_section};
+
+    #[test]
+    fn a_workers_closing_lines_read_as_its_exit() {
+        let log =
+            "working\n[kanban-worker-end] rc=75 seal=abc alone\n[kanban-worker-exit] rc=75\nnext";
+        assert_eq!(for_people(log), "working\nexit 75\nnext");
+        assert_eq!(for_people("[kanban-worker-exit] rc=0"), "exit 0\n");
+    }
 
     #[test]
     fn a_run_is_cut_from_its_marker_to_the_next() {

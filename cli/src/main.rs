@@ -36,7 +36,7 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use clap::{CommandFactory, Parser};
+use clap::FromArgMatches as _;
 use kanban_core::Environment;
 use kanban_core::ExitCode;
 
@@ -95,7 +95,8 @@ fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli =
+        Cli::from_arg_matches(&args::command().get_matches()).unwrap_or_else(|error| error.exit());
     let env = Environment::from_os_vars(std::env::vars_os());
     if let Some(name) = env.unreadable().find(|name| read_by_kanban(name)) {
         errln!(
@@ -213,9 +214,17 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Add(args) => admin::add(global, env, &args),
         Command::Ls {
             status,
+            assignee,
             archived,
             json,
-        } => admin::list(global, env, status.as_deref(), archived, json),
+        } => {
+            let filter = admin::ListFilter {
+                status: status.as_deref(),
+                assignee: assignee.as_deref(),
+                archived,
+            };
+            admin::list(global, env, &filter, json)
+        }
         Command::Cancel { id, reason } => {
             admin::operate(global, env, &id, Operation::Cancel(&reason))
         }
@@ -264,9 +273,10 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             runtime::install_signal_handlers(interrupt)?;
             Ok(worker::worker(env, &args, interrupt.clone()))
         }
-        Command::Turn { agent, message } => {
+        Command::Turn(args) => {
+            let task = worker::turn_task(global, env, &args)?;
             runtime::install_signal_handlers(interrupt)?;
-            worker::one_turn(env, &agent, &message, interrupt.clone())
+            worker::one_turn(env, &args.agent, &task, interrupt.clone())
         }
         Command::Prove(args) => prove::prove(global, env, &args),
         Command::Fence(FenceCommand::Check { quiet }) => fence::check(env, quiet),
@@ -310,13 +320,13 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Mcp => mcp::mcp(env),
         Command::Completions { shell } => {
             let mut bytes = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "kanban", &mut bytes);
+            clap_complete::generate(shell, &mut args::command(), "kanban", &mut bytes);
             out!("{}", String::from_utf8_lossy(&bytes));
             Ok(ExitCode::Success)
         }
         Command::Man => {
             let mut bytes = Vec::new();
-            clap_mangen::Man::new(Cli::command()).render(&mut bytes)?;
+            clap_mangen::Man::new(args::command()).render(&mut bytes)?;
             out!("{}", String::from_utf8_lossy(&bytes));
             Ok(ExitCode::Success)
         }

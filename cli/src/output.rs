@@ -201,13 +201,62 @@ pub(crate) fn walls_table(walls: &[kanban_core::walls::Wall], now: i64) -> Strin
     table(&["SCOPE", "WALL", "STATE", "HITS", "LAST HIT"], &rows)
 }
 
-/// A wait in seconds as people read it: `42s`, `3m 5s`, `2h 10m`.
-fn span(wait: i64) -> String {
-    match wait {
-        ..60 => format!("{wait}s"),
-        60..3600 => format!("{}m {}s", wait / 60, wait % 60),
-        3600..86_400 => format!("{}h {}m", wait / 3600, wait % 3600 / 60),
-        _ => format!("{}d {}h", wait / 86_400, wait % 86_400 / 3600),
+/// Payload fields written for machines: claim locks name a host and a
+/// process, seals sign a worker's trailer.
+const MACHINE_FIELDS: [&str; 5] = ["claim_lock", "lock", "prev_lock", "stale_lock", "seal"];
+
+/// An event as people read it: its kind in words, then its payload's
+/// fields (`completed: wrote the notes`, `spawned: pid 31626`), times as
+/// times, without what is written for machines; at most `limit` characters.
+pub(crate) fn event_words(event: &EventRecord, now: i64, limit: usize) -> String {
+    let kind = event.kind.replace('_', " ");
+    let fields = match &event.payload {
+        Value::Object(map) => map
+            .iter()
+            .filter(|(key, value)| !MACHINE_FIELDS.contains(&key.as_str()) && !value.is_null())
+            .map(|(key, value)| match (key.as_str(), value.as_i64()) {
+                ("expires" | "until" | "claim_expires", Some(at)) => {
+                    format!("{} {}", key.replace('_', " "), human_time(at, now))
+                }
+                ("reason" | "summary" | "note" | "output", _) => value_words(value),
+                _ => format!("{} {}", key.replace('_', " "), value_words(value)),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Null => String::new(),
+        other => value_words(other),
+    };
+    let words = if fields.is_empty() {
+        kind
+    } else {
+        format!("{kind}: {fields}")
+    };
+    short(&words, limit)
+}
+
+/// A JSON value in words: a string as itself, a list joined, the rest as
+/// JSON.
+fn value_words(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items.iter().map(value_words).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// A span in seconds as people read it, in its two largest units, a zero
+/// second unit left out: `42s`, `3m 5s`, `2h`, `2h 10m`, `7d`, `1d 2h`.
+pub(crate) fn span(seconds: i64) -> String {
+    let (large, unit, small, small_unit) = match seconds {
+        ..60 => return format!("{seconds}s"),
+        60..3600 => (seconds / 60, "m", seconds % 60, "s"),
+        3600..86_400 => (seconds / 3600, "h", seconds % 3600 / 60, "m"),
+        _ => (seconds / 86_400, "d", seconds % 86_400 / 3600, "h"),
+    };
+    if small == 0 {
+        format!("{large}{unit}")
+    } else {
+        format!("{large}{unit} {small}{small_unit}")
     }
 }
 
@@ -270,7 +319,7 @@ mod tests {
     fn human_times_say_how_far_from_now() {
         use_utc(true);
         assert_eq!(human_time(100, 100), "1970-01-01 00:01:40 UTC (now)");
-        assert_eq!(human_time(40, 100), "1970-01-01 00:00:40 UTC (1m 0s ago)");
+        assert_eq!(human_time(40, 100), "1970-01-01 00:00:40 UTC (1m ago)");
         assert_eq!(
             human_time(100 + 90_000, 100),
             "1970-01-02 01:01:40 UTC (in 1d 1h)"
@@ -289,5 +338,64 @@ mod tests {
             wait_note(Some(100 + 7260), false, 100).as_deref(),
             Some("waits until 1970-01-01 02:02:40 UTC (in 2h 1m)")
         );
+    }
+
+    #[test]
+    fn an_event_reads_in_words_without_what_is_for_machines() {
+        use serde_json::{Value, json};
+        use_utc(true);
+        let event = |kind: &str, payload: Value| kanban_core::EventRecord {
+            id: 1,
+            task_id: "t_1".to_owned(),
+            run_id: Some(2),
+            kind: kind.to_owned(),
+            payload,
+            created_at: 0,
+        };
+        let said = |kind, payload| super::event_words(&event(kind, payload), 100, 80);
+        assert_eq!(
+            said("completed", json!({"summary": "wrote it"})),
+            "completed: wrote it"
+        );
+        assert_eq!(
+            said(
+                "claimed",
+                json!({"claim_lock": "host:42:9f8e", "expires": 700})
+            ),
+            "claimed: expires 1970-01-01 00:11:40 UTC (in 10m)"
+        );
+        assert_eq!(
+            said(
+                "created",
+                json!({"status": "todo", "parents": ["t_a", "t_b"], "assignee": null})
+            ),
+            "created: parents t_a, t_b, status todo"
+        );
+        assert_eq!(said("promoted", Value::Null), "promoted");
+        assert_eq!(said("heartbeat", json!(3)), "heartbeat: 3");
+        assert_eq!(
+            said("blocked", json!({"reason": "x".repeat(200)}))
+                .chars()
+                .count(),
+            80
+        );
+    }
+
+    #[test]
+    fn spans_read_in_their_two_largest_units() {
+        for (seconds, read) in [
+            (0, "0s"),
+            (59, "59s"),
+            (60, "1m"),
+            (185, "3m 5s"),
+            (7200, "2h"),
+            (7500, "2h 5m"),
+            (86_399, "23h 59m"),
+            (604_800, "7d"),
+            (604_764, "6d 23h"),
+            (93_600, "1d 2h"),
+        ] {
+            assert_eq!(super::span(seconds), read, "{seconds}");
+        }
     }
 }

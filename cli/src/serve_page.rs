@@ -164,7 +164,7 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
                 @if let Some(left) = tile.lease_left { span { "lease " (left.max(0)) "s" } }
                 @if task.consecutive_failures > 0 { span.pill.warn { (task.consecutive_failures) " failed" } }
                 @if let Some(reason) = &task.held_reason { span.pill.warn title=(reason) { "held" } }
-                @if let Some(at) = task.not_before.filter(|at| *at > now) { span.pill { "waits " (at - now) "s" } }
+                @if let Some(at) = task.not_before.filter(|at| *at > now) { span.pill { "waits " (crate::output::span(at - now)) } }
             }
             @if let Some((kind, at)) = &tile.last_event {
                 div.meta { span data-last-event=(kind) { (kind.replace('_', " ")) " · " (now - at) "s ago" } }

@@ -10,7 +10,7 @@ use kanban_core::{Clock, Environment, TaskStatus};
 use crate::args::GlobalArgs;
 use crate::board_path::open_board_for_reading;
 use crate::out::{out, outln};
-use crate::output::{short, table, visible, walls_table};
+use crate::output::{event_words, short, span, table, visible, walls_table};
 use crate::runtime::block_on;
 
 fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
@@ -70,18 +70,13 @@ fn snapshot(board: &crate::board_path::OpenBoard) -> anyhow::Result<String> {
         .iter()
         .map(|e| {
             vec![
-                format!("{}s ago", now - e.created_at),
+                format!("{} ago", span(now - e.created_at)),
                 e.task_id.clone(),
-                e.kind.clone(),
-                if e.payload.is_null() {
-                    String::new()
-                } else {
-                    short(&e.payload.to_string(), 60)
-                },
+                event_words(e, now, 80),
             ]
         })
         .collect();
-    out.push_str(&table(&["WHEN", "CARD", "KIND", "PAYLOAD"], &rows));
+    out.push_str(&table(&["WHEN", "CARD", "WHAT"], &rows));
     Ok(visible(&out).into_owned())
 }
 

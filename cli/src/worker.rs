@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kanban_agent_port::{
-    Activity, BRIEF_COMMENTS, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, HttpAgent,
-    HttpAgentConfig, TaskBrief,
+    Activity, BRIEF_COMMENTS, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, Forward,
+    HttpAgent, HttpAgentConfig, TaskBrief,
 };
 use kanban_board_sqlite::SystemClock;
 use kanban_core::ExitCode;
@@ -20,11 +20,11 @@ use kanban_core::{
     run_worker, vars,
 };
 
-use crate::args::WorkerArgs;
-use crate::board_path::{AnyBoard, open_claim_board};
+use crate::args::{GlobalArgs, TurnArgs, WorkerArgs};
+use crate::board_path::{AnyBoard, open_board_for_reading, open_claim_board};
 use crate::dispatch_link::{LINK_VAR, LinkedBoard};
 use crate::out::{errln, outln_or_drop};
-use crate::runtime::TokioOffload;
+use crate::runtime::{TokioOffload, block_on};
 use crate::worker_calls::CallServer;
 
 /// The variable a dispatcher hands its worker the secret seal in. The
@@ -283,7 +283,7 @@ fn make_runner(
                 env_remove: agent_env_remove,
                 session_id,
                 interrupt_grace: args.grace,
-                forward_output: true,
+                forward: Forward::Both,
                 turn_timeout: Some(args.turn_timeout),
             },
             activity.clone(),
@@ -351,13 +351,13 @@ fn worker_setup(
 }
 
 /// The card as its agent is told it: the newest comments with it.
-fn brief_of(view: &TaskView, claim: &Claim) -> TaskBrief {
+fn brief_of(view: &TaskView, claim: Option<&Claim>) -> TaskBrief {
     let task = &view.task;
     TaskBrief {
         id: task.id.clone(),
         title: task.title.clone(),
         body: task.body.clone().unwrap_or_default(),
-        fence_token: Some(claim.run_id),
+        fence_token: claim.map(|claim| claim.run_id),
         comments: view
             .comments
             .iter()
@@ -385,12 +385,56 @@ fn judge_of(args: &WorkerArgs, claim: &Claim, env: &Environment) -> Option<Comma
 
 /// The first turn's message: the card's title, and its body when it has one.
 fn first_message(task: &kanban_core::TaskRecord) -> String {
-    match &task.body {
+    first_message_of(&task.id, &task.title, task.body.as_deref())
+}
+
+fn first_message_of(id: &str, title: &str, body: Option<&str>) -> String {
+    match body {
         Some(body) if !body.trim().is_empty() => {
-            format!("work kanban task {}: {}\n\n{body}", task.id, task.title)
+            format!("work kanban task {id}: {title}\n\n{body}")
         }
-        _ => format!("work kanban task {}: {}", task.id, task.title),
+        _ => format!("work kanban task {id}: {title}"),
     }
+}
+
+/// What `kanban turn` tells its agent, and its message: the card `--card`
+/// names (read only, nothing claimed), with `--id`, `--title` and `--body`
+/// over it; the message given, else the task's first message as a worker
+/// sends it.
+pub(crate) fn turn_task(
+    global: &GlobalArgs,
+    env: &Environment,
+    args: &TurnArgs,
+) -> anyhow::Result<(TaskBrief, String)> {
+    let mut brief = TaskBrief::default();
+    if let Some(card) = &args.card {
+        let board = open_board_for_reading(global, env)?;
+        let card = crate::admin::card_id(&board, card)?;
+        let view = block_on(board.show_task(&card))?;
+        brief = TaskBrief {
+            fence_token: None,
+            ..brief_of(&view, None)
+        };
+    }
+    for (given, field) in [
+        (&args.id, &mut brief.id),
+        (&args.title, &mut brief.title),
+        (&args.body, &mut brief.body),
+    ] {
+        if let Some(given) = given {
+            field.clone_from(given);
+        }
+    }
+    let message = match &args.message {
+        Some(message) => message.clone(),
+        None if !brief.title.is_empty() => {
+            first_message_of(&brief.id, &brief.title, Some(&brief.body))
+        }
+        None => anyhow::bail!(
+            "kanban turn needs a message: give one (kanban turn --agent CMD \"say hello\"), or a task with --title or --card ID to send its first message"
+        ),
+    };
+    Ok((brief, message))
 }
 
 async fn run_worker_process(
@@ -429,7 +473,7 @@ async fn run_worker_process(
         .and_then(|seconds| u64::try_from(seconds).ok())
         .map(Duration::from_secs);
     let setup = worker_setup(&claim, &view, pid, env, args);
-    let brief = brief_of(&view, &claim);
+    let brief = brief_of(&view, Some(&claim));
     let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
     let mut runner = make_runner(
@@ -471,7 +515,7 @@ async fn run_worker_process(
 pub(crate) fn one_turn(
     env: &Environment,
     agent: &str,
-    message: &str,
+    (task, message): &(TaskBrief, String),
     interrupt: Arc<AtomicUsize>,
 ) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -483,7 +527,7 @@ pub(crate) fn one_turn(
         let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
         Box::new(HttpAgent::new(
             config,
-            None,
+            Some(task),
             None,
             session_id.clone(),
             activity,
@@ -492,19 +536,19 @@ pub(crate) fn one_turn(
         Box::new(ExecAgent::new(
             ExecAgentConfig {
                 command: agent.to_owned(),
-                task: TaskBrief::default(),
+                task: task.clone(),
                 env: agent_env(None, env),
                 env_remove: Vec::new(),
                 session_id: session_id.clone(),
                 interrupt_grace: Duration::from_secs(10),
-                forward_output: false,
+                forward: Forward::Stderr,
                 turn_timeout: None,
             },
             activity,
         ))
     };
     let input = TurnInput {
-        message: message.to_owned(),
+        message: message.clone(),
         kind: TurnKind::Initial,
         turn: 1,
     };

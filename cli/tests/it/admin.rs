@@ -143,13 +143,39 @@ fn named_boards_live_under_the_kanban_home() {
 fn help_teaches_with_examples_and_version_answers() {
     let bench = Bench::new();
     for command in ["worker", "prove", "claim", "add", "complete", "turn"] {
-        let output = bench.command().args([command, "--help"]).output().unwrap();
-        assert!(output.status.success());
-        assert!(
-            text(&output.stdout).contains("Example:"),
-            "{command} --help has an example"
-        );
+        for help in ["--help", "-h"] {
+            let output = bench.command().args([command, help]).output().unwrap();
+            assert!(output.status.success());
+            let shown = text(&output.stdout);
+            assert!(
+                shown.contains("Example:"),
+                "{command} {help} has an example"
+            );
+            // The command's own options first, the global ones after them
+            // under a heading of their own, the examples last.
+            let own = shown.find("\nOptions:\n").unwrap_or(usize::MAX);
+            let global = shown.find("\nGlobal options:\n").unwrap_or(0);
+            let example = shown.find("Example:").unwrap_or(0);
+            assert!(
+                own < global && global < example,
+                "{command} {help}:\n{shown}"
+            );
+        }
     }
+    // The short help is pinned as a reader sees it.
+    let output = bench
+        .command()
+        .env("COLUMNS", "100")
+        .env_remove("KANBAN_AGENTS")
+        .args(["add", "-h"])
+        .output()
+        .unwrap();
+    let pinned = include_str!("add-h.txt");
+    assert_eq!(
+        text(&output.stdout),
+        pinned,
+        "`kanban add -h` changed: check it by eye, then update cli/tests/it/add-h.txt"
+    );
     let output = bench.command().arg("--version").output().unwrap();
     assert!(text(&output.stdout).starts_with("kanban "));
 }
@@ -370,5 +396,101 @@ fn text_on_the_board_cannot_drive_the_terminal_of_whoever_reads_it() {
             said.contains("\\u{1b}") || said.contains("\\u001b"),
             "{args:?} shows the escape: {said}"
         );
+    }
+}
+
+#[test]
+fn ls_and_show_say_whom_a_card_is_for_and_what_it_waits_for() {
+    let bench = Bench::new();
+    let parent = bench.add("design it", &["--assignee", "architect"]);
+    let child = bench.add("build it", &["--assignee", "coder", "--parent", &parent]);
+    let loose = bench.add("tidy up", &["--every", "7d"]);
+    let row = |listed: &str, id: &str| {
+        listed
+            .lines()
+            .find(|line| line.starts_with(id))
+            .map(str::to_owned)
+    };
+
+    let listed = bench.ok(&["ls"]);
+    assert!(
+        listed.lines().next().unwrap().contains("ASSIGNEE"),
+        "{listed}"
+    );
+    let built = row(&listed, &child).unwrap();
+    assert!(built.contains("coder"), "{built}");
+    assert!(built.contains(&format!("waits for {parent}")), "{built}");
+    let tidy = row(&listed, &loose).unwrap();
+    assert!(tidy.contains("every 7d"), "{tidy}");
+    let only = bench.ok(&["ls", "--assignee", "coder"]);
+    assert!(
+        row(&only, &child).is_some() && row(&only, &parent).is_none(),
+        "{only}"
+    );
+    let unassigned = bench.ok(&["ls", "--assignee", "-"]);
+    assert!(row(&unassigned, &loose).is_some(), "{unassigned}");
+    assert!(row(&unassigned, &child).is_none(), "{unassigned}");
+
+    let shown = bench.ok(&["show", &child]);
+    assert!(shown.contains("assignee: coder"), "{shown}");
+    assert!(
+        shown.contains(&format!("parents: {parent} (ready)")),
+        "{shown}"
+    );
+    let shown: Value = serde_json::from_str(&bench.ok(&["show", &child, "--json"])).unwrap();
+    assert_eq!(shown["parents"][0], parent.as_str());
+
+    // A blocked card says why on a line of its own.
+    let carrier = bench.claim(&parent, None);
+    let output = bench
+        .command()
+        .envs(carrier.iter().map(|(k, v)| (k, v)))
+        .args(["block", "--reason", "needs the API key"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shown = bench.ok(&["show", &parent]);
+    assert!(shown.contains("\nblocked: needs the API key\n"), "{shown}");
+    // A cancelled card says it was, and why.
+    bench.ok(&["cancel", &child, "--reason", "not needed"]);
+    let shown = bench.ok(&["show", &child]);
+    assert!(shown.contains("\ncancelled: not needed\n"), "{shown}");
+}
+
+#[test]
+fn a_unique_start_of_a_card_id_names_it_and_an_ambiguous_one_is_refused() {
+    let bench = Bench::new();
+    let ids: Vec<String> = (0..40)
+        .map(|n| bench.add(&format!("card {n}"), &[]))
+        .collect();
+    let id = &ids[0];
+    // With and without its `t_`.
+    for short in [&id[..8], &id[2..8]] {
+        let shown: Value = serde_json::from_str(&bench.ok(&["show", short, "--json"])).unwrap();
+        assert_eq!(shown["task"]["id"], id.as_str(), "{short}");
+    }
+    bench.ok(&["hold", &id[2..9], "--reason", "later"]);
+    assert_eq!(bench.show(id)["task"]["held_reason"], "later");
+    // Matching nothing: not on the board.
+    bench.refused(&["show", "t_zzzzzz"], "is not on this board");
+    bench.refused(&["show", "t_"], "is not on this board");
+    // Forty cards, sixteen hex digits: some first digit starts two ids, and
+    // is refused, naming them; nothing changes.
+    let first = |id: &String| id[2..3].to_owned();
+    let shared = ids
+        .iter()
+        .map(first)
+        .find(|digit| ids.iter().filter(|id| first(id) == *digit).count() > 1)
+        .unwrap();
+    let output = bench.run(&["cancel", &shared, "--reason", "oops"]);
+    assert_eq!(output.status.code(), Some(1));
+    let said = text(&output.stderr);
+    assert!(
+        said.contains(&format!("{shared} starts")) && said.contains("give more of it"),
+        "{said}"
+    );
+    for id in ids.iter().filter(|id| first(id) == shared) {
+        assert!(said.contains(id.as_str()), "{id}: {said}");
+        assert_ne!(bench.show(id)["task"]["status"], "archived");
     }
 }

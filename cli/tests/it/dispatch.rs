@@ -612,6 +612,11 @@ fn kanban_logs_prints_a_cards_runs_one_run_and_follows_to_the_end() {
         all.contains("first run output") && all.contains("second run output"),
         "{all}"
     );
+    // A worker's closing lines, written for dispatchers, read as its exit.
+    let raw = std::fs::read_to_string(bench.path().join("logs").join(format!("{id}.log"))).unwrap();
+    assert!(raw.contains("[kanban-worker-exit] rc=0"), "{raw}");
+    assert!(all.contains("\nexit 0\n"), "{all}");
+    assert!(!all.contains("[kanban-worker-"), "{all}");
     let first = bench.ok(&["logs", &id, "--run", &run_ids[0]]);
     assert!(first.contains("first run output"), "{first}");
     assert!(!first.contains("second run output"), "{first}");
@@ -1105,4 +1110,64 @@ kanban complete --summary read
             && log.trim_end().ends_with("[kanban-worker-exit] rc=0"),
         "{log}"
     );
+}
+
+#[test]
+fn a_relative_agent_command_is_read_from_the_agents_files_folder() {
+    let bench = Bench::new();
+    let id = bench.add("write it", &["--assignee", "writer"]);
+    let agents = bench.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    kanban_testkit::write_executable(
+        &agents.join("writer.sh"),
+        "#!/bin/sh\ncat > /dev/null\n\"$KANBAN_BIN\" complete --summary \"written $1\" >&2 || exit $?\necho '{\"completed\": true}'\n",
+    );
+    let file = bench.path().join("kanban.toml");
+    let elsewhere = bench.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let dispatch = || {
+        bench
+            .command()
+            .current_dir(&elsewhere)
+            .arg("--db")
+            .arg(&bench.db)
+            .args(["dispatch", "--until-idle", "--interval", "0.2"])
+            .output()
+            .unwrap()
+    };
+
+    // Missing: the error names the file, the agent, the key and the path
+    // as resolved, and nothing is claimed.
+    std::fs::write(
+        &file,
+        "[agents.writer]\ncommand = \"./agents/missing.sh\"\n",
+    )
+    .unwrap();
+    let output = dispatch();
+    assert_eq!(output.status.code(), Some(78));
+    let said = text(&output.stderr);
+    let resolved = agents.join("missing.sh");
+    for needle in [
+        file.to_str().unwrap(),
+        "agent writer",
+        resolved.to_str().unwrap(),
+        "`command`",
+    ] {
+        assert!(said.contains(needle), "{needle}: {said}");
+    }
+    assert!(!said.contains("--agent"), "{said}");
+    assert_eq!(bench.show(&id)["task"]["status"], "ready");
+
+    // Present, with an argument after it: run from another folder, the
+    // worker gets the program's absolute path and the argument as written.
+    std::fs::write(
+        &file,
+        "[agents.writer]\ncommand = \"./agents/writer.sh 'in full'\"\n",
+    )
+    .unwrap();
+    let output = dispatch();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "done", "{card}");
+    assert_eq!(runs(&card)[0]["summary"], "written in full", "{card}");
 }

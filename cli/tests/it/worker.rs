@@ -592,6 +592,86 @@ fn one_shot_turn_prints_its_text_and_session() {
     assert_eq!(last_line(&output.stdout), "all done");
 }
 
+#[test]
+fn one_shot_turn_shows_the_agents_stderr_and_tells_it_the_task_given() {
+    let bench = Bench::new();
+    let agent = bench.path().join("complain.sh");
+    let request = bench.path().join("request.json");
+    kanban_testkit::write_executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\ncat > '{}'\necho 'no API key: set MY_KEY' >&2\nexit 1\n",
+            request.display()
+        ),
+    );
+    let turn = |args: &[&str]| {
+        bench
+            .command()
+            .arg("--db")
+            .arg(&bench.db)
+            .arg("turn")
+            .arg("--agent")
+            .arg(&agent)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let sent = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&request).unwrap()).unwrap()
+    };
+
+    let output = turn(&[
+        "--id",
+        "t_try",
+        "--title",
+        "fix the README",
+        "--body",
+        "the install line",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("no API key: set MY_KEY"),
+        "the agent's own words: {}",
+        text(&output.stderr)
+    );
+    let asked = sent();
+    assert_eq!(asked["task"]["id"], "t_try");
+    assert_eq!(asked["task"]["title"], "fix the README");
+    assert_eq!(asked["task"]["body"], "the install line");
+    assert_eq!(
+        asked["message"],
+        "work kanban task t_try: fix the README\n\nthe install line"
+    );
+
+    // A card of the board, named by the start of its id, read and never
+    // claimed; a message given is sent instead of the card's first one.
+    let id = bench.add("write the docs", &["--body", "all of them"]);
+    bench.ok(&["comment", &id, "mind the tone"]);
+    let short = &id["t_".len().."t_".len() + 6];
+    turn(&["--card", short, "begin"]);
+    let asked = sent();
+    assert_eq!(asked["task"]["id"], id.as_str());
+    assert_eq!(asked["task"]["title"], "write the docs");
+    assert_eq!(asked["task"]["comments"][0]["body"], "mind the tone");
+    assert_eq!(asked["message"], "begin");
+    assert_eq!(
+        bench.show(&id)["task"]["status"],
+        "ready",
+        "nothing claimed"
+    );
+
+    // No message and no task: refused, saying what to give.
+    std::fs::remove_file(&request).unwrap();
+    let output = turn(&[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("needs a message"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(!request.exists(), "the agent never ran");
+}
+
 /// True when `pid` no longer runs: absent, or a zombie waiting for its reaper.
 fn gone(pid: i32) -> bool {
     let started = std::time::Instant::now();

@@ -218,7 +218,9 @@ impl fmt::Display for DispatchEvent {
 
 fn describe_booking(booking: &Booking) -> &'static str {
     match (booking.kind, booking.blocks) {
-        (BookingKind::Settled, _) => "settled by its terminal board call",
+        (BookingKind::Settled, _) => {
+            "its run had already ended on the board (its own terminal call, a cancel or a reclaim)"
+        }
         (BookingKind::ProtocolViolation, true) => {
             "protocol violation, the limit in a row: blocked for a human"
         }
