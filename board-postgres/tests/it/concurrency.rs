@@ -34,6 +34,25 @@ fn answers_within<T: Send + 'static>(
         .expect("the claim waited on another transaction's row lock")
 }
 
+/// Another session, in a transaction that holds card `id`'s row lock until
+/// it is committed through the client returned.
+fn hold_row(url: &str, id: &str) -> (tokio::runtime::Runtime, tokio_postgres::Client) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, connection) = runtime
+        .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
+        .unwrap();
+    runtime.spawn(connection);
+    runtime
+        .block_on(client.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM tasks WHERE id = '{id}' FOR UPDATE"
+        )))
+        .unwrap();
+    (runtime, client)
+}
+
 #[test]
 fn a_claim_skips_a_card_another_transaction_holds_instead_of_waiting() {
     let url = PgCluster::shared().fresh_database();
@@ -42,19 +61,7 @@ fn a_claim_skips_a_card_another_transaction_holds_instead_of_waiting() {
     let first = card(&board, "first in line", 9);
     let second = card(&board, "second in line", 0);
     // Another session holds the first card's row, as a slow writer would.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (client, connection) = runtime
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    runtime.spawn(connection);
-    runtime
-        .block_on(client.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM tasks WHERE id = '{first}' FOR UPDATE"
-        )))
-        .unwrap();
+    let (runtime, client) = hold_row(&url, &first);
     let held = board.clone();
     let grant = answers_within(Duration::from_secs(20), move || {
         block_on(held.claim_next_ready(600, "host:1:a", &ClaimFilter::any())).unwrap()
@@ -176,19 +183,7 @@ fn a_fenced_write_waits_for_a_change_to_its_card_and_is_judged_on_what_it_left()
         .unwrap()
         .claim;
     // Another session holds the card's row, about to take the claim back.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (client, connection) = runtime
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    runtime.spawn(connection);
-    runtime
-        .block_on(client.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM tasks WHERE id = '{id}' FOR UPDATE"
-        )))
-        .unwrap();
+    let (runtime, client) = hold_row(&url, &id);
     let (sender, receiver) = mpsc::channel();
     let writer = board.clone();
     std::thread::spawn(move || {

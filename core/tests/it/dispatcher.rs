@@ -610,13 +610,7 @@ fn a_claim_whose_dispatcher_died_before_spawning_is_released_uncounted() {
 
 #[test]
 fn a_rerun_first_kills_what_is_left_of_earlier_runs() {
-    let mut rig = rig_with(DispatchSettings {
-        failure_policy: FailurePolicy {
-            backoff_base_seconds: 0,
-            ..FailurePolicy::default()
-        },
-        ..settings()
-    });
+    let mut rig = rig_without_backoff();
     let id = rig.add("again");
     rig.tick();
     let first = rig.host.worker(&id);
@@ -1871,18 +1865,23 @@ fn only_the_worker_that_lost_its_claim_is_stopped() {
     assert_eq!(rig.status(&kept), TaskStatus::Running);
 }
 
-/// A rig whose card failed its first run, with `on_sweep` run as the
-/// rerun's earlier processes are swept; the next tick claims the rerun.
-fn rig_before_a_rerun(
-    on_sweep: impl Fn(&Rig) -> Box<dyn Fn(&Claim) + Send + Sync>,
-) -> (Rig, String) {
-    let mut rig = rig_with(DispatchSettings {
+/// A rig whose failed runs are claimed again at once.
+fn rig_without_backoff() -> Rig {
+    rig_with(DispatchSettings {
         failure_policy: FailurePolicy {
             backoff_base_seconds: 0,
             ..FailurePolicy::default()
         },
         ..settings()
-    });
+    })
+}
+
+/// A rig whose card failed its first run, with `on_sweep` run as the
+/// rerun's earlier processes are swept; the next tick claims the rerun.
+fn rig_before_a_rerun(
+    on_sweep: impl Fn(&Rig) -> Box<dyn Fn(&Claim) + Send + Sync>,
+) -> (Rig, String) {
+    let mut rig = rig_without_backoff();
     let id = rig.add("again");
     rig.tick();
     let first = rig.host.worker(&id);
