@@ -219,7 +219,7 @@ impl fmt::Display for DispatchEvent {
 fn describe_booking(booking: &Booking) -> &'static str {
     match (booking.kind, booking.blocks) {
         (BookingKind::Settled, _) => {
-            "its run had already ended on the board (its own terminal call, a cancel or a reclaim)"
+            "settled on the board before it exited (by its terminal call, or by a cancel or reclaim)"
         }
         (BookingKind::ProtocolViolation, true) => {
             "protocol violation, the limit in a row: blocked for a human"
