@@ -525,9 +525,11 @@ pub(crate) fn one_turn(
     let session_id = format!("turn-{}", std::process::id());
     let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
+        // No task given: a plain chat turn, with no card's system prompt.
+        let told = (!task.id.is_empty() || !task.title.is_empty()).then_some(task);
         Box::new(HttpAgent::new(
             config,
-            Some(task),
+            told,
             None,
             session_id.clone(),
             activity,

@@ -360,6 +360,37 @@ fn one_shot_turn_over_http() {
         server.requests()[0].get("tools").is_none(),
         "no board tools outside a card"
     );
+    assert_eq!(
+        server.requests()[0]["messages"][0]["role"],
+        "user",
+        "no task given: no card's system prompt"
+    );
+
+    // A task given: the model is told the card, as a worker's would be.
+    let server = ScriptedHttpServer::start(vec![Reply::text("on it")]);
+    let output = bench
+        .command()
+        .args([
+            "turn",
+            "--agent",
+            &format!("http:{}?model=m", server.base_url),
+            "--id",
+            "t_try",
+            "--title",
+            "fix the README",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let told = &server.requests()[0]["messages"][0];
+    assert_eq!(told["role"], "system");
+    assert!(
+        told["content"]
+            .as_str()
+            .unwrap()
+            .contains("card t_try: fix the README"),
+        "{told}"
+    );
 }
 
 /// A minimal MCP client over the server's stdio.
