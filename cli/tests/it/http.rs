@@ -342,18 +342,23 @@ fn bad_answers_give_typed_failures_with_readable_errors() {
 
 #[test]
 fn one_shot_turn_over_http() {
-    let server = ScriptedHttpServer::start(vec![Reply::text("hello from the model")]);
     let bench = Bench::new();
-    let output = bench
-        .command()
-        .args([
-            "turn",
-            "--agent",
-            &format!("http:{}?model=m", server.base_url),
-            "hi",
-        ])
-        .output()
-        .unwrap();
+    // One turn on a fresh model that answers `reply`.
+    let turn = |reply: &str, args: &[&str]| {
+        let server = ScriptedHttpServer::start(vec![Reply::text(reply)]);
+        let output = bench
+            .command()
+            .args([
+                "turn",
+                "--agent",
+                &format!("http:{}?model=m", server.base_url),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        (server, output)
+    };
+    let (server, output) = turn("hello from the model", &["hi"]);
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(last_line(&output.stdout), "hello from the model");
     assert!(
@@ -367,20 +372,7 @@ fn one_shot_turn_over_http() {
     );
 
     // A task given: the model is told the card, as a worker's would be.
-    let server = ScriptedHttpServer::start(vec![Reply::text("on it")]);
-    let output = bench
-        .command()
-        .args([
-            "turn",
-            "--agent",
-            &format!("http:{}?model=m", server.base_url),
-            "--id",
-            "t_try",
-            "--title",
-            "fix the README",
-        ])
-        .output()
-        .unwrap();
+    let (server, output) = turn("on it", &["--id", "t_try", "--title", "fix the README"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let told = &server.requests()[0]["messages"][0];
     assert_eq!(told["role"], "system");
