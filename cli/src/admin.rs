@@ -664,7 +664,9 @@ pub(crate) fn claim(
         for (name, value) in claim.to_env_pairs() {
             outln!("export {name}={}", shell_quote(&value));
         }
-        outln!("export {}={}", vars::BOARD, shell_quote(&slug));
+        for (name, value) in vars::under_both_names([(vars::BOARD, slug)]) {
+            outln!("export {name}={}", shell_quote(&value));
+        }
     }
     Ok(ExitCode::Success)
 }

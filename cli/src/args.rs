@@ -34,10 +34,11 @@ fn examples_at_the_end(command: clap::Command) -> clap::Command {
 /// Run AI-agent workers off a kanban board, recovering failed turns in place.
 ///
 /// The board is `--db PATH` (or `--db postgres://USER@HOST:PORT/DBNAME` for a
-/// PostgreSQL board), else `HERMES_KANBAN_DB`, else `KANBAN_DB`, else the
-/// board named by `--board` / `HERMES_KANBAN_BOARD` (default `default`) under
-/// `HERMES_KANBAN_HOME` (default `$XDG_DATA_HOME/kanban`, else
-/// `~/.local/share/kanban`).
+/// PostgreSQL board), else `KANBAN_DB`, else the board named by `--board` /
+/// `KANBAN_BOARD` (default `default`) under `KANBAN_HOME` (default
+/// `$XDG_DATA_HOME/kanban`, else `~/.local/share/kanban`). The seed system's
+/// names of these (`HERMES_KANBAN_DB` and so on) are read too, and win where
+/// both are set (docs/agent-protocol.md).
 #[derive(Debug, Parser)]
 #[command(
     name = "kanban",
@@ -253,7 +254,7 @@ pub(crate) enum Command {
     Claim {
         /// The card's id (as `ls` lists it).
         id: String,
-        /// The lease, 1s to 24h (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
+        /// The lease, 1s to 24h (default KANBAN_CLAIM_TTL_SECONDS, else 15m).
         #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
         ttl: Option<i64>,
         /// The claim as one JSON object instead of shell exports.
@@ -319,8 +320,8 @@ pub(crate) enum Command {
     },
     /// Work the claimed card named by the claim carrier, turn by turn.
     ///
-    /// Reads HERMES_KANBAN_TASK, _DB, _RUN_ID, _CLAIM_LOCK (and _BOARD,
-    /// _GOAL_MODE, _TURN_RECOVERY, _STOP_NUDGE). Exits 0, 1, 75, 78 or 130;
+    /// Reads KANBAN_TASK, _DB, _RUN_ID, _CLAIM_LOCK (and _BOARD, _GOAL_MODE,
+    /// _TURN_RECOVERY, _STOP_NUDGE), or their HERMES_KANBAN_ names. Exits 0, 1, 75, 78 or 130;
     /// the last stderr line is `[kanban-worker-exit] rc=N`.
     ///
     /// Example: eval "$(kanban claim t_1a2b3c4d)" && kanban worker --agent cli/examples/agents/finish.sh
@@ -341,7 +342,7 @@ pub(crate) enum Command {
     /// Fencing for side effects: refuse a push, a post or a write from a run
     /// that lost its claim (docs/cli.md, "Fencing side effects").
     ///
-    /// Example: kanban fence run -- git push origin "kanban/$HERMES_KANBAN_TASK/run-$KANBAN_FENCE_TOKEN"
+    /// Example: kanban fence run -- git push origin "kanban/$KANBAN_TASK/run-$KANBAN_FENCE_TOKEN"
     #[command(subcommand)]
     Fence(FenceCommand),
     /// Prove a worker's claim is live, read-only; exit 0 when live, 1 when not.
@@ -441,18 +442,13 @@ pub(crate) struct DispatchArgs {
     /// The workers' in-place recovery backoff (passed to `kanban worker`).
     #[arg(long, value_name = "S[,S...]", overrides_with = "recovery_delays")]
     pub(crate) recovery_delays: Option<String>,
-    /// The lease of each claim, 1s to 24h (default HERMES_KANBAN_CLAIM_TTL_SECONDS, else 15m).
+    /// The lease of each claim, 1s to 24h (default KANBAN_CLAIM_TTL_SECONDS, else 15m).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
     pub(crate) ttl: Option<i64>,
-    /// How long a card that hit a rate limit (exit 75) waits before its next worker.
-    #[arg(
-        long,
-        default_value = "300",
-        value_name = "DURATION",
-        env = "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
-        value_parser = parse_duration
-    )]
-    pub(crate) rate_limit_cooldown: Duration,
+    /// How long a card that hit a rate limit (exit 75) waits before its next
+    /// worker (default KANBAN_RATE_LIMIT_COOLDOWN_SECONDS, else 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) rate_limit_cooldown: Option<Duration>,
     /// Counted failures that block a card naming no --max-retries of its own.
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) failure_limit: u32,
@@ -627,13 +623,13 @@ pub(crate) enum FenceCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct ProveArgs {
-    /// The task id (overrides HERMES_KANBAN_TASK; blank means "not a worker").
+    /// The task id (overrides KANBAN_TASK; blank means "not a worker").
     #[arg(long)]
     pub(crate) task: Option<String>,
-    /// The run id (overrides HERMES_KANBAN_RUN_ID).
+    /// The run id (overrides KANBAN_RUN_ID).
     #[arg(long, value_name = "N")]
     pub(crate) run_id: Option<String>,
-    /// The claim lock (overrides HERMES_KANBAN_CLAIM_LOCK).
+    /// The claim lock (overrides KANBAN_CLAIM_LOCK).
     #[arg(long, value_name = "LOCK")]
     pub(crate) claim_lock: Option<String>,
     /// A recorded worker pid must equal N.

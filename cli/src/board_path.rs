@@ -24,7 +24,7 @@ fn valid_slug(slug: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
 }
 
-/// The kanban home: `HERMES_KANBAN_HOME`, else `$XDG_DATA_HOME/kanban`, else
+/// The kanban home: `HERMES_KANBAN_HOME` (or `KANBAN_HOME`), else `$XDG_DATA_HOME/kanban`, else
 /// `~/.local/share/kanban`.
 pub(crate) fn kanban_home(env: &Environment) -> anyhow::Result<PathBuf> {
     if let Some(home) = env.get_trimmed(vars::HOME) {
@@ -36,10 +36,13 @@ pub(crate) fn kanban_home(env: &Environment) -> anyhow::Result<PathBuf> {
     if let Some(home) = env.get_trimmed("HOME") {
         return Ok(PathBuf::from(home).join(".local/share/kanban"));
     }
-    bail!("cannot find a home for boards: set HERMES_KANBAN_HOME, or pass --db PATH")
+    bail!(
+        "cannot find a home for boards: set KANBAN_HOME (or HERMES_KANBAN_HOME), or pass --db PATH"
+    )
 }
 
-/// The board's slug: `--board`, else `HERMES_KANBAN_BOARD`, else `default`.
+/// The board's slug: `--board`, else `HERMES_KANBAN_BOARD` (or
+/// `KANBAN_BOARD`), else `default`.
 pub(crate) fn board_slug(global: &GlobalArgs, env: &Environment) -> anyhow::Result<String> {
     let slug = global
         .board
@@ -56,18 +59,14 @@ pub(crate) fn board_slug(global: &GlobalArgs, env: &Environment) -> anyhow::Resu
     Ok(slug)
 }
 
-/// The variable that names a board for every command (after `--db` and the
-/// claim carrier's `HERMES_KANBAN_DB`).
-pub(crate) const KANBAN_DB: &str = "KANBAN_DB";
-
-/// The board: `--db`, else `HERMES_KANBAN_DB`, else `KANBAN_DB`, else the
+/// The board: `--db`, else `HERMES_KANBAN_DB` (or `KANBAN_DB`), else the
 /// named board under the kanban home. A `postgres://` URL comes back as a
 /// path; [`open_board`] tells the two apart.
 pub(crate) fn board_path(global: &GlobalArgs, env: &Environment) -> anyhow::Result<PathBuf> {
     if let Some(db) = &global.db {
         return Ok(db.clone());
     }
-    if let Some(db) = env.get_trimmed(vars::DB).or(env.get_trimmed(KANBAN_DB)) {
+    if let Some(db) = env.get_trimmed(vars::DB) {
         return Ok(PathBuf::from(db));
     }
     let slug = board_slug(global, env)?;

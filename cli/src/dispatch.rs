@@ -14,7 +14,7 @@ use kanban_core::ExitCode;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
     DispatchEnd, DispatchPorts, DispatchSettings, Dispatcher, Environment, EnvironmentFault,
-    RunMode, claim_ttl_seconds,
+    RunMode, claim_ttl_seconds, vars,
 };
 use nix::fcntl::{Flock, FlockArg};
 
@@ -90,6 +90,19 @@ impl DispatchPlan {
             (false, false) => RunMode::Forever,
         };
         let ttl_seconds = claim_ttl_seconds(args.ttl, env)?;
+        let rate_limit_cooldown = match (
+            args.rate_limit_cooldown,
+            env.get_trimmed(vars::RATE_LIMIT_COOLDOWN_SECONDS),
+        ) {
+            (Some(given), _) => given,
+            (None, Some(raw)) => crate::duration::parse_duration(raw).map_err(|error| {
+                format!(
+                    "{}: {error}",
+                    vars::both_names(vars::RATE_LIMIT_COOLDOWN_SECONDS)
+                )
+            })?,
+            (None, None) => Duration::from_secs(300),
+        };
         Ok(Self {
             db,
             folder,
@@ -100,7 +113,7 @@ impl DispatchPlan {
                 max_in_progress: usize::try_from(args.max_in_progress).unwrap_or(1),
                 failure_policy: FailurePolicy {
                     failure_limit: args.failure_limit,
-                    rate_limit_cooldown: i64::try_from(args.rate_limit_cooldown.as_secs())
+                    rate_limit_cooldown: i64::try_from(rate_limit_cooldown.as_secs())
                         .unwrap_or(i64::MAX),
                     backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs())
                         .unwrap_or(i64::MAX),

@@ -97,7 +97,7 @@ fn init_logging(verbose: u8, quiet: bool, env: &Environment) {
 fn main() {
     let cli =
         Cli::from_arg_matches(&args::command().get_matches()).unwrap_or_else(|error| error.exit());
-    let env = Environment::from_os_vars(std::env::vars_os());
+    let env = Environment::from_os_vars(std::env::vars_os()).with_kanban_names();
     if let Some(name) = env.unreadable().find(|name| read_by_kanban(name)) {
         errln!(
             "error: the environment variable {name} is not valid UTF-8; set it to text or unset it"

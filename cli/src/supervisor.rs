@@ -449,7 +449,10 @@ impl ProcessSupervisor {
             .args(&agent.args)
             .envs(agent.env.iter().map(|(k, v)| (k, v)))
             .envs(claim.to_env_pairs())
-            .env(vars::BOARD, &self.board_slug)
+            .envs(vars::under_both_names([(
+                vars::BOARD,
+                self.board_slug.clone(),
+            )]))
             .envs(self.worker_env.iter().map(|(k, v)| (k, v)))
             .env(crate::worker_secrets::SECRETS_VAR, "stdin")
             .process_group(0)
@@ -462,7 +465,7 @@ impl ProcessSupervisor {
             command.env_remove(name);
         }
         if goal_mode {
-            command.env(vars::GOAL_MODE, "1");
+            command.envs(vars::under_both_names([(vars::GOAL_MODE, "1".to_owned())]));
         }
         command
     }

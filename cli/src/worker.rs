@@ -109,17 +109,16 @@ pub(crate) fn worker(
     end.code
 }
 
-/// The environment every agent process gets on top of ours.
+/// The environment every agent process gets on top of ours: the settings
+/// this worker read, under both their names (so that the two never
+/// disagree), then its claim.
 fn agent_env(claim: Option<&Claim>, env: &Environment) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> = claim
-        .map(|claim| {
-            claim
-                .to_env_pairs()
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut pairs: Vec<(String, String)> = env
+        .kanban_pairs()
+        .into_iter()
+        .chain(claim.map(Claim::to_env_pairs).unwrap_or_default())
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
     // Agents call `kanban complete` and friends: make this very binary reachable.
     if let Ok(exe) = std::env::current_exe() {
         pairs.push(("KANBAN_BIN".to_owned(), exe.display().to_string()));

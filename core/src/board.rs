@@ -12,7 +12,8 @@ pub const DEFAULT_CLAIM_TTL_SECONDS: i64 = 15 * 60;
 /// whose worker died for longer than anyone waits.
 pub const MAX_CLAIM_TTL_SECONDS: i64 = 24 * 3600;
 
-/// The claim TTL: an explicit value, else `HERMES_KANBAN_CLAIM_TTL_SECONDS`,
+/// The claim TTL: an explicit value, else `HERMES_KANBAN_CLAIM_TTL_SECONDS`
+/// (or `KANBAN_CLAIM_TTL_SECONDS`),
 /// else 900. A value outside 1..=[`MAX_CLAIM_TTL_SECONDS`] is refused with a
 /// message naming where it came from, never silently changed.
 pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> Result<i64, String> {
@@ -31,7 +32,7 @@ pub fn claim_ttl_seconds(explicit: Option<i64>, env: &Environment) -> Result<i64
         Some(raw) => raw.parse::<i64>().ok().filter(|ttl| in_range(*ttl)).ok_or_else(|| {
             format!(
                 "{} is {raw:?}: it must be a whole number of seconds from 1 to {MAX_CLAIM_TTL_SECONDS}, or unset",
-                vars::CLAIM_TTL_SECONDS
+                vars::both_names(vars::CLAIM_TTL_SECONDS)
             )
         }),
     }

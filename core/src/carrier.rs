@@ -7,7 +7,8 @@ use crate::env::{Environment, vars};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CarrierError {
     #[error(
-        "{0} is not set: this process was not given a claim (start it from `kanban dispatch`, or export it from `kanban claim --json`)"
+        "{} is not set: this process was not given a claim (start it from `kanban dispatch`, or export it from `kanban claim --json`)",
+        vars::both_names(.0)
     )]
     Missing(&'static str),
     #[error("{variable} is {value:?}, which is not a run id: it must be a whole number such as 1")]
@@ -80,7 +81,8 @@ impl Claim {
         })
     }
 
-    /// The carrier variables that hand this claim to a child process.
+    /// The carrier variables that hand this claim to a child process, each
+    /// under both its names.
     pub fn to_env_pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = vec![
             (vars::TASK, self.task_id.clone()),
@@ -92,7 +94,7 @@ impl Claim {
         if let Some(board) = &self.board {
             pairs.push((vars::BOARD, board.clone()));
         }
-        pairs
+        vars::under_both_names(pairs).collect()
     }
 }
 

@@ -3,11 +3,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 
-/// The names of the environment variables that carry a worker's claim.
+/// The names of the environment variables kanban reads and hands on.
 ///
-/// These are the compatibility contract with the seed system: a board and a
-/// worker written by either side must understand each other, so the names are
-/// kept verbatim.
+/// The `HERMES_KANBAN_*` names are the seed system's, kept verbatim so that a
+/// board and a worker written by either side understand each other. Each has
+/// a `KANBAN_*` name too ([`KANBAN_NAMES`]): a worker's processes get both,
+/// and where both are set the seed system's name wins, because it is the one
+/// a dispatcher of either system pins for its worker.
 pub mod vars {
     /// The task (card) id a worker was spawned for.
     pub const TASK: &str = "HERMES_KANBAN_TASK";
@@ -29,6 +31,8 @@ pub mod vars {
     pub const CLAIM_TTL_SECONDS: &str = "HERMES_KANBAN_CLAIM_TTL_SECONDS";
     /// The root under which named boards live.
     pub const HOME: &str = "HERMES_KANBAN_HOME";
+    /// How long a card that hit a rate limit waits before its next worker.
+    pub const RATE_LIMIT_COOLDOWN_SECONDS: &str = "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS";
     /// The claim's fencing token (its run id, which only grows per board):
     /// `kanban fence check` and side-effect hooks compare it.
     pub const FENCE_TOKEN: &str = "KANBAN_FENCE_TOKEN";
@@ -44,6 +48,50 @@ pub mod vars {
         TURN_RECOVERY,
         STOP_NUDGE,
     ];
+
+    /// Each seed-system name with the `KANBAN_*` name that stands for it.
+    pub const KANBAN_NAMES: [(&str, &str); 11] = [
+        (TASK, "KANBAN_TASK"),
+        (DB, "KANBAN_DB"),
+        (RUN_ID, "KANBAN_RUN_ID"),
+        (CLAIM_LOCK, "KANBAN_CLAIM_LOCK"),
+        (BOARD, "KANBAN_BOARD"),
+        (GOAL_MODE, "KANBAN_GOAL_MODE"),
+        (TURN_RECOVERY, "KANBAN_TURN_RECOVERY"),
+        (STOP_NUDGE, "KANBAN_STOP_NUDGE"),
+        (CLAIM_TTL_SECONDS, "KANBAN_CLAIM_TTL_SECONDS"),
+        (HOME, "KANBAN_HOME"),
+        (
+            RATE_LIMIT_COOLDOWN_SECONDS,
+            "KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
+        ),
+    ];
+
+    /// The `KANBAN_*` name of the seed-system variable `seed`.
+    pub fn kanban_name(seed: &str) -> Option<&'static str> {
+        KANBAN_NAMES
+            .iter()
+            .find(|(name, _)| *name == seed)
+            .map(|(_, ours)| *ours)
+    }
+
+    /// `HERMES_KANBAN_X (or KANBAN_X)`, as a message names a variable.
+    pub fn both_names(seed: &str) -> String {
+        match kanban_name(seed) {
+            Some(ours) => format!("{seed} (or {ours})"),
+            None => seed.to_owned(),
+        }
+    }
+
+    /// `(seed name, value)` pairs under both names, as handed to a child.
+    pub fn under_both_names<'a>(
+        pairs: impl IntoIterator<Item = (&'static str, String)> + 'a,
+    ) -> impl Iterator<Item = (&'static str, String)> + 'a {
+        pairs.into_iter().flat_map(|(name, value)| {
+            let ours = kanban_name(name).map(|ours| (ours, value.clone()));
+            std::iter::once((name, value)).chain(ours)
+        })
+    }
 }
 
 /// A snapshot of environment variables, passed around as a value.
@@ -157,6 +205,36 @@ impl Environment {
     pub fn without(mut self, name: &str) -> Self {
         self.remove(name);
         self
+    }
+
+    /// This snapshot read through both names of each variable: a `KANBAN_*`
+    /// name stands for its seed-system name where that is unset or blank;
+    /// where both are set, the seed-system name wins. Everything after reads
+    /// the seed-system names only.
+    pub fn with_kanban_names(mut self) -> Self {
+        for (seed, ours) in vars::KANBAN_NAMES {
+            if self.get_trimmed(seed).is_some() || self.is_unreadable(seed) {
+                continue;
+            }
+            if let Some(value) = self.get_trimmed(ours).map(str::to_owned) {
+                self.set(seed, value);
+            }
+        }
+        self
+    }
+
+    /// The variables kanban reads that this snapshot sets, under both names
+    /// each, as a worker hands them to its agents (after
+    /// [`Environment::with_kanban_names`], the two agree).
+    pub fn kanban_pairs(&self) -> Vec<(&'static str, String)> {
+        let set = vars::KANBAN_NAMES
+            .iter()
+            .filter_map(|(seed, _)| {
+                self.get_trimmed(seed)
+                    .map(|value| (*seed, value.to_owned()))
+            })
+            .collect::<Vec<_>>();
+        vars::under_both_names(set).collect()
     }
 
     /// Every variable, sorted by name.

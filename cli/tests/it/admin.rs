@@ -115,6 +115,43 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
 }
 
 #[test]
+fn the_kanban_home_and_board_have_kanban_names_and_the_seed_names_win() {
+    let bench = Bench::new();
+    let ours = bench.path().join("ours");
+    let seed = bench.path().join("seed");
+    let init = |command: &mut std::process::Command| {
+        let output = command.arg("init").output().unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    };
+    init(
+        bench
+            .command()
+            .env("KANBAN_HOME", &ours)
+            .env("KANBAN_BOARD", "team"),
+    );
+    assert!(ours.join("boards/team/kanban.db").is_file());
+    init(
+        bench
+            .command()
+            .env("KANBAN_HOME", &ours)
+            .env("HERMES_KANBAN_HOME", &seed)
+            .env("KANBAN_BOARD", "ours")
+            .env("HERMES_KANBAN_BOARD", "seed"),
+    );
+    assert!(seed.join("boards/seed/kanban.db").is_file());
+    assert!(!ours.join("boards/ours").exists());
+    // A blank seed name is unset: ours stands in.
+    init(
+        bench
+            .command()
+            .env("KANBAN_HOME", &ours)
+            .env("HERMES_KANBAN_HOME", " ")
+            .env("KANBAN_BOARD", "blank"),
+    );
+    assert!(ours.join("boards/blank/kanban.db").is_file());
+}
+
+#[test]
 fn named_boards_live_under_the_kanban_home() {
     let bench = Bench::new();
     let home = bench.path().join("home");

@@ -1057,6 +1057,56 @@ fn hand_claims_ours_and_the_seed_systems_are_left_until_their_lease_lapses() {
 }
 
 #[test]
+fn an_agent_gets_each_variable_under_both_names_and_the_seed_name_wins() {
+    let bench = Bench::new();
+    let id = bench.add("read the names", &[]);
+    let dump = bench.path().join("env");
+    let agent = bench.path().join("agent.sh");
+    write_executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\nenv > '{}'\n\"$KANBAN_BIN\" complete --summary read >&2 || exit $?\necho '{{\"completed\": true}}'\n",
+            dump.display()
+        ),
+    );
+    // The bench's dispatch sets HERMES_KANBAN_STOP_NUDGE=0.
+    let output = bench
+        .dispatch_command(&agent, &["--until-idle"])
+        .env("KANBAN_TURN_RECOVERY", "2")
+        .env("KANBAN_STOP_NUDGE", "1")
+        .env_remove("HERMES_KANBAN_TURN_RECOVERY")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let env = std::fs::read_to_string(&dump).unwrap();
+    let value = |name: &str| {
+        env.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {env}"))
+            .to_owned()
+    };
+    assert_eq!(value("HERMES_KANBAN_TASK"), id);
+    for name in [
+        "TASK",
+        "DB",
+        "RUN_ID",
+        "CLAIM_LOCK",
+        "BOARD",
+        "TURN_RECOVERY",
+        "STOP_NUDGE",
+    ] {
+        assert_eq!(
+            value(&format!("KANBAN_{name}")),
+            value(&format!("HERMES_KANBAN_{name}")),
+            "{name}"
+        );
+    }
+    assert_eq!(value("HERMES_KANBAN_TURN_RECOVERY"), "2", "ours stands in");
+    assert_eq!(value("KANBAN_STOP_NUDGE"), "0", "the seed name wins");
+    assert_eq!(bench.show(&id)["task"]["status"], "done");
+}
+
+#[test]
 fn a_workers_environment_holds_no_secret_its_agent_could_read() {
     let bench = Bench::new();
     let id = bench.add("read the worker", &[]);

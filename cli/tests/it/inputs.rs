@@ -511,6 +511,28 @@ fn out_of_range_leases_are_refused_not_changed() {
         .unwrap();
     assert_eq!(by_env.status.code(), Some(78));
     refused(by_env, "HERMES_KANBAN_CLAIM_TTL_SECONDS");
+    for (name, value, named) in [
+        ("KANBAN_CLAIM_TTL_SECONDS", "0", "KANBAN_CLAIM_TTL_SECONDS"),
+        (
+            "KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
+            "soon",
+            "KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
+        ),
+        (
+            "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
+            "-1",
+            "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
+        ),
+    ] {
+        let by_env = bench
+            .on(&bench.db)
+            .args(["dispatch", "--once", "--agent", "true"])
+            .env(name, value)
+            .output()
+            .unwrap();
+        assert_eq!(by_env.status.code(), Some(78), "{name}={value}");
+        refused(by_env, named);
+    }
     assert_eq!(
         bench.show(&id)["task"]["status"],
         "ready",

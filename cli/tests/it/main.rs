@@ -86,8 +86,8 @@ impl Bench {
     /// `kanban` with a clean environment: no ambient carrier, no home board.
     pub(crate) fn command(&self) -> Command {
         let mut command = Command::new(BIN);
-        for name in vars::CARRIER {
-            command.env_remove(name);
+        for (seed, ours) in vars::KANBAN_NAMES {
+            command.env_remove(seed).env_remove(ours);
         }
         match &self.home {
             Some(home) => command.env(vars::HOME, home),

@@ -24,11 +24,16 @@ fn a_claim_travels_through_the_carrier_and_back_unchanged() {
         pairs,
         vec![
             (vars::TASK, "t_0123abcd".to_owned()),
+            ("KANBAN_TASK", "t_0123abcd".to_owned()),
             (vars::DB, "/boards/kanban.db".to_owned()),
+            ("KANBAN_DB", "/boards/kanban.db".to_owned()),
             (vars::RUN_ID, "42".to_owned()),
+            ("KANBAN_RUN_ID", "42".to_owned()),
             (vars::CLAIM_LOCK, "host:1:abcdef".to_owned()),
+            ("KANBAN_CLAIM_LOCK", "host:1:abcdef".to_owned()),
             (vars::FENCE_TOKEN, "42".to_owned()),
             (vars::BOARD, "team".to_owned()),
+            ("KANBAN_BOARD", "team".to_owned()),
         ]
     );
     let env = Environment::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.clone())));
@@ -39,9 +44,54 @@ fn a_claim_travels_through_the_carrier_and_back_unchanged() {
     };
     assert_eq!(
         unnamed.to_env_pairs().len(),
-        5,
+        9,
         "no board variable without a board"
     );
+}
+
+#[test]
+fn each_variable_is_read_under_its_kanban_name_and_the_seed_name_wins() {
+    let ours_only = Environment::from_vars([
+        ("KANBAN_TASK", "t_0123abcd"),
+        ("KANBAN_DB", "/boards/kanban.db"),
+        ("KANBAN_RUN_ID", "42"),
+        ("KANBAN_CLAIM_LOCK", "host:1:abcdef"),
+        ("KANBAN_BOARD", "team"),
+    ]);
+    assert_eq!(
+        Claim::from_env(&ours_only),
+        Err(CarrierError::Missing(vars::TASK)),
+        "the seed names are what is read"
+    );
+    let resolved = ours_only.clone().with_kanban_names();
+    assert_eq!(Claim::from_env(&resolved), Ok(claim()));
+
+    let both = ours_only
+        .with(vars::TASK, "t_seed")
+        .with(vars::DB, "   ")
+        .with_kanban_names();
+    assert_eq!(both.get(vars::TASK), Some("t_seed"), "the seed name wins");
+    assert_eq!(
+        both.get(vars::DB),
+        Some("/boards/kanban.db"),
+        "a blank seed name is unset"
+    );
+
+    for (seed, ours) in vars::KANBAN_NAMES {
+        assert_eq!(vars::kanban_name(seed), Some(ours));
+        assert_eq!(
+            ours.strip_prefix("KANBAN_"),
+            seed.strip_prefix("HERMES_KANBAN_")
+        );
+        let env = Environment::new().with(ours, "7").with_kanban_names();
+        assert_eq!(env.get(seed), Some("7"), "{ours} stands for {seed}");
+        assert_eq!(
+            env.kanban_pairs(),
+            vec![(seed, "7".to_owned()), (ours, "7".to_owned())],
+            "a child gets both names of {seed}"
+        );
+    }
+    assert_eq!(vars::kanban_name(vars::FENCE_TOKEN), None);
 }
 
 #[test]
@@ -78,7 +128,10 @@ fn a_carrier_that_cannot_be_used_says_which_variable_and_why() {
         })
     );
     let said = CarrierError::Missing(vars::DB).to_string();
-    assert!(said.starts_with("HERMES_KANBAN_DB is not set"), "{said}");
+    assert!(
+        said.starts_with("HERMES_KANBAN_DB (or KANBAN_DB) is not set"),
+        "{said}"
+    );
 }
 
 #[test]
