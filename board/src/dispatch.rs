@@ -73,6 +73,7 @@ pub(crate) async fn claim_card(
         goal_mode: card.goal_mode,
         rerun: card.ran_before,
         assignee: card.assignee.clone(),
+        title: card.title.clone(),
     }))
 }
 

@@ -196,7 +196,7 @@ fn candidate_query(place: &str) -> String {
     format!(
         "SELECT t.id, t.status, t.claim_lock IS NOT NULL, t.held_reason IS NOT NULL, t.not_before,
                 t.assignee, t.priority, t.created_at, t.{place}, {OPEN_PARENT}, t.goal_mode,
-                EXISTS (SELECT 1 FROM task_runs r WHERE r.task_id = t.id)
+                EXISTS (SELECT 1 FROM task_runs r WHERE r.task_id = t.id), t.title
            FROM tasks t"
     )
 }
@@ -215,6 +215,7 @@ fn candidate(row: &Row) -> TxResult<ClaimCandidate> {
         open_parents: row.flag(9)?,
         goal_mode: row.flag(10)?,
         ran_before: row.flag(11)?,
+        title: row.text(12)?,
     })
 }
 

@@ -116,12 +116,12 @@ fn main() {
         let Some(at) = millis_of_day(time) else {
             continue;
         };
-        let rest: Vec<&str> = words.collect();
-        if rest.starts_with(&["spawned", "worker"])
+        // The card's title, in quotes, comes between its id and the rest.
+        if line.contains(" spawned worker ")
             && let Some(first_byte) = stamp("in", task)
         {
             start.push(first_byte - at);
-        } else if rest.starts_with(&["worker", "exited"])
+        } else if line.contains(" worker exited ")
             && let Some(agent_exit) = stamp("out", task)
         {
             end.push(at - agent_exit);

@@ -50,22 +50,21 @@ fn kanban(db: &Path) -> Command {
 
 /// How many workers ran, on average, between the first spawn and the last
 /// booking, from the dispatcher's progress lines (`HH:MM:SS.mmm CARD
-/// spawned worker ...` and `... worker exited ...`, printed as each worker
+/// "TITLE" spawned worker ...` and `... worker exited ...`, printed as each worker
 /// is spawned and as its exit is booked): the part of the 8 slots a
 /// dispatch keeps busy. The floor refills a slot within a millisecond.
 fn slots_busy(progress: &str) -> f64 {
     let mut events: Vec<(f64, i32)> = Vec::new();
     for line in progress.lines() {
-        let mut words = line.split_whitespace();
-        let (Some(clock), Some(_card), Some(what), Some(next)) =
-            (words.next(), words.next(), words.next(), words.next())
-        else {
+        let Some(clock) = line.split_whitespace().next() else {
             continue;
         };
-        let step = match (what, next) {
-            ("spawned", "worker") => 1,
-            ("worker", "exited") => -1,
-            _ => continue,
+        let step = if line.contains(" spawned worker ") {
+            1
+        } else if line.contains(" worker exited ") {
+            -1
+        } else {
+            continue;
         };
         let parts: Vec<f64> = clock.split(':').filter_map(|p| p.parse().ok()).collect();
         let [h, m, sec] = parts[..] else { continue };

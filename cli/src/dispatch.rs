@@ -276,7 +276,7 @@ pub(crate) fn run(
         supervisor: supervisor.clone(),
         clock: Arc::new(SystemClock),
         wakeups: supervisor,
-        notes: Arc::new(note),
+        notes: Arc::new(Notes::default()),
     };
     let mut dispatcher = Dispatcher::new(ports, plan.settings.clone());
     let end = runtime.block_on(dispatcher.run(plan.mode));
@@ -341,17 +341,71 @@ fn hold_board(
     Ok(Some((lock, watch, logs)))
 }
 
-/// Tells the dispatcher's log what it did.
-fn note(event: &kanban_core::DispatchEvent) {
-    match event {
-        // What each tick decided and why: `-v` and `-vv`, on stderr.
-        kanban_core::DispatchEvent::Tick { .. } => {
-            tracing::info!(target: "kanban::dispatch", "{event}");
+/// Tells the dispatcher's log what it did, naming a card whose worker this
+/// dispatcher started by its title beside its id.
+#[derive(Debug, Default)]
+struct Notes {
+    /// The title of each card whose worker runs, by card id.
+    titles: std::sync::Mutex<BTreeMap<String, String>>,
+}
+
+/// The most of a title a dispatcher's line shows.
+const TITLE_WIDTH: usize = 40;
+
+impl kanban_core::DispatchNotes for Notes {
+    fn note(&self, event: &kanban_core::DispatchEvent) {
+        use kanban_core::DispatchEvent;
+        match event {
+            // What each tick decided and why: `-v` and `-vv`, on stderr.
+            DispatchEvent::Tick { .. } => {
+                tracing::info!(target: "kanban::dispatch", "{event}");
+                return;
+            }
+            DispatchEvent::ClaimPlan { .. } => {
+                tracing::debug!(target: "kanban::dispatch", "{event}");
+                return;
+            }
+            _ => {}
         }
-        kanban_core::DispatchEvent::ClaimPlan { .. } => {
-            tracing::debug!(target: "kanban::dispatch", "{event}");
+        let mut titles = self
+            .titles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let DispatchEvent::Spawned { task_id, title, .. } = event {
+            titles.insert(task_id.clone(), title.clone());
         }
-        _ => say(&event.to_string()),
+        let line = event.to_string();
+        let Some(task_id) = event.task_id() else {
+            return say(&line);
+        };
+        say(&titled(
+            &line,
+            task_id,
+            titles.get(task_id).map(String::as_str),
+        ));
+        // The worker's last line: its card's title is not needed again.
+        if matches!(
+            event,
+            DispatchEvent::Booked { .. }
+                | DispatchEvent::LeftRunning { .. }
+                | DispatchEvent::LeftUnbooked { .. }
+        ) {
+            titles.remove(task_id);
+        }
+    }
+}
+
+/// `line` about card `task_id` with the card's title, cut to fit, after its
+/// id: `t_1a2b3c4d "write the intro" spawned worker …`.
+fn titled(line: &str, task_id: &str, title: Option<&str>) -> String {
+    match (title, line.strip_prefix(task_id)) {
+        (Some(title), Some(rest)) if !title.trim().is_empty() => {
+            format!(
+                "{task_id} \"{}\"{rest}",
+                crate::output::short(title.trim(), TITLE_WIDTH)
+            )
+        }
+        _ => line.to_owned(),
     }
 }
 

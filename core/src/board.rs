@@ -79,6 +79,8 @@ pub struct ClaimGrant {
     pub rerun: bool,
     /// The card's assignee, which picks its agent.
     pub assignee: Option<String>,
+    /// The card's title, for the dispatcher's log.
+    pub title: String,
 }
 
 /// A card as stored.

@@ -858,6 +858,8 @@ pub fn promote(card: &CardState) -> Option<Transition> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimCandidate {
     pub task_id: String,
+    /// Its title, for the dispatcher's log.
+    pub title: String,
     /// Its status; `None` when this build does not know it.
     pub status: Option<TaskStatus>,
     /// Somebody holds a claim on it.

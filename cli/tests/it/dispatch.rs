@@ -1057,6 +1057,36 @@ fn hand_claims_ours_and_the_seed_systems_are_left_until_their_lease_lapses() {
 }
 
 #[test]
+fn the_dispatchers_lines_name_each_card_by_its_title_cut_to_fit() {
+    let bench = Bench::new();
+    let id = bench.add(
+        "write the introduction to the user guide, then the chapter on walls",
+        &[],
+    );
+    let bell = bench.add("ring\u{1b}]0;owned\u{7} the bell", &[]);
+    let agent = bench.path().join("agent.sh");
+    write_executable(
+        &agent,
+        "#!/bin/sh\ncat > /dev/null\n\"$KANBAN_BIN\" complete --summary done >&2 || exit $?\necho '{\"completed\": true}'\n",
+    );
+    let output = bench.dispatch_until_idle(&agent, &[]);
+    let log = text(&output.stdout);
+    let titled = format!("{id} \"write the introduction to the user guid…\"");
+    assert!(
+        log.contains(&format!("{titled} spawned worker"))
+            && log.contains(&format!("{titled} worker exited 0")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "{bell} \"ring\\u{{1b}}]0;owned\\u{{7}} the bell\" spawned"
+        )),
+        "control characters are shown escaped: {log}"
+    );
+    assert!(!log.contains('\u{1b}'), "{log}");
+}
+
+#[test]
 fn an_agent_gets_each_variable_under_both_names_and_the_seed_name_wins() {
     let bench = Bench::new();
     let id = bench.add("read the names", &[]);

@@ -246,6 +246,7 @@ impl Dispatcher {
         };
         self.note(DispatchEvent::Spawned {
             task_id: claim.task_id.clone(),
+            title: grant.title,
             run_id: claim.run_id,
             pid: process.pid,
         });

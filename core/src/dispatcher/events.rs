@@ -10,6 +10,9 @@ use crate::data::EnvironmentFault;
 pub enum DispatchEvent {
     Spawned {
         task_id: String,
+        /// The card's title: a log names it beside the id of each line
+        /// about the card's worker.
+        title: String,
         run_id: i64,
         pid: u32,
     },
@@ -104,6 +107,7 @@ impl fmt::Display for DispatchEvent {
                 task_id,
                 run_id,
                 pid,
+                ..
             } => write!(f, "{task_id} spawned worker {pid} (run {run_id})"),
             Self::Booked {
                 task_id,
@@ -212,6 +216,32 @@ impl fmt::Display for DispatchEvent {
             Self::LeftRunning { task_id, pid } => {
                 write!(f, "{task_id} worker {pid} did not stop: left to its lease")
             }
+        }
+    }
+}
+
+impl DispatchEvent {
+    /// The card a line is about, which every such line starts with.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            Self::Spawned { task_id, .. }
+            | Self::Booked { task_id, .. }
+            | Self::LeaseExtended { task_id, .. }
+            | Self::Stopping { task_id, .. }
+            | Self::Killed { task_id, .. }
+            | Self::ReclaimDeferred { task_id, .. }
+            | Self::Released { task_id, .. }
+            | Self::WallProbe { task_id, .. }
+            | Self::LeftRunning { task_id, .. }
+            | Self::LeftUnbooked { task_id, .. } => Some(task_id),
+            Self::Promoted { .. }
+            | Self::Halted { .. }
+            | Self::Paused { .. }
+            | Self::Resumed
+            | Self::Tick { .. }
+            | Self::ClaimPlan { .. }
+            | Self::WallHeld { .. }
+            | Self::BoardTrouble { .. } => None,
         }
     }
 }

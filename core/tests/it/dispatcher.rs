@@ -1846,6 +1846,113 @@ fn the_log_says_how_each_exit_was_booked_and_where_its_code_came_from() {
 }
 
 #[test]
+fn each_line_about_a_card_starts_with_its_id_and_a_spawn_names_its_title() {
+    use kanban_core::{Booking, BookingKind, SignalReason};
+    let id = || "t_1".to_owned();
+    let about_a_card = [
+        DispatchEvent::Spawned {
+            task_id: id(),
+            title: "write it".into(),
+            run_id: 2,
+            pid: 3,
+        },
+        DispatchEvent::Booked {
+            task_id: id(),
+            witness: ExitWitness::Code(0),
+            source: "wait",
+            booking: Booking {
+                kind: BookingKind::Settled,
+                counts_failure: false,
+                blocks: false,
+                cooldown: false,
+            },
+        },
+        DispatchEvent::LeaseExtended {
+            task_id: id(),
+            pid: 3,
+        },
+        DispatchEvent::Stopping {
+            task_id: id(),
+            pid: 3,
+            reason: SignalReason::Fenced,
+        },
+        DispatchEvent::Killed {
+            task_id: id(),
+            pid: 3,
+        },
+        DispatchEvent::ReclaimDeferred {
+            task_id: id(),
+            pid: 3,
+        },
+        DispatchEvent::Released {
+            task_id: id(),
+            counted: false,
+            why: "stale".into(),
+        },
+        DispatchEvent::WallProbe {
+            task_id: id(),
+            scopes: vec!["coder".into()],
+        },
+        DispatchEvent::LeftRunning {
+            task_id: id(),
+            pid: 3,
+        },
+        DispatchEvent::LeftUnbooked {
+            task_id: id(),
+            pid: 3,
+        },
+    ];
+    for event in &about_a_card {
+        assert_eq!(event.task_id(), Some("t_1"), "{event:?}");
+        assert!(event.to_string().starts_with("t_1 "), "{event}");
+    }
+    let fault = EnvironmentFault::Transient("disk full".into());
+    let about_the_board = [
+        DispatchEvent::Promoted { count: 1 },
+        DispatchEvent::Halted {
+            fault: fault.clone(),
+        },
+        DispatchEvent::Paused { fault, for_ms: 5 },
+        DispatchEvent::Resumed,
+        DispatchEvent::Tick {
+            running: 0,
+            room: 1,
+            spawned: 0,
+            why: "idle",
+        },
+        DispatchEvent::ClaimPlan {
+            open: vec![],
+            walled: vec![],
+            probing: vec![],
+            at_their_limit: vec![],
+        },
+        DispatchEvent::WallHeld {
+            route: "coder".into(),
+            until: 9,
+            for_seconds: 9,
+        },
+        DispatchEvent::BoardTrouble {
+            message: "busy".into(),
+        },
+    ];
+    for event in &about_the_board {
+        assert_eq!(event.task_id(), None, "{event:?}");
+    }
+
+    let mut rig = rig();
+    let id = rig.add("write the intro");
+    rig.tick();
+    assert!(
+        rig.events().iter().any(|event| matches!(
+            event,
+            DispatchEvent::Spawned { task_id, title, .. } if *task_id == id && title == "write the intro"
+        )),
+        "{:?}",
+        rig.events()
+    );
+}
+
+#[test]
 fn only_the_worker_that_lost_its_claim_is_stopped() {
     let mut rig = rig();
     let lost = rig.add("taken back");
