@@ -1,6 +1,8 @@
 //! The operator's side of the board: cards, claims by hand, the lifecycle,
 //! and reading it all back.
 
+use std::collections::BTreeMap;
+
 use kanban_core::rules::{self, CardEdit, CardState, Transition};
 use kanban_core::{
     BoardError, COMMENTS_SHOWN, CardStatus, Claim, ClaimFilter, ClaimGrant, EventRecord, ExitCode,
@@ -272,6 +274,20 @@ impl<E: Engine> StoredBoard<E> {
             .await?;
         events.reverse();
         Ok(events)
+    }
+
+    /// Every link of the board, as `(parent, child)` pairs, sorted.
+    pub async fn links(&self) -> Result<Vec<(String, String)>, BoardError> {
+        self.engine
+            .read(|sql| Box::pin(async move { Tx::new(sql).links().await }))
+            .await
+    }
+
+    /// The newest run of each card that has run, by card id.
+    pub async fn last_runs(&self) -> Result<BTreeMap<String, i64>, BoardError> {
+        self.engine
+            .read(|sql| Box::pin(async move { Tx::new(sql).last_runs().await }))
+            .await
     }
 
     /// The exit code the worker holding `claim` booked, else a failure's.

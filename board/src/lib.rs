@@ -312,6 +312,14 @@ macro_rules! board_ports {
             ) -> Result<Vec<::kanban_core::EventRecord>, ::kanban_core::BoardError> {
                 (**self).recent_events(limit).await
             }
+            async fn links(&self) -> Result<Vec<(String, String)>, ::kanban_core::BoardError> {
+                (**self).links().await
+            }
+            async fn last_runs(
+                &self,
+            ) -> Result<::std::collections::BTreeMap<String, i64>, ::kanban_core::BoardError> {
+                (**self).last_runs().await
+            }
             async fn booked_exit_code(
                 &self,
                 claim: &::kanban_core::Claim,

@@ -3,7 +3,7 @@
 //! order they first appear), with the words that differ taken from the
 //! engine's [`Dialect`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kanban_core::lease::{LeaseView, RunLease, TaskLease};
 use kanban_core::rules::{CardState, Change, ClaimCandidate, NewEvent, RunRow, Transition};
@@ -754,6 +754,19 @@ impl<'t> Tx<'t> {
     pub(crate) async fn recent_events(&mut self, count: usize) -> TxResult<Vec<EventRecord>> {
         let query = format!("SELECT {EVENT_COLUMNS} FROM task_events ORDER BY id DESC LIMIT $1");
         rows(self.sql.rows(&query, args![limit(count)]).await?, event)
+    }
+
+    /// Every link, as `(parent, child)` pairs, sorted.
+    pub(crate) async fn links(&mut self) -> TxResult<Vec<(String, String)>> {
+        let query = "SELECT parent_id, child_id FROM task_links ORDER BY parent_id, child_id";
+        mapped(self.sql, query, &[], |row| Ok((row.text(0)?, row.text(1)?))).await
+    }
+
+    /// The newest run of each card that has run.
+    pub(crate) async fn last_runs(&mut self) -> TxResult<BTreeMap<String, i64>> {
+        let query = "SELECT task_id, MAX(id) FROM task_runs GROUP BY task_id";
+        let pairs = mapped(self.sql, query, &[], |row| Ok((row.text(0)?, row.int(1)?))).await?;
+        Ok(pairs.into_iter().collect())
     }
 
     /// A recurring card's fields for its next occurrence, and when it was

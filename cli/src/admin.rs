@@ -282,6 +282,8 @@ pub(crate) struct ListFilter<'a> {
     pub(crate) status: Option<&'a str>,
     /// An agent's name, or `-` for cards with no assignee.
     pub(crate) assignee: Option<&'a str>,
+    /// A card whose children are listed.
+    pub(crate) parent: Option<&'a str>,
     pub(crate) archived: bool,
 }
 
@@ -301,6 +303,16 @@ pub(crate) fn list(
     if let Some(assignee) = filter.assignee {
         tasks.retain(|task| task.assignee.as_deref().unwrap_or("-") == assignee);
     }
+    let links = block_on(board.links())?;
+    if let Some(parent) = filter.parent {
+        let parent = card_id(&board, parent)?;
+        let children: std::collections::BTreeSet<&str> = links
+            .iter()
+            .filter(|(of, _)| *of == parent)
+            .map(|(_, child)| child.as_str())
+            .collect();
+        tasks.retain(|task| children.contains(task.id.as_str()));
+    }
     let now = SystemClock.now();
     if as_json {
         outln!(
@@ -309,7 +321,9 @@ pub(crate) fn list(
         );
         return Ok(ExitCode::Success);
     }
-    let waits = open_parents(&board, &tasks)?;
+    let waits = open_parents(&board, &tasks, &links)?;
+    // A card that is not running shows the run it ran last.
+    let last_runs = block_on(board.last_runs())?;
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
@@ -323,8 +337,8 @@ pub(crate) fn list(
                 t.priority.to_string(),
                 short(t.assignee.as_deref().unwrap_or("-"), 20),
                 t.current_run_id
-                    .map(|r| r.to_string())
-                    .unwrap_or_else(|| "-".into()),
+                    .or_else(|| last_runs.get(&t.id).copied())
+                    .map_or_else(|| "-".into(), |run| run.to_string()),
                 short(&t.title, 60),
             ]
         })
@@ -345,18 +359,26 @@ pub(crate) fn list(
 }
 
 /// The parents each `todo` card of `tasks` still waits for (those not
-/// done): read per waiting card, so a board of finished work costs nothing.
+/// done), from the board's `links`; the cards' statuses are read only when
+/// some card has parents.
 fn open_parents(
     board: &OpenBoard,
     tasks: &[kanban_core::TaskRecord],
+    links: &[(String, String)],
 ) -> anyhow::Result<std::collections::BTreeMap<String, Vec<String>>> {
     let mut waits = std::collections::BTreeMap::new();
     let mut statuses: Option<std::collections::BTreeMap<String, kanban_core::CardStatus>> = None;
+    let mut parents_of = std::collections::BTreeMap::<&str, Vec<String>>::new();
+    for (parent, child) in links {
+        parents_of
+            .entry(child.as_str())
+            .or_default()
+            .push(parent.clone());
+    }
     for task in tasks.iter().filter(|task| task.status == TaskStatus::Todo) {
-        let parents = block_on(board.show_task(&task.id))?.parents;
-        if parents.is_empty() {
+        let Some(parents) = parents_of.remove(task.id.as_str()) else {
             continue;
-        }
+        };
         let statuses = match &mut statuses {
             Some(statuses) => statuses,
             None => statuses.insert(

@@ -114,6 +114,9 @@ pub(crate) enum Command {
         /// Only cards assigned to this agent (`-` for cards with no assignee).
         #[arg(long, value_name = "NAME")]
         assignee: Option<String>,
+        /// Only the children of this card (the cards that wait for it).
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
         /// Include archived (and cancelled) cards, hidden otherwise.
         #[arg(long)]
         archived: bool,

@@ -215,12 +215,14 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Ls {
             status,
             assignee,
+            parent,
             archived,
             json,
         } => {
             let filter = admin::ListFilter {
                 status: status.as_deref(),
                 assignee: assignee.as_deref(),
+                parent: parent.as_deref(),
                 archived,
             };
             admin::list(global, env, &filter, json)

@@ -223,6 +223,10 @@ pub trait BoardAdmin: Send + Sync {
     ) -> Result<TaskPage, BoardError>;
     /// The newest `limit` events of the whole board, newest last.
     async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError>;
+    /// Every link of the board, as `(parent, child)` pairs, sorted.
+    async fn links(&self) -> Result<Vec<(String, String)>, BoardError>;
+    /// The newest run of each card that has run, by card id.
+    async fn last_runs(&self) -> Result<std::collections::BTreeMap<String, i64>, BoardError>;
     /// The exit code booked by the worker holding `claim`: the newest
     /// `worker_result` whose claim lock matches, else 1.
     async fn booked_exit_code(&self, claim: &Claim) -> Result<i32, BoardError>;

@@ -42,6 +42,7 @@ macro_rules! board_contract_tests {
             a_grant_tells_a_card_that_ran_before,
             operator_reclaim_fences_the_worker,
             block_unblock_promote,
+            links_and_last_runs_are_read_back,
             owner_seam,
             spawn_records,
             exit_75_holds_for_the_cooldown,
@@ -590,6 +591,49 @@ pub fn operator_reclaim_fences_the_worker<B: Board + BoardAdmin>(board: &B, _: &
 }
 
 /// Block, unblock, promote.
+/// The links of the board and the newest run of each card are read back
+/// in one read each (`ls` shows them); a grant carries its card's title.
+pub fn links_and_last_runs_are_read_back<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let first = create(board, &task("first parent"));
+    let second = create(board, &task("second parent"));
+    let child = create(
+        board,
+        &NewTask {
+            parents: vec![second.clone(), first.clone()],
+            ..task("child")
+        },
+    );
+    let mut expected = vec![
+        (first.clone(), child.clone()),
+        (second.clone(), child.clone()),
+    ];
+    expected.sort();
+    assert_eq!(block_on(board.links()).unwrap(), expected);
+    assert!(
+        block_on(board.last_runs()).unwrap().is_empty(),
+        "nothing ran"
+    );
+    let grant = block_on(board.claim_task(&first, TTL, "host:1"))
+        .unwrap()
+        .expect("a ready card is claimed");
+    assert_eq!(grant.title, "first parent");
+    block_on(board.complete(&grant.claim, "done", None)).unwrap();
+    let again = claim(board, &second, "host:1");
+    block_on(board.block(&again, "need input")).unwrap();
+    block_on(board.unblock(&second)).unwrap();
+    let last = claim(board, &second, "host:1");
+    let runs = block_on(board.last_runs()).unwrap();
+    assert_eq!(
+        runs,
+        [(first, grant.claim.run_id), (second, last.run_id)].into(),
+        "the newest run of each card that ran"
+    );
+    assert!(last.run_id > again.run_id);
+}
+
 pub fn block_unblock_promote<B: Board + BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {
     let parent = create(board, &task("parent"));
     let child = create(

@@ -467,6 +467,14 @@ fn ls_and_show_say_whom_a_card_is_for_and_what_it_waits_for() {
     let unassigned = bench.ok(&["ls", "--assignee", "-"]);
     assert!(row(&unassigned, &loose).is_some(), "{unassigned}");
     assert!(row(&unassigned, &child).is_none(), "{unassigned}");
+    let children = bench.ok(&["ls", "--parent", &parent[2..8]]);
+    assert!(
+        row(&children, &child).is_some()
+            && row(&children, &parent).is_none()
+            && row(&children, &loose).is_none(),
+        "{children}"
+    );
+    bench.refused(&["ls", "--parent", "t_nosuchcard"], "t_nosuchcard");
 
     let shown = bench.ok(&["show", &child]);
     assert!(shown.contains("assignee: coder"), "{shown}");
@@ -488,6 +496,18 @@ fn ls_and_show_say_whom_a_card_is_for_and_what_it_waits_for() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     let shown = bench.ok(&["show", &parent]);
     assert!(shown.contains("\nblocked: needs the API key\n"), "{shown}");
+    // A card that is not running shows the run it ran last.
+    let listed = bench.ok(&["ls"]);
+    let run_at = listed.lines().next().unwrap().find("RUN").unwrap();
+    let run_of = |id: &str| {
+        row(&listed, id).unwrap()[run_at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(run_of(&parent), "1", "{listed}");
+    assert_eq!(run_of(&loose), "-", "{listed}");
     // A cancelled card says it was, and why.
     bench.ok(&["cancel", &child, "--reason", "not needed"]);
     let shown = bench.ok(&["show", &child]);
