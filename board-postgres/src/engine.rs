@@ -175,6 +175,7 @@ impl Sql for PgSql<'_> {
         let space: i64 = match on {
             Turns::IdempotencyKey => 0,
             Turns::WallScope => 1,
+            Turns::Links => 2,
         };
         self.conn
             .execute(

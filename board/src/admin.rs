@@ -276,6 +276,49 @@ impl<E: Engine> StoredBoard<E> {
         Ok(events)
     }
 
+    /// Makes `child` wait for `parent`; false when it waited for it already.
+    pub async fn link(&self, parent: &str, child: &str) -> Result<bool, BoardError> {
+        let (parent, child) = (parent.to_owned(), child.to_owned());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (parent, child) = (parent.clone(), child.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let links = tx.links_to_change().await?;
+                    let parent_card = existing_card(tx, &parent).await?;
+                    let child_card = existing_card(tx, &child).await?;
+                    let Some(transition) = rules::link(&parent_card, &child_card, &links)? else {
+                        return Ok(false);
+                    };
+                    tx.insert_link(&parent, &child).await?;
+                    apply(tx, &child, &transition, now).await?;
+                    Ok(true)
+                })
+            })
+            .await
+    }
+
+    /// Ends `child`'s wait for `parent`; false when it did not wait for it.
+    pub async fn unlink(&self, parent: &str, child: &str) -> Result<bool, BoardError> {
+        let (parent, child) = (parent.to_owned(), child.to_owned());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (parent, child) = (parent.clone(), child.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    existing_card(tx, &child).await?;
+                    if !tx.delete_link(&parent, &child).await? {
+                        return Ok(false);
+                    }
+                    // Read again: the link is gone from its open parents.
+                    let child_card = existing_card(tx, &child).await?;
+                    apply(tx, &child, &rules::unlinked(&child_card, &parent), now).await?;
+                    Ok(true)
+                })
+            })
+            .await
+    }
+
     /// Every link of the board, as `(parent, child)` pairs, sorted.
     pub async fn links(&self) -> Result<Vec<(String, String)>, BoardError> {
         self.engine

@@ -326,6 +326,9 @@ pub enum Turns {
     IdempotencyKey,
     /// A wall's scope, armed or not.
     WallScope,
+    /// The board's links: a new link is checked against all of them, so two
+    /// links that would close a cycle together are made one after the other.
+    Links,
 }
 
 /// One transaction's statements.

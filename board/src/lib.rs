@@ -312,6 +312,20 @@ macro_rules! board_ports {
             ) -> Result<Vec<::kanban_core::EventRecord>, ::kanban_core::BoardError> {
                 (**self).recent_events(limit).await
             }
+            async fn link(
+                &self,
+                parent: &str,
+                child: &str,
+            ) -> Result<bool, ::kanban_core::BoardError> {
+                (**self).link(parent, child).await
+            }
+            async fn unlink(
+                &self,
+                parent: &str,
+                child: &str,
+            ) -> Result<bool, ::kanban_core::BoardError> {
+                (**self).unlink(parent, child).await
+            }
             async fn links(&self) -> Result<Vec<(String, String)>, ::kanban_core::BoardError> {
                 (**self).links().await
             }

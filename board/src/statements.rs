@@ -441,6 +441,10 @@ impl<'t> Tx<'t> {
         let parents = rows(self.sql.rows(parents_of, args![task_id]).await?, |row| {
             row.text(0)
         })?;
+        let children_of = "SELECT child_id FROM task_links WHERE parent_id = $1 ORDER BY child_id";
+        let children = rows(self.sql.rows(children_of, args![task_id]).await?, |row| {
+            row.text(0)
+        })?;
         let newest = self
             .sql
             .rows(
@@ -462,6 +466,7 @@ impl<'t> Tx<'t> {
         Ok(Some(TaskView {
             task,
             parents,
+            children,
             runs,
             events,
             comments,
@@ -1166,14 +1171,38 @@ impl Tx<'_> {
             )
             .await?;
         for parent in &new.parents {
-            self.sql
-                .execute(
-                    "INSERT INTO task_links (parent_id, child_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    args![parent, id],
-                )
-                .await?;
+            self.insert_link(parent, id).await?;
         }
         Ok(())
+    }
+
+    /// Makes `child` wait for `parent`.
+    pub(crate) async fn insert_link(&mut self, parent: &str, child: &str) -> TxResult<()> {
+        self.sql
+            .execute(
+                "INSERT INTO task_links (parent_id, child_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                args![parent, child],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Ends `child`'s wait for `parent`; whether it waited.
+    pub(crate) async fn delete_link(&mut self, parent: &str, child: &str) -> TxResult<bool> {
+        let deleted = self
+            .sql
+            .execute(
+                "DELETE FROM task_links WHERE parent_id = $1 AND child_id = $2",
+                args![parent, child],
+            )
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    /// The board's links, read after taking turns on them.
+    pub(crate) async fn links_to_change(&mut self) -> TxResult<Vec<(String, String)>> {
+        self.sql.take_turns(Turns::Links, "links").await?;
+        self.links().await
     }
 
     pub(crate) async fn insert_comment(

@@ -161,6 +161,33 @@ pub(crate) fn operate(
     Ok(ExitCode::Success)
 }
 
+/// `kanban link|unlink PARENT CHILD`.
+pub(crate) fn link(
+    global: &GlobalArgs,
+    env: &Environment,
+    parent: &str,
+    child: &str,
+    linking: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board(global, env)?;
+    let parent = &card_id(&board, parent)?;
+    let child = &card_id(&board, child)?;
+    if linking {
+        let said = if block_on(board.link(parent, child))? {
+            "now waits for"
+        } else {
+            "already waits for"
+        };
+        outln!("{child} {said} {parent}");
+    } else if block_on(board.unlink(parent, child))? {
+        let status = block_on(board.show_task(child))?.task.status;
+        outln!("{child} no longer waits for {parent} (it is {status})");
+    } else {
+        bail!("{child} does not wait for {parent}: there is no such link to remove");
+    }
+    Ok(ExitCode::Success)
+}
+
 /// The card `given` names: its id, or (as git takes a short hash) a unique
 /// start of one, with or without its `t_`.
 pub(crate) fn card_id(board: &OpenBoard, given: &str) -> anyhow::Result<String> {
@@ -490,6 +517,7 @@ pub(crate) fn show(
         let value = json!({
             "task": task_json(&view.task),
             "parents": view.parents,
+            "children": view.children,
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
             "comments": view.comments,
@@ -553,16 +581,18 @@ fn whom_and_why(board: &OpenBoard, view: &kanban_core::TaskView) -> String {
     if let Some(assignee) = &task.assignee {
         lines.push_str(&format!("assignee: {}\n", visible_line(assignee)));
     }
-    if !view.parents.is_empty() {
-        let parents: Vec<String> = view
-            .parents
+    for (label, ids) in [("parents", &view.parents), ("children", &view.children)] {
+        if ids.is_empty() {
+            continue;
+        }
+        let cards: Vec<String> = ids
             .iter()
-            .map(|parent| match block_on(board.show_task(parent)) {
-                Ok(parent) => format!("{} ({})", parent.task.id, parent.task.status.as_str()),
-                Err(_) => format!("{parent} (gone)"),
+            .map(|id| match block_on(board.show_task(id)) {
+                Ok(card) => format!("{} ({})", card.task.id, card.task.status.as_str()),
+                Err(_) => format!("{id} (gone)"),
             })
             .collect();
-        lines.push_str(&format!("parents: {}\n", visible_line(&parents.join(", "))));
+        lines.push_str(&format!("{label}: {}\n", visible_line(&cards.join(", "))));
     }
     if task.status == TaskStatus::Blocked
         && let Some(reason) = blocked_reason(view)

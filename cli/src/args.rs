@@ -164,6 +164,26 @@ pub(crate) enum Command {
         /// The card's id (as `ls` lists it).
         id: String,
     },
+    /// Make a card wait for another: CHILD is claimed only once PARENT is
+    /// done (a ready CHILD goes back to todo); a cycle is refused.
+    ///
+    /// Example: kanban link t_1a2b3c4d t_5e6f7a8b
+    Link {
+        /// The card to wait for.
+        parent: String,
+        /// The card that waits.
+        child: String,
+    },
+    /// End a card's wait for another: a todo CHILD with no other open
+    /// parent is ready at once.
+    ///
+    /// Example: kanban unlink t_1a2b3c4d t_5e6f7a8b
+    Unlink {
+        /// The card waited for.
+        parent: String,
+        /// The card that waits.
+        child: String,
+    },
     /// Delete done and archived cards with no activity for a while, with
     /// their runs, events, comments and logs.
     ///

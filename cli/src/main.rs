@@ -234,6 +234,8 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Archive { id } => admin::operate(global, env, &id, Operation::Archive),
         Command::Hold { id, reason } => admin::operate(global, env, &id, Operation::Hold(&reason)),
         Command::Release { id } => admin::operate(global, env, &id, Operation::Release),
+        Command::Link { parent, child } => admin::link(global, env, &parent, &child, true),
+        Command::Unlink { parent, child } => admin::link(global, env, &parent, &child, false),
         Command::Prune {
             older_than,
             dry_run,

@@ -148,6 +148,9 @@ pub struct TaskView {
     pub task: TaskRecord,
     /// The cards this one waits for.
     pub parents: Vec<String>,
+    /// The cards that wait for this one.
+    #[serde(default)]
+    pub children: Vec<String>,
     pub runs: Vec<RunRecord>,
     pub events: Vec<EventRecord>,
     /// The newest [`COMMENTS_SHOWN`] comments, newest last.
@@ -223,6 +226,12 @@ pub trait BoardAdmin: Send + Sync {
     ) -> Result<TaskPage, BoardError>;
     /// The newest `limit` events of the whole board, newest last.
     async fn recent_events(&self, limit: usize) -> Result<Vec<EventRecord>, BoardError>;
+    /// Makes `child` wait for `parent` ([`crate::rules::link`]); false when
+    /// it waited for it already.
+    async fn link(&self, parent: &str, child: &str) -> Result<bool, BoardError>;
+    /// Ends `child`'s wait for `parent` ([`crate::rules::unlinked`]); false
+    /// when it did not wait for it.
+    async fn unlink(&self, parent: &str, child: &str) -> Result<bool, BoardError>;
     /// Every link of the board, as `(parent, child)` pairs, sorted.
     async fn links(&self) -> Result<Vec<(String, String)>, BoardError>;
     /// The newest run of each card that has run, by card id.

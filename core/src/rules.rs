@@ -854,6 +854,89 @@ pub fn promote(card: &CardState) -> Option<Transition> {
     })
 }
 
+/// What making `child` wait for `parent` does, given the board's `links`
+/// (`(parent, child)` pairs): `None` when it waits for it already. Refused
+/// when the card would wait for itself, directly or through the cards that
+/// wait for it. A ready child of a parent that is neither done nor archived
+/// goes back to `todo` until the parent is done.
+pub fn link(
+    parent: &CardState,
+    child: &CardState,
+    links: &[(String, String)],
+) -> Result<Option<Transition>, BoardError> {
+    if parent.task_id == child.task_id {
+        return Err(BoardError::InvalidInput(format!(
+            "{} cannot wait for itself",
+            child.task_id
+        )));
+    }
+    if links
+        .iter()
+        .any(|(from, to)| *from == parent.task_id && *to == child.task_id)
+    {
+        return Ok(None);
+    }
+    if waits_for(&parent.task_id, &child.task_id, links) {
+        return Err(BoardError::InvalidInput(format!(
+            "{} already waits for {}: linking {} -> {} would make a cycle",
+            parent.task_id, child.task_id, parent.task_id, child.task_id
+        )));
+    }
+    let parent_open = !matches!(parent.status, TaskStatus::Done | TaskStatus::Archived);
+    Ok(Some(Transition {
+        status: (parent_open && child.status == TaskStatus::Ready).then_some(TaskStatus::Todo),
+        events: vec![NewEvent::new(
+            "linked",
+            None,
+            json!({"parent": parent.task_id, "child": child.task_id}),
+        )],
+        ..Transition::default()
+    }))
+}
+
+/// What ending `child`'s wait for `parent` does to the child, as it stands
+/// once the link is gone: a `todo` child with no open parent left is ready.
+pub fn unlinked(child: &CardState, parent: &str) -> Transition {
+    let mut events = vec![NewEvent::new(
+        "unlinked",
+        None,
+        json!({"parent": parent, "child": child.task_id}),
+    )];
+    match promote(child) {
+        Some(promoted) => {
+            events.extend(promoted.events);
+            Transition { events, ..promoted }
+        }
+        None => Transition {
+            events,
+            ..Transition::default()
+        },
+    }
+}
+
+/// Whether `card` waits for `ancestor` through `links`, directly or
+/// through cards between them.
+pub fn waits_for(card: &str, ancestor: &str, links: &[(String, String)]) -> bool {
+    let mut children = std::collections::BTreeMap::<&str, Vec<&str>>::new();
+    for (parent, child) in links {
+        children
+            .entry(parent.as_str())
+            .or_default()
+            .push(child.as_str());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut next = vec![ancestor];
+    while let Some(at) = next.pop() {
+        if at == card {
+            return true;
+        }
+        if seen.insert(at) {
+            next.extend(children.get(at).into_iter().flatten());
+        }
+    }
+    false
+}
+
 /// A card as a claim finds it: what the claim rule reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimCandidate {

@@ -43,6 +43,7 @@ macro_rules! board_contract_tests {
             operator_reclaim_fences_the_worker,
             block_unblock_promote,
             links_and_last_runs_are_read_back,
+            linking_and_unlinking_cards,
             owner_seam,
             spawn_records,
             exit_75_holds_for_the_cooldown,
@@ -632,6 +633,73 @@ pub fn links_and_last_runs_are_read_back<B: Board + BoardAdmin + DispatchBoard>(
         "the newest run of each card that ran"
     );
     assert!(last.run_id > again.run_id);
+}
+
+/// `link` makes a card wait for another (a ready child of an open parent
+/// goes back to `todo`), refuses a cycle, and `unlink` ends the wait (a
+/// `todo` child with no open parent left is ready at once).
+pub fn linking_and_unlinking_cards<B: Board + BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    let parent = create(board, &task("parent"));
+    let child = create(board, &task("child"));
+    assert_eq!(status(board, &child), TaskStatus::Ready);
+    assert!(block_on(board.link(&parent, &child)).unwrap());
+    assert_eq!(
+        status(board, &child),
+        TaskStatus::Todo,
+        "the parent is open"
+    );
+    assert!(
+        !block_on(board.link(&parent, &child)).unwrap(),
+        "linked already"
+    );
+    let view = block_on(board.show_task(&parent)).unwrap();
+    assert_eq!(view.children, vec![child.clone()]);
+    assert_eq!(
+        block_on(board.show_task(&child)).unwrap().parents,
+        vec![parent.clone()]
+    );
+    assert!(matches!(
+        block_on(board.link(&child, &parent)),
+        Err(BoardError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        block_on(board.link(&child, &child)),
+        Err(BoardError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        block_on(board.link(&parent, "t_missing")),
+        Err(BoardError::TaskNotFound(_))
+    ));
+    assert_eq!(
+        block_on(board.links()).unwrap().len(),
+        1,
+        "nothing refused was made"
+    );
+    assert!(block_on(board.unlink(&parent, &child)).unwrap());
+    assert_eq!(
+        status(board, &child),
+        TaskStatus::Ready,
+        "no open parent left"
+    );
+    assert!(
+        !block_on(board.unlink(&parent, &child)).unwrap(),
+        "no such link"
+    );
+    let kinds: Vec<String> = block_on(board.show_task(&child))
+        .unwrap()
+        .events
+        .into_iter()
+        .map(|event| event.kind)
+        .collect();
+    assert_eq!(kinds, ["created", "linked", "unlinked", "promoted"]);
+    // A done parent holds nothing back.
+    let held = claim(board, &parent, "host:1");
+    block_on(board.complete(&held, "done", None)).unwrap();
+    assert!(block_on(board.link(&parent, &child)).unwrap());
+    assert_eq!(status(board, &child), TaskStatus::Ready);
 }
 
 pub fn block_unblock_promote<B: Board + BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {

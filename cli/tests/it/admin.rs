@@ -551,3 +551,39 @@ fn a_unique_start_of_a_card_id_names_it_and_an_ambiguous_one_is_refused() {
         assert_ne!(bench.show(id)["task"]["status"], "archived");
     }
 }
+
+#[test]
+fn link_and_unlink_make_a_card_wait_and_stop_waiting() {
+    let bench = Bench::new();
+    let design = bench.add("design it", &[]);
+    let build = bench.add("build it", &[]);
+    let said = bench.ok(&["link", &design[2..8], &build]);
+    assert_eq!(said.trim(), format!("{build} now waits for {design}"));
+    assert_eq!(bench.show(&build)["task"]["status"], "todo");
+    let said = bench.ok(&["link", &design, &build]);
+    assert_eq!(said.trim(), format!("{build} already waits for {design}"));
+
+    let shown = bench.ok(&["show", &design]);
+    assert!(
+        shown.contains(&format!("children: {build} (todo)")),
+        "{shown}"
+    );
+    let shown = bench.ok(&["show", &build]);
+    assert!(
+        shown.contains(&format!("parents: {design} (ready)")),
+        "{shown}"
+    );
+    assert_eq!(bench.show(&design)["children"][0], build.as_str());
+
+    bench.refused(&["link", &build, &design], "would make a cycle");
+    bench.refused(&["link", &build, &build], "cannot wait for itself");
+    bench.refused(&["link", &design, "t_nosuchcard"], "t_nosuchcard");
+
+    let said = bench.ok(&["unlink", &design, &build]);
+    assert_eq!(
+        said.trim(),
+        format!("{build} no longer waits for {design} (it is ready)")
+    );
+    bench.refused(&["unlink", &design, &build], "does not wait for");
+    assert_eq!(bench.show(&build)["task"]["status"], "ready");
+}

@@ -1418,3 +1418,106 @@ fn an_exit_the_board_would_not_book_blocks_its_card_with_the_refusal() {
     assert_eq!(t.status, None);
     assert!(!kinds(&t).contains(&"gave_up"), "{:?}", kinds(&t));
 }
+
+#[test]
+fn linking_a_card_to_another_and_ending_it() {
+    let named = |id: &str, status: TaskStatus| CardState {
+        task_id: id.into(),
+        ..card(status)
+    };
+    let pairs = |links: &[(&str, &str)]| -> Vec<(String, String)> {
+        links
+            .iter()
+            .map(|(parent, child)| ((*parent).to_owned(), (*child).to_owned()))
+            .collect()
+    };
+    // a → b → c, and d on its own.
+    let board = pairs(&[("a", "b"), ("b", "c")]);
+
+    // Where the child lands, by the parent's status and its own.
+    for (parent, child, lands) in [
+        (TaskStatus::Todo, TaskStatus::Ready, Some(TaskStatus::Todo)),
+        (
+            TaskStatus::Running,
+            TaskStatus::Ready,
+            Some(TaskStatus::Todo),
+        ),
+        (
+            TaskStatus::Blocked,
+            TaskStatus::Ready,
+            Some(TaskStatus::Todo),
+        ),
+        (TaskStatus::Done, TaskStatus::Ready, None),
+        (TaskStatus::Archived, TaskStatus::Ready, None),
+        (TaskStatus::Todo, TaskStatus::Todo, None),
+        (TaskStatus::Todo, TaskStatus::Running, None),
+        (TaskStatus::Todo, TaskStatus::Done, None),
+    ] {
+        let transition = rules::link(&named("d", parent), &named("c", child), &board)
+            .unwrap()
+            .expect("a new link");
+        assert_eq!(transition.status, lands, "{parent:?} -> {child:?}");
+        assert_eq!(kinds(&transition), ["linked"]);
+        assert_eq!(
+            transition.events[0].payload,
+            serde_json::json!({"parent": "d", "child": "c"})
+        );
+    }
+    // A link the board has already changes nothing.
+    assert_eq!(
+        rules::link(
+            &named("a", TaskStatus::Todo),
+            &named("b", TaskStatus::Ready),
+            &board
+        ),
+        Ok(None)
+    );
+    // A card never waits for itself, directly or through others.
+    for (parent, child) in [("a", "a"), ("c", "a"), ("b", "a"), ("c", "b")] {
+        let refused = rules::link(
+            &named(parent, TaskStatus::Todo),
+            &named(child, TaskStatus::Todo),
+            &board,
+        );
+        assert!(
+            matches!(refused, Err(BoardError::InvalidInput(_))),
+            "{parent} -> {child}: {refused:?}"
+        );
+    }
+    assert!(rules::waits_for("c", "a", &board));
+    assert!(rules::waits_for("b", "a", &board));
+    assert!(!rules::waits_for("a", "c", &board));
+    assert!(!rules::waits_for("d", "a", &board));
+    // A diamond is no cycle, and a loop already on the board ends the walk.
+    let diamond = pairs(&[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")]);
+    assert!(rules::waits_for("d", "a", &diamond));
+    assert!(
+        rules::link(
+            &named("b", TaskStatus::Todo),
+            &named("c", TaskStatus::Todo),
+            &diamond
+        )
+        .unwrap()
+        .is_some()
+    );
+    let looped = pairs(&[("x", "y"), ("y", "x")]);
+    assert!(!rules::waits_for("z", "x", &looped));
+
+    // Ending a wait: a todo child with no open parent left is ready.
+    let unlinked = rules::unlinked(&named("c", TaskStatus::Todo), "b");
+    assert_eq!(unlinked.status, Some(TaskStatus::Ready));
+    assert_eq!(kinds(&unlinked), ["unlinked", "promoted"]);
+    assert_eq!(
+        unlinked.events[0].payload,
+        serde_json::json!({"parent": "b", "child": "c"})
+    );
+    let still_waiting = CardState {
+        open_parents: true,
+        ..named("c", TaskStatus::Todo)
+    };
+    for child in [still_waiting, named("c", TaskStatus::Blocked)] {
+        let unlinked = rules::unlinked(&child, "b");
+        assert_eq!(unlinked.status, None, "{child:?}");
+        assert_eq!(kinds(&unlinked), ["unlinked"]);
+    }
+}
