@@ -518,6 +518,7 @@ pub(crate) fn show(
             "task": task_json(&view.task),
             "parents": view.parents,
             "children": view.children,
+            "linked_statuses": block_on(crate::serve::linked_statuses(&board, &view))?,
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
             "comments": view.comments,

@@ -589,15 +589,34 @@ fn log_tail(logs: &Path, id: &str) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
+/// The status of each card a card waits for or is waited for by, by id;
+/// `gone` for a card no longer on the board.
+pub(crate) async fn linked_statuses(
+    board: &OpenBoard,
+    view: &kanban_core::TaskView,
+) -> Result<std::collections::BTreeMap<String, String>, BoardError> {
+    let mut statuses = std::collections::BTreeMap::new();
+    for id in view.parents.iter().chain(&view.children) {
+        let status = match board.show_task(id).await {
+            Ok(card) => card.task.status.as_str().to_owned(),
+            Err(BoardError::TaskNotFound(_)) => "gone".to_owned(),
+            Err(other) => return Err(other),
+        };
+        statuses.insert(id.clone(), status);
+    }
+    Ok(statuses)
+}
+
 /// A card's page, whole or (for a live page) only its details.
 async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Failure> {
     let view = app.board.show_task(id).await?;
+    let linked = linked_statuses(&app.board, &view).await?;
     let tail = log_tail(&app.logs, id);
     let now = SystemClock.now();
     let markup = if whole {
-        page::card(app, &view, &tail, now)
+        page::card(app, &view, &linked, &tail, now)
     } else {
-        page::card_details(app, &view, &tail, now)
+        page::card_details(app, &view, &linked, &tail, now)
     };
     Ok(Html(markup.into_string()))
 }
@@ -830,8 +849,12 @@ async fn api_card(
     UrlPath(id): UrlPath<String>,
 ) -> Result<Json<Value>, Failure> {
     let view = app.board.show_task(&id).await?;
+    let linked = linked_statuses(&app.board, &view).await?;
     Ok(Json(json!({
         "task": task_json(&view.task),
+        "parents": view.parents,
+        "children": view.children,
+        "linked_statuses": linked,
         "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
         "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
         "comments": view.comments,

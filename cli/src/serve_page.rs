@@ -174,13 +174,22 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
 }
 
 /// A card's page.
-pub(crate) fn card(app: &App, view: &TaskView, log_tail: &str, now: i64) -> Markup {
+/// The status of each linked card, by id (`serve::linked_statuses`).
+type Linked = std::collections::BTreeMap<String, String>;
+
+pub(crate) fn card(
+    app: &App,
+    view: &TaskView,
+    linked: &Linked,
+    log_tail: &str,
+    now: i64,
+) -> Markup {
     layout(
         app,
         &view.task.title,
         html! {
             p { a href="/" { "← board" } }
-            div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, view, log_tail, now)) }
+            div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, view, linked, log_tail, now)) }
         },
     )
 }
@@ -210,8 +219,33 @@ fn exit_code(view: &TaskView, run: i64) -> String {
         .map_or_else(|| "-".to_owned(), |code| code.to_string())
 }
 
+/// The cards a card waits for and those that wait for it, with their statuses.
+fn links(view: &TaskView, linked: &Linked) -> Markup {
+    html! {
+        @for (label, ids) in [("Waits for", &view.parents), ("Waited for by", &view.children)] {
+            @if !ids.is_empty() {
+                section.links {
+                    h3 { (label) }
+                    ul {
+                        @for linked_id in ids {
+                            @let status = linked.get(linked_id).map_or("gone", String::as_str);
+                            li { a href={ "/cards/" (linked_id) } { (linked_id) } " " span.pill data-status=(status) { (status) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A card's details, alone: what a live card page fetches on `changed`.
-pub(crate) fn card_details(app: &App, view: &TaskView, log_tail: &str, now: i64) -> Markup {
+pub(crate) fn card_details(
+    app: &App,
+    view: &TaskView,
+    linked: &Linked,
+    log_tail: &str,
+    now: i64,
+) -> Markup {
     let task = &view.task;
     let id = task.id.as_str();
     html! {
@@ -237,6 +271,7 @@ pub(crate) fn card_details(app: &App, view: &TaskView, log_tail: &str, now: i64)
                 _ => {}
             }
         }
+        (links(view, linked))
         @if let Some(body) = &task.body { section { h3 { "Body" } div.body { (body) } } }
         @if let Some(result) = &task.result { section { h3 { "Result" } div.body { (result) } } }
         section {

@@ -103,6 +103,7 @@ fn the_json_api_matches_its_openapi_description() {
         .args(["complete", "--summary", "finished"]);
     assert!(complete.output().unwrap().status.success());
     let ready = bench.add("ready card", &["--assignee", "coder"]);
+    let waiting = bench.add("waiting card", &["--parent", &ready]);
     let server = Server::start(&bench, &[]);
     let base = &server.url;
     // The description the server serves is the one in docs/.
@@ -114,6 +115,7 @@ fn the_json_api_matches_its_openapi_description() {
         ("/api/cards", format!("{base}/api/cards")),
         ("/api/cards", format!("{base}/api/cards?status=done")),
         ("/api/cards/{id}", format!("{base}/api/cards/{done}")),
+        ("/api/cards/{id}", format!("{base}/api/cards/{waiting}")),
         (
             "/api/cards/{id}/runs",
             format!("{base}/api/cards/{done}/runs"),
@@ -142,6 +144,22 @@ fn the_json_api_matches_its_openapi_description() {
     let card: Value = serde_json::from_str(&card).unwrap();
     assert_eq!(card["task"]["status"], "done");
     assert_eq!(card["comments"][0]["body"], "a human's note");
+    // A card names the cards it waits for and those that wait for it, with
+    // their statuses, in the API and on its page.
+    let (_, card) = get(&format!("{base}/api/cards/{waiting}"));
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["parents"], serde_json::json!([ready]));
+    assert_eq!(card["linked_statuses"][&ready], "ready");
+    let (_, card) = get(&format!("{base}/api/cards/{ready}"));
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["children"], serde_json::json!([waiting]));
+    assert_eq!(card["linked_statuses"][&waiting], "todo");
+    let (_, page) = get(&format!("{base}/cards/{waiting}"));
+    assert!(
+        page.contains("Waits for")
+            && page.contains(&format!("<a href=\"/cards/{ready}\">{ready}</a>")),
+        "{page}"
+    );
     let (_, listed) = get(&format!("{base}/api/cards?status=ready"));
     let listed: Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed["cards"][0]["id"], ready.as_str());
