@@ -689,6 +689,19 @@ impl<'t> Tx<'t> {
         rows(self.sql.rows(&query, &[]).await?, |row| row.text(0))
     }
 
+    /// The `todo` children of `parent` with no open parent (one written by
+    /// another transaction is promoted on a dispatcher's tick).
+    pub(crate) async fn promotable_children(&mut self, parent: &str) -> TxResult<Vec<String>> {
+        let query = format!(
+            "SELECT t.id FROM task_links c JOIN tasks t ON t.id = c.child_id
+              WHERE c.parent_id = $1 AND t.status = 'todo' AND NOT {OPEN_PARENT}
+              ORDER BY t.id"
+        );
+        rows(self.sql.rows(&query, args![parent]).await?, |row| {
+            row.text(0)
+        })
+    }
+
     pub(crate) async fn any_todo(&mut self) -> TxResult<bool> {
         self.flag(
             "SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'todo')",

@@ -50,7 +50,16 @@ pub(crate) async fn apply(
     if transition.makes_work() {
         tx.notify().await?;
     }
-    tx.apply(task_id, transition, now).await
+    tx.apply(task_id, transition, now).await?;
+    if transition.frees_children() {
+        for child in tx.promotable_children(task_id).await? {
+            let card = existing_card(tx, &child).await?;
+            if let Some(promoted) = rules::promote(&card) {
+                tx.apply(&child, &promoted, now).await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 impl<E: Engine> StoredBoard<E> {

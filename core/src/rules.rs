@@ -155,6 +155,14 @@ impl Transition {
     pub fn makes_work(&self) -> bool {
         self.release_claim || self.status.is_some()
     }
+
+    /// Whether the card's children stop waiting for it: it is done or
+    /// archived. Its `todo` children with no other open parent are promoted
+    /// in the same transaction, as the seed system promotes at completion,
+    /// not at a dispatcher's next tick.
+    pub fn frees_children(&self) -> bool {
+        matches!(self.status, Some(TaskStatus::Done | TaskStatus::Archived))
+    }
 }
 
 /// An operator's edit: each field given replaces the card's.

@@ -736,12 +736,28 @@ pub fn block_unblock_promote<B: Board + BoardAdmin + DispatchBoard>(board: &B, _
     assert_eq!(status(board, &parent), TaskStatus::Ready);
     let held = claim(board, &parent, "host:1");
     block_on(board.complete(&held, "done", None)).unwrap();
-    assert_eq!(block_on(board.promote_ready()).unwrap(), 1);
     assert_eq!(
         status(board, &child),
         TaskStatus::Ready,
-        "parents done → ready"
+        "parents done → ready, in the parent's completion"
     );
+    assert_eq!(block_on(board.promote_ready()).unwrap(), 0, "nothing left");
+
+    // A child of two parents waits for both; the other's cancel frees it.
+    let first = create(board, &task("first"));
+    let second = create(board, &task("second"));
+    let both = create(
+        board,
+        &NewTask {
+            parents: vec![first.clone(), second.clone()],
+            ..task("both")
+        },
+    );
+    let held = claim(board, &first, "host:1");
+    block_on(board.complete(&held, "done", None)).unwrap();
+    assert_eq!(status(board, &both), TaskStatus::Todo, "one parent is open");
+    block_on(board.cancel(&second, "not needed")).unwrap();
+    assert_eq!(status(board, &both), TaskStatus::Ready);
 }
 
 /// The owner seam: bind, the owner-side proof, booking a result.

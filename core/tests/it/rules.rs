@@ -1521,3 +1521,21 @@ fn linking_a_card_to_another_and_ending_it() {
         assert_eq!(kinds(&unlinked), ["unlinked"]);
     }
 }
+
+#[test]
+fn a_card_done_or_archived_frees_its_children() {
+    for status in TaskStatus::ALL {
+        let transition = Transition {
+            status: Some(status),
+            ..Transition::default()
+        };
+        assert_eq!(
+            transition.frees_children(),
+            matches!(status, TaskStatus::Done | TaskStatus::Archived),
+            "{status:?}"
+        );
+    }
+    assert!(!Transition::default().frees_children(), "no move, no change");
+    let cancelled = rules::cancel(&card(TaskStatus::Ready), "not needed").unwrap();
+    assert!(cancelled.frees_children());
+}
