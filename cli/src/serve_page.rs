@@ -173,10 +173,10 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
     }
 }
 
-/// A card's page.
 /// The status of each linked card, by id (`serve::linked_statuses`).
 type Linked = std::collections::BTreeMap<String, String>;
 
+/// A card's page.
 pub(crate) fn card(
     app: &App,
     view: &TaskView,
