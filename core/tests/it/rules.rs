@@ -1535,7 +1535,10 @@ fn a_card_done_or_archived_frees_its_children() {
             "{status:?}"
         );
     }
-    assert!(!Transition::default().frees_children(), "no move, no change");
+    assert!(
+        !Transition::default().frees_children(),
+        "no move, no change"
+    );
     let cancelled = rules::cancel(&card(TaskStatus::Ready), "not needed").unwrap();
     assert!(cancelled.frees_children());
 }
