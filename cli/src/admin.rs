@@ -513,12 +513,13 @@ pub(crate) fn show(
         .into_iter()
         .filter(|wall| wall.source.starts_with(&source))
         .collect();
+    let linked = block_on(crate::serve::linked_statuses(&board, &view))?;
     if as_json {
         let value = json!({
             "task": task_json(&view.task),
             "parents": view.parents,
             "children": view.children,
-            "linked_statuses": block_on(crate::serve::linked_statuses(&board, &view))?,
+            "linked_statuses": linked,
             "runs": view.runs.iter().map(run_json).collect::<Vec<_>>(),
             "events": view.events.iter().map(event_json).collect::<Vec<_>>(),
             "comments": view.comments,
@@ -535,7 +536,7 @@ pub(crate) fn show(
         task.priority,
         task.consecutive_failures
     );
-    out!("{}", whom_and_why(&board, &view));
+    out!("{}", whom_and_why(&view, &linked));
     if !met.is_empty() {
         outln!("met a provider wall (it holds every card of that provider; kanban walls):");
         out!("{}", walls_table(&met, now));
@@ -574,9 +575,12 @@ pub(crate) fn show(
 }
 
 /// `show`'s lines on whom a card is for and why it stands where it stands:
-/// its assignee, its parents with their statuses, why it is blocked or was
+/// its assignee, its parents and children with their statuses, why it is blocked or was
 /// cancelled.
-fn whom_and_why(board: &OpenBoard, view: &kanban_core::TaskView) -> String {
+fn whom_and_why(
+    view: &kanban_core::TaskView,
+    linked: &std::collections::BTreeMap<String, String>,
+) -> String {
     let task = &view.task;
     let mut lines = String::new();
     if let Some(assignee) = &task.assignee {
@@ -588,10 +592,7 @@ fn whom_and_why(board: &OpenBoard, view: &kanban_core::TaskView) -> String {
         }
         let cards: Vec<String> = ids
             .iter()
-            .map(|id| match block_on(board.show_task(id)) {
-                Ok(card) => format!("{} ({})", card.task.id, card.task.status.as_str()),
-                Err(_) => format!("{id} (gone)"),
-            })
+            .map(|id| format!("{id} ({})", linked.get(id).map_or("gone", String::as_str)))
             .collect();
         lines.push_str(&format!("{label}: {}\n", visible_line(&cards.join(", "))));
     }
