@@ -12,10 +12,11 @@ use kanban_board::TxResult;
 use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration N (1-based) brings a board from version N-1 to N.
-pub const MIGRATIONS: [&str; 1] = [r#"
+pub const MIGRATIONS: [&str; 2] = [
+    r#"
 CREATE TABLE tasks (
     id                   TEXT PRIMARY KEY,
     seq                  BIGSERIAL NOT NULL,
@@ -101,7 +102,13 @@ CREATE INDEX idx_links_child       ON task_links(child_id);
 CREATE INDEX idx_comments_task     ON task_comments(task_id, id);
 CREATE INDEX idx_events_task_kind  ON task_events(task_id, kind, id);
 CREATE INDEX idx_runs_task         ON task_runs(task_id, id);
-"#];
+"#,
+    // 2: a held card waits in the seed system's `scheduled` lane, which
+    // neither system claims.
+    r#"
+UPDATE tasks SET status = 'scheduled' WHERE status IN ('ready', 'todo') AND held_reason IS NOT NULL;
+"#,
+];
 
 /// Any number fits: one lock id for "a kanban schema change is running".
 const MIGRATION_LOCK: i64 = 0x6b61_6e62_616e; // "kanban"

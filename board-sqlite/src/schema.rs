@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 6] = [
+pub const MIGRATIONS: [&str; 7] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -135,5 +135,11 @@ CREATE TABLE IF NOT EXISTS dispatcher_ticks (
     count   INTEGER NOT NULL,
     PRIMARY KEY (host, bucket)
 );
+"#,
+    // 7: a held card waits in the seed system's `scheduled` lane, which
+    // neither system claims (it kept its lane before, and the seed
+    // system's claim took it).
+    r#"
+UPDATE tasks SET status = 'scheduled' WHERE status IN ('ready', 'todo') AND held_reason IS NOT NULL;
 "#,
 ];

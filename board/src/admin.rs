@@ -35,7 +35,7 @@ pub(crate) async fn insert_task(tx: &mut Tx<'_>, new: &NewTask, now: i64) -> TxR
             }
         }
     }
-    let status = rules::initial_status(new.start_blocked, open_parents);
+    let status = rules::initial_status(new.start, open_parents, new.not_before, now);
     let id = tx.new_task_id().await?;
     tx.insert_task(&id, new, status, now).await?;
     tx.notify().await?;
@@ -141,8 +141,65 @@ impl<E: Engine> StoredBoard<E> {
     }
 
     pub async fn release_hold(&self, task_id: &str) -> Result<(), BoardError> {
-        self.operate(task_id, |card, _| rules::release_hold(card))
+        self.operate(task_id, rules::release_hold).await
+    }
+
+    /// Parks a card in `scheduled` until `not_before`, or until an unblock.
+    pub async fn schedule(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+        not_before: Option<i64>,
+    ) -> Result<(), BoardError> {
+        let reason = reason.map(str::to_owned);
+        self.operate(task_id, move |card, _| {
+            rules::schedule(card, reason.as_deref(), not_before)
+        })
+        .await
+    }
+
+    /// Promotes a card by hand (core's [`rules::promote_by_hand`]); with
+    /// `dry_run`, only says whether it would, changing nothing.
+    pub async fn promote(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<(), BoardError> {
+        let (task_id, reason) = (task_id.to_owned(), reason.map(str::to_owned));
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (task_id, reason) = (task_id.clone(), reason.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let card = existing_card(tx, &task_id).await?;
+                    let transition = rules::promote_by_hand(&card, reason.as_deref(), force)?;
+                    if dry_run {
+                        return Ok(());
+                    }
+                    apply(tx, &task_id, &transition, now).await
+                })
+            })
             .await
+    }
+
+    /// Sends a card nobody works to `triage`.
+    pub async fn triage(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError> {
+        let reason = reason.map(str::to_owned);
+        self.operate(task_id, move |card, _| {
+            rules::to_triage(card, reason.as_deref())
+        })
+        .await
+    }
+
+    /// Puts a card nobody works up for review by its assignee.
+    pub async fn review(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError> {
+        let reason = reason.map(str::to_owned);
+        self.operate(task_id, move |card, _| {
+            rules::to_review(card, reason.as_deref())
+        })
+        .await
     }
 
     pub async fn edit(&self, task_id: &str, edit: &CardEdit) -> Result<(), BoardError> {
@@ -312,7 +369,7 @@ impl<E: Engine> StoredBoard<E> {
                     }
                     // Read again: the link is gone from its open parents.
                     let child_card = existing_card(tx, &child).await?;
-                    apply(tx, &child, &rules::unlinked(&child_card, &parent), now).await?;
+                    apply(tx, &child, &rules::unlinked(&child_card, &parent, now), now).await?;
                     Ok(true)
                 })
             })

@@ -389,9 +389,10 @@ impl<E: Engine> StoredBoard<E> {
 
     pub async fn promote_ready(&self) -> Result<usize, BoardError> {
         // Most ticks have nothing to promote: look before writing.
+        let now = self.engine.now();
         let waiting = self
             .engine
-            .read(|sql| Box::pin(async move { Tx::new(sql).any_todo().await }))
+            .read(move |sql| Box::pin(async move { Tx::new(sql).any_waiting(now).await }))
             .await?;
         if !waiting {
             return Ok(0);
@@ -401,9 +402,9 @@ impl<E: Engine> StoredBoard<E> {
                 Box::pin(async move {
                     let tx = &mut Tx::new(sql);
                     let mut promoted = 0;
-                    for id in tx.promotable().await? {
+                    for id in tx.promotable(now).await? {
                         let card = existing_card(tx, &id).await?;
-                        if let Some(transition) = rules::promote(&card) {
+                        if let Some(transition) = rules::promote(&card, now) {
                             apply(tx, &id, &transition, now).await?;
                             promoted += 1;
                         }

@@ -262,6 +262,37 @@ macro_rules! board_ports {
             async fn release_hold(&self, task_id: &str) -> Result<(), ::kanban_core::BoardError> {
                 (**self).release_hold(task_id).await
             }
+            async fn schedule(
+                &self,
+                task_id: &str,
+                reason: Option<&str>,
+                not_before: Option<i64>,
+            ) -> Result<(), ::kanban_core::BoardError> {
+                (**self).schedule(task_id, reason, not_before).await
+            }
+            async fn promote(
+                &self,
+                task_id: &str,
+                reason: Option<&str>,
+                force: bool,
+                dry_run: bool,
+            ) -> Result<(), ::kanban_core::BoardError> {
+                (**self).promote(task_id, reason, force, dry_run).await
+            }
+            async fn triage(
+                &self,
+                task_id: &str,
+                reason: Option<&str>,
+            ) -> Result<(), ::kanban_core::BoardError> {
+                (**self).triage(task_id, reason).await
+            }
+            async fn review(
+                &self,
+                task_id: &str,
+                reason: Option<&str>,
+            ) -> Result<(), ::kanban_core::BoardError> {
+                (**self).review(task_id, reason).await
+            }
             async fn edit(
                 &self,
                 task_id: &str,

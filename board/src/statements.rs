@@ -377,7 +377,8 @@ impl<'t> Tx<'t> {
     pub(crate) async fn card_state(&mut self, task_id: &str) -> TxResult<Option<CardState>> {
         let query = format!(
             "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
-                    t.consecutive_failures, t.max_retries, {OPEN_PARENT}, t.held_reason IS NOT NULL
+                    t.consecutive_failures, t.max_retries, {OPEN_PARENT}, t.held_reason IS NOT NULL,
+                    t.not_before
                FROM tasks t WHERE t.id = $1{}",
             self.lock_card()
         );
@@ -400,6 +401,7 @@ impl<'t> Tx<'t> {
             max_retries: row.opt_count(6)?,
             open_parents: row.flag(7)?,
             held: row.flag(8)?,
+            not_before: row.opt_int(9)?,
         }))
     }
 
@@ -606,9 +608,10 @@ impl<'t> Tx<'t> {
         })
     }
 
-    /// Ready cards through the lane index, at most `count`, leaving out by
-    /// index what core's claim rule passes over for `filter` at `now` and
-    /// what another writer holds this instant; the rule decides on each.
+    /// Claimable cards (ready, and review for its reviewer) through the
+    /// lane index, at most `count` in claim order, leaving out by index
+    /// what core's claim rule passes over for `filter` at `now` and what
+    /// another writer holds this instant; the rule decides on each.
     pub(crate) async fn ready_candidates(
         &mut self,
         filter: &ClaimFilter,
@@ -621,33 +624,45 @@ impl<'t> Tx<'t> {
             .as_ref()
             .map(|set| set.iter().cloned().collect());
         // Two statements, each prepared once: for every card, and for the
-        // cards of some assignees.
+        // cards of some assignees. The lane is a parameter, so each lane is
+        // one range of the lane index, read in claim order.
         let (assignees, rows_at) = match admitted {
             Some(_) => (
-                format!("AND COALESCE(t.assignee, '') {}", (dialect.any)(2)),
-                3,
+                format!("AND COALESCE(t.assignee, '') {}", (dialect.any)(3)),
+                4,
             ),
-            None => (String::new(), 2),
+            None => (String::new(), 3),
         };
         let query = format!(
-            "{} WHERE t.status = 'ready' AND t.claim_lock IS NULL AND t.held_reason IS NULL
-                 AND (t.not_before IS NULL OR t.not_before <= $1) {assignees}
+            "{} WHERE t.status = $1 AND t.claim_lock IS NULL AND t.held_reason IS NULL
+                 AND (t.not_before IS NULL OR t.not_before <= $2) {assignees}
                ORDER BY t.priority DESC, t.created_at ASC, t.{} ASC LIMIT ${rows_at}{}",
             candidate_query(dialect.place),
             dialect.place,
             self.locking(|dialect| dialect.skip_locked)
         );
-        self.sql.walk_indexes();
-        let found = match &admitted {
-            Some(admitted) => {
-                let admitted: &[String] = admitted;
-                self.sql
-                    .rows(&query, args![now, admitted, limit(count)])
-                    .await?
-            }
-            None => self.sql.rows(&query, args![now, limit(count)]).await?,
-        };
-        rows(found, candidate)
+        let mut found = Vec::new();
+        for lane in [TaskStatus::Ready, TaskStatus::Review] {
+            let lane = lane.as_str();
+            self.sql.walk_indexes();
+            let lane_rows = match &admitted {
+                Some(admitted) => {
+                    let admitted: &[String] = admitted;
+                    self.sql
+                        .rows(&query, args![lane, now, admitted, limit(count)])
+                        .await?
+                }
+                None => {
+                    self.sql
+                        .rows(&query, args![lane, now, limit(count)])
+                        .await?
+                }
+            };
+            found.extend(rows(lane_rows, candidate)?);
+        }
+        found.sort_by(kanban_core::rules::claim_order);
+        found.truncate(count);
+        Ok(found)
     }
 
     /// One card for a claim by hand; `None` while another writer holds it.
@@ -676,17 +691,20 @@ impl<'t> Tx<'t> {
         Err(BoardError::TaskNotFound(task_id.to_owned()).into())
     }
 
-    /// The `todo` cards whose parents are all done (another writer's are
-    /// promoted on a later tick).
-    pub(crate) async fn promotable(&mut self) -> TxResult<Vec<String>> {
+    /// The `todo` cards whose parents are all done, and the parked cards,
+    /// not held, due at `now` (another writer's are promoted on a later
+    /// tick).
+    pub(crate) async fn promotable(&mut self, now: i64) -> TxResult<Vec<String>> {
         let dialect = self.sql.dialect();
         let query = format!(
-            "SELECT t.id FROM tasks t WHERE t.status = 'todo' AND NOT {OPEN_PARENT}
+            "SELECT t.id FROM tasks t
+              WHERE (t.status = 'todo' AND NOT {OPEN_PARENT})
+                 OR (t.status = 'scheduled' AND t.held_reason IS NULL AND t.not_before <= $1)
               ORDER BY t.{}{}",
             dialect.place,
             self.locking(|dialect| dialect.skip_locked)
         );
-        rows(self.sql.rows(&query, &[]).await?, |row| row.text(0))
+        rows(self.sql.rows(&query, args![now]).await?, |row| row.text(0))
     }
 
     /// The `todo` children of `parent` with no open parent (one written by
@@ -702,10 +720,14 @@ impl<'t> Tx<'t> {
         })
     }
 
-    pub(crate) async fn any_todo(&mut self) -> TxResult<bool> {
+    /// Whether a tick has a card to promote at `now`: one in `todo`, or a
+    /// parked one, not held, whose time has come.
+    pub(crate) async fn any_waiting(&mut self, now: i64) -> TxResult<bool> {
         self.flag(
-            "SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'todo')",
-            &[],
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'todo')
+                 OR EXISTS (SELECT 1 FROM tasks WHERE status = 'scheduled' AND held_reason IS NULL
+                                                  AND not_before <= $1)",
+            args![now],
         )
         .await
     }
@@ -1316,7 +1338,7 @@ impl Tx<'_> {
             .execute(
                 "UPDATE tasks SET status = 'running', claim_lock = $1, claim_expires = $2, current_run_id = $3,
                                   started_at = COALESCE(started_at, $4), last_heartbeat_at = NULL
-                  WHERE id = $5 AND status = 'ready' AND claim_lock IS NULL",
+                  WHERE id = $5 AND status IN ('ready', 'review') AND claim_lock IS NULL",
                 args![&opening.claim_lock, opening.expires, run_id, opening.started_at, &opening.task_id],
             )
             .await?;

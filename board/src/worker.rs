@@ -54,7 +54,7 @@ pub(crate) async fn apply(
     if transition.frees_children() {
         for child in tx.promotable_children(task_id).await? {
             let card = existing_card(tx, &child).await?;
-            if let Some(promoted) = rules::promote(&card) {
+            if let Some(promoted) = rules::promote(&card, now) {
                 tx.apply(&child, &promoted, now).await?;
             }
         }

@@ -57,8 +57,8 @@ pub struct NewTask {
     pub max_retries: Option<u32>,
     /// A second create with the same key returns the first card's id.
     pub idempotency_key: Option<String>,
-    /// Start `blocked` instead of `ready`/`todo`.
-    pub start_blocked: bool,
+    /// Where it starts: in line (`ready`/`todo`), `blocked` or `triage`.
+    pub start: crate::rules::Start,
     /// The longest a run of this card may take, in seconds.
     pub max_runtime_seconds: Option<i64>,
     /// Not claimed before this time (epoch seconds).
@@ -194,10 +194,32 @@ pub trait BoardAdmin: Send + Sync {
     async fn cancel(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
     /// Archives a card nobody works ([`crate::rules::archive`]).
     async fn archive(&self, task_id: &str) -> Result<(), BoardError>;
-    /// Holds a ready or todo card: not claimed until released.
+    /// Holds a ready, todo or scheduled card: parked in `scheduled`, not
+    /// claimed until released ([`crate::rules::hold`]).
     async fn hold(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
-    /// Releases a held card.
+    /// Releases a held card ([`crate::rules::release_hold`]).
     async fn release_hold(&self, task_id: &str) -> Result<(), BoardError>;
+    /// Parks a card in `scheduled` until `not_before`, or until an unblock
+    /// ([`crate::rules::schedule`]).
+    async fn schedule(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+        not_before: Option<i64>,
+    ) -> Result<(), BoardError>;
+    /// Promotes a card by hand ([`crate::rules::promote_by_hand`]); with
+    /// `dry_run`, only says whether it would, changing nothing.
+    async fn promote(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<(), BoardError>;
+    /// Sends a card nobody works to `triage` ([`crate::rules::to_triage`]).
+    async fn triage(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError>;
+    /// Puts a card nobody works up for review ([`crate::rules::to_review`]).
+    async fn review(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError>;
     /// Edits a card's fields ([`crate::rules::edit`]).
     async fn edit(&self, task_id: &str, edit: &crate::rules::CardEdit) -> Result<(), BoardError>;
     /// Deletes done and archived cards whose last event is older than

@@ -432,27 +432,39 @@ impl Overrun {
     }
 }
 
-/// The lanes a card moves through.
+/// The lanes a card moves through, in the seed system's order.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
+    /// Waits for a person (or a specifier) to shape it; never claimed.
+    Triage,
+    /// Waits for its parents.
     Todo,
+    /// Parked: waits for a time (`not_before`), for an operator's release
+    /// (`held`), or for an unblock; never claimed, by either system.
+    Scheduled,
     Ready,
     Running,
     Blocked,
+    /// Its work waits for a reviewer: claimed like a ready card, parents
+    /// not checked again.
+    Review,
     Done,
     Archived,
 }
 
 impl TaskStatus {
     /// Every status.
-    pub const ALL: [TaskStatus; 6] = [
+    pub const ALL: [TaskStatus; 9] = [
+        Self::Triage,
         Self::Todo,
+        Self::Scheduled,
         Self::Ready,
         Self::Running,
         Self::Blocked,
+        Self::Review,
         Self::Done,
         Self::Archived,
     ];
@@ -460,10 +472,13 @@ impl TaskStatus {
     /// The name stored on the board.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Triage => "triage",
             Self::Todo => "todo",
+            Self::Scheduled => "scheduled",
             Self::Ready => "ready",
             Self::Running => "running",
             Self::Blocked => "blocked",
+            Self::Review => "review",
             Self::Done => "done",
             Self::Archived => "archived",
         }

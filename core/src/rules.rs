@@ -45,6 +45,8 @@ pub struct CardState {
     pub open_parents: bool,
     /// An operator holds the card (`kanban hold`): it is not claimed.
     pub held: bool,
+    /// It is not claimed before this time.
+    pub not_before: Option<i64>,
 }
 
 /// How a card's open run is closed.
@@ -259,12 +261,31 @@ pub fn requeue_landing(open_parents: bool) -> TaskStatus {
     }
 }
 
-/// Where a new card starts.
-pub fn initial_status(start_blocked: bool, open_parents: bool) -> TaskStatus {
-    if start_blocked {
-        TaskStatus::Blocked
-    } else {
-        requeue_landing(open_parents)
+/// How a new card asks to start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Start {
+    /// In line: ready, or todo while a parent is open.
+    #[default]
+    InLine,
+    /// Blocked (`add --blocked`).
+    Blocked,
+    /// In triage, for a person to shape first (`add --triage`).
+    Triage,
+}
+
+/// Where a new card starts: a card due later (`not_before` after `now`)
+/// waits in `scheduled`, where neither system claims it.
+pub fn initial_status(
+    start: Start,
+    open_parents: bool,
+    not_before: Option<i64>,
+    now: i64,
+) -> TaskStatus {
+    match start {
+        Start::Blocked => TaskStatus::Blocked,
+        Start::Triage => TaskStatus::Triage,
+        Start::InLine if not_before.is_some_and(|at| at > now) => TaskStatus::Scheduled,
+        Start::InLine => requeue_landing(open_parents),
     }
 }
 
@@ -829,14 +850,12 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
     })
 }
 
-/// An operator's unblock: back in line, failure count reset.
+/// An operator's unblock of a blocked or parked (`scheduled`) card: back in
+/// line now, whatever it waited for (its hold and its time too), failure
+/// count reset.
 pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
-    if card.status != TaskStatus::Blocked {
-        return Err(BoardError::InvalidTransition {
-            task_id: card.task_id.clone(),
-            status: card.status.as_str().to_owned(),
-            action: "unblock".into(),
-        });
+    if !matches!(card.status, TaskStatus::Blocked | TaskStatus::Scheduled) {
+        return Err(refuse(card, "unblock"));
     }
     let landing = requeue_landing(card.open_parents);
     Ok(Transition {
@@ -844,6 +863,11 @@ pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
         consecutive_failures: Some(0),
         last_failure_error: Change::Clear,
         not_before: Change::Clear,
+        held: if card.held {
+            Change::Clear
+        } else {
+            Change::Keep
+        },
         events: vec![NewEvent::new(
             "unblocked",
             None,
@@ -853,11 +877,152 @@ pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
     })
 }
 
-/// A `todo` card whose parents are all done becomes ready.
-pub fn promote(card: &CardState) -> Option<Transition> {
-    (card.status == TaskStatus::Todo && !card.open_parents).then(|| Transition {
+/// What a dispatcher's tick does to a waiting card at `now`: a `todo` card
+/// whose parents are all done becomes ready, and a parked card that waited
+/// only for its time (not held) goes back in line once that time comes.
+pub fn promote(card: &CardState, now: i64) -> Option<Transition> {
+    match card.status {
+        TaskStatus::Todo if !card.open_parents => Some(Transition {
+            status: Some(TaskStatus::Ready),
+            events: vec![NewEvent::new("promoted", None, Value::Null)],
+            ..Transition::default()
+        }),
+        TaskStatus::Scheduled if !card.held && card.not_before.is_some_and(|at| at <= now) => {
+            let landing = requeue_landing(card.open_parents);
+            Some(Transition {
+                status: Some(landing),
+                events: vec![NewEvent::new(
+                    "due",
+                    None,
+                    json!({"status": landing.as_str()}),
+                )],
+                ..Transition::default()
+            })
+        }
+        _ => None,
+    }
+}
+
+/// An operator's promotion (`kanban promote`) of a card in triage, in todo
+/// or blocked: ready, refused while a parent is open unless `force`d. The
+/// seed system's recovery path, which also takes a card out of triage.
+pub fn promote_by_hand(
+    card: &CardState,
+    reason: Option<&str>,
+    force: bool,
+) -> Result<Transition, BoardError> {
+    if !matches!(
+        card.status,
+        TaskStatus::Triage | TaskStatus::Todo | TaskStatus::Blocked
+    ) {
+        return Err(refuse(card, "promote"));
+    }
+    if card.open_parents && !force {
+        return Err(BoardError::InvalidInput(format!(
+            "{} waits for a parent that is neither done nor archived (see `kanban show {}`); --force promotes it anyway",
+            card.task_id, card.task_id
+        )));
+    }
+    Ok(Transition {
         status: Some(TaskStatus::Ready),
-        events: vec![NewEvent::new("promoted", None, Value::Null)],
+        events: vec![NewEvent::new(
+            "promoted_manual",
+            None,
+            json!({"reason": reason, "forced": force, "was": card.status.as_str()}),
+        )],
+        ..Transition::default()
+    })
+}
+
+/// An operator's `kanban schedule`: the card is parked in `scheduled`,
+/// where neither system claims it, until `not_before` if given (a
+/// dispatcher's tick puts it back in line then) or until an unblock. A
+/// running card's run closes as `scheduled` and its claim is released, so
+/// its worker is fenced out.
+pub fn schedule(
+    card: &CardState,
+    reason: Option<&str>,
+    not_before: Option<i64>,
+) -> Result<Transition, BoardError> {
+    if !matches!(
+        card.status,
+        TaskStatus::Todo | TaskStatus::Ready | TaskStatus::Running | TaskStatus::Blocked
+    ) {
+        return Err(refuse(card, "schedule"));
+    }
+    let running = card.status == TaskStatus::Running;
+    Ok(Transition {
+        close_run: running.then(|| RunClose {
+            status: "scheduled".to_owned(),
+            outcome: "scheduled".to_owned(),
+            summary: reason.map(str::to_owned),
+            error: None,
+        }),
+        release_claim: running,
+        status: Some(TaskStatus::Scheduled),
+        not_before: Change::to(not_before),
+        events: vec![NewEvent::new(
+            "scheduled",
+            card.current_run_id.filter(|_| running),
+            json!({"reason": reason, "not_before": not_before, "was": card.status.as_str()}),
+        )],
+        ..Transition::default()
+    })
+}
+
+/// An operator sends a card nobody works back to `triage`, where it waits
+/// for a person and is never claimed.
+pub fn to_triage(card: &CardState, reason: Option<&str>) -> Result<Transition, BoardError> {
+    if !matches!(
+        card.status,
+        TaskStatus::Todo | TaskStatus::Scheduled | TaskStatus::Ready | TaskStatus::Blocked
+    ) {
+        return Err(refuse(card, "triage"));
+    }
+    Ok(Transition {
+        status: Some(TaskStatus::Triage),
+        not_before: Change::Clear,
+        held: if card.held {
+            Change::Clear
+        } else {
+            Change::Keep
+        },
+        events: vec![NewEvent::new(
+            "triaged",
+            None,
+            json!({"reason": reason, "was": card.status.as_str()}),
+        )],
+        ..Transition::default()
+    })
+}
+
+/// An operator puts a card nobody works up for review: a dispatcher
+/// claims it for its assignee (the reviewer) as it claims a ready card,
+/// without waiting for its parents again, as the seed system does.
+pub fn to_review(card: &CardState, reason: Option<&str>) -> Result<Transition, BoardError> {
+    if !matches!(
+        card.status,
+        TaskStatus::Todo
+            | TaskStatus::Scheduled
+            | TaskStatus::Ready
+            | TaskStatus::Blocked
+            | TaskStatus::Done
+    ) {
+        return Err(refuse(card, "review"));
+    }
+    Ok(Transition {
+        status: Some(TaskStatus::Review),
+        not_before: Change::Clear,
+        held: if card.held {
+            Change::Clear
+        } else {
+            Change::Keep
+        },
+        events: vec![NewEvent::new(
+            "review",
+            None,
+            json!({"reason": reason, "was": card.status.as_str()}),
+        )],
         ..Transition::default()
     })
 }
@@ -904,13 +1069,13 @@ pub fn link(
 
 /// What ending `child`'s wait for `parent` does to the child, as it stands
 /// once the link is gone: a `todo` child with no open parent left is ready.
-pub fn unlinked(child: &CardState, parent: &str) -> Transition {
+pub fn unlinked(child: &CardState, parent: &str, now: i64) -> Transition {
     let mut events = vec![NewEvent::new(
         "unlinked",
         None,
         json!({"parent": parent, "child": child.task_id}),
     )];
-    match promote(child) {
+    match promote(child, now) {
         Some(promoted) => {
             events.extend(promoted.events);
             Transition { events, ..promoted }
@@ -997,7 +1162,7 @@ pub fn claim_verdict(
 ) -> ClaimVerdict {
     let waiting = !by_hand
         && (card.not_before.is_some_and(|at| at > now) || !filter.admits(card.assignee.as_deref()));
-    if card.status != Some(TaskStatus::Ready)
+    if !matches!(card.status, Some(TaskStatus::Ready | TaskStatus::Review))
         || card.claimed
         || card.held
         || waiting
@@ -1005,7 +1170,7 @@ pub fn claim_verdict(
     {
         return ClaimVerdict::Pass;
     }
-    if card.open_parents {
+    if card.open_parents && card.status == Some(TaskStatus::Ready) {
         ClaimVerdict::WaitForParents
     } else {
         ClaimVerdict::Claim
@@ -1116,6 +1281,11 @@ pub fn archive(card: &CardState) -> Result<Transition, BoardError> {
     Ok(Transition {
         status: Some(TaskStatus::Archived),
         not_before: Change::Clear,
+        held: if card.held {
+            Change::Clear
+        } else {
+            Change::Keep
+        },
         events: vec![NewEvent::new(
             "archived",
             None,
@@ -1125,13 +1295,19 @@ pub fn archive(card: &CardState) -> Result<Transition, BoardError> {
     })
 }
 
-/// An operator's hold of a card waiting for its turn (ready or todo): it is
-/// not claimed until released.
+/// An operator's hold of a card waiting for its turn (ready, todo or
+/// parked): it is parked in `scheduled`, where neither system claims it,
+/// until released.
 pub fn hold(card: &CardState, reason: &str) -> Result<Transition, BoardError> {
-    if !matches!(card.status, TaskStatus::Ready | TaskStatus::Todo) || card.held {
+    if !matches!(
+        card.status,
+        TaskStatus::Ready | TaskStatus::Todo | TaskStatus::Scheduled
+    ) || card.held
+    {
         return Err(refuse(card, if card.held { "hold again" } else { "hold" }));
     }
     Ok(Transition {
+        status: Some(TaskStatus::Scheduled),
         held: Change::Set(reason.to_owned()),
         events: vec![NewEvent::new("held", None, json!({"reason": reason}))],
         ..Transition::default()
@@ -1151,15 +1327,20 @@ pub fn lift_wall(card: &CardState, scope: &str, run: Option<i64>) -> Transition 
     }
 }
 
-/// Releases an operator's hold: the card is claimable again.
-pub fn release_hold(card: &CardState) -> Result<Transition, BoardError> {
+/// Releases an operator's hold: the card goes back in line, or stays
+/// parked while its time (`not_before`) is still to come.
+pub fn release_hold(card: &CardState, now: i64) -> Result<Transition, BoardError> {
     if !card.held {
         return Err(BoardError::InvalidInput(format!(
             "{} is not held; nothing to release",
             card.task_id
         )));
     }
+    let due_later = card.not_before.is_some_and(|at| at > now);
+    let landing = (card.status == TaskStatus::Scheduled && !due_later)
+        .then(|| requeue_landing(card.open_parents));
     Ok(Transition {
+        status: landing,
         held: Change::Clear,
         events: vec![NewEvent::new("released", None, json!({}))],
         ..Transition::default()

@@ -60,6 +60,7 @@ macro_rules! board_contract_tests {
             run_status_follows_the_run,
             batched_claims_and_routing_filters,
             held_and_delayed_cards_wait,
+            triage_schedule_promote_and_review,
             one_probe_per_wall,
             lifting_a_wall_frees_the_card_that_met_it,
             text_with_nul_is_stored_with_its_stand_in
@@ -101,6 +102,11 @@ fn status<B: BoardAdmin>(board: &B, id: &str) -> TaskStatus {
     status
         .known()
         .unwrap_or_else(|| panic!("{id} has status {status}"))
+}
+
+fn last_kind<B: BoardAdmin>(board: &B, id: &str) -> String {
+    let view = block_on(board.show_task(id)).unwrap();
+    view.events.last().expect("an event").kind.clone()
 }
 
 fn failures<B: BoardAdmin>(board: &B, id: &str) -> u32 {
@@ -175,7 +181,7 @@ pub fn creating_cards<B: BoardAdmin>(board: &B, _: &VirtualClock) {
     let held = create(
         board,
         &NewTask {
-            start_blocked: true,
+            start: kanban_core::rules::Start::Blocked,
             ..task("held")
         },
     );
@@ -1261,8 +1267,9 @@ pub fn batched_claims_and_routing_filters<B: BoardAdmin + DispatchBoard>(
     );
 }
 
-/// A held card and a card not due yet are not claimed; released and due,
-/// they are.
+/// A held card and a card not due yet wait in `scheduled`, where neither
+/// system claims them: released, the held one is ready at once; the other
+/// is put back in line by the first tick once its time has come.
 pub fn held_and_delayed_cards_wait<B: BoardAdmin + DispatchBoard>(board: &B, time: &VirtualClock) {
     let held = block_on(board.create_task(&task("held"))).unwrap();
     let later = block_on(board.create_task(&NewTask {
@@ -1271,11 +1278,111 @@ pub fn held_and_delayed_cards_wait<B: BoardAdmin + DispatchBoard>(board: &B, tim
     }))
     .unwrap();
     block_on(board.hold(&held, "waiting for a key")).unwrap();
+    assert_eq!(status(board, &held), TaskStatus::Scheduled);
+    assert_eq!(status(board, &later), TaskStatus::Scheduled);
+    assert_eq!(block_on(board.promote_ready()).unwrap(), 0, "not due yet");
     assert!(next(board).is_none(), "held and delayed cards wait");
     block_on(board.release_hold(&held)).unwrap();
+    assert_eq!(status(board, &held), TaskStatus::Ready);
     assert_eq!(next(board).map(|c| c.task_id), Some(held));
-    time.advance(60);
+    time.advance(59);
+    assert_eq!(
+        block_on(board.promote_ready()).unwrap(),
+        0,
+        "a second early"
+    );
+    time.advance(1);
+    assert!(next(board).is_none(), "due, but not yet back in line");
+    assert_eq!(block_on(board.promote_ready()).unwrap(), 1);
+    assert_eq!(status(board, &later), TaskStatus::Ready);
+    assert_eq!(last_kind(board, &later), "due");
     assert_eq!(next(board).map(|c| c.task_id), Some(later));
+}
+
+/// The seed system's lanes: a card in triage is never claimed until
+/// promoted; `schedule` parks a card (a running one's worker is fenced out)
+/// until its time or an unblock; `promote` by hand refuses a card whose
+/// parent is open unless forced, and a dry run changes nothing; a card up
+/// for review is claimed for its reviewer without waiting for its parents.
+pub fn triage_schedule_promote_and_review<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    let shaped = block_on(board.create_task(&NewTask {
+        start: kanban_core::rules::Start::Triage,
+        ..task("shape me")
+    }))
+    .unwrap();
+    assert_eq!(status(board, &shaped), TaskStatus::Triage);
+    assert_eq!(block_on(board.promote_ready()).unwrap(), 0);
+    assert!(next(board).is_none(), "a card in triage is never claimed");
+    block_on(board.promote(&shaped, Some("spec ok"), false, true)).unwrap();
+    assert_eq!(
+        status(board, &shaped),
+        TaskStatus::Triage,
+        "a dry run changes nothing"
+    );
+    block_on(board.promote(&shaped, Some("spec ok"), false, false)).unwrap();
+    assert_eq!(status(board, &shaped), TaskStatus::Ready);
+    assert_eq!(last_kind(board, &shaped), "promoted_manual");
+    // Schedule a running card: its run closes, its claim is gone.
+    let claim = next(board).unwrap();
+    assert_eq!(claim.task_id, shaped);
+    block_on(board.schedule(&shaped, Some("after the freeze"), None)).unwrap();
+    let view = block_on(board.show_task(&shaped)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Scheduled);
+    assert_eq!(view.task.claim_lock, None);
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("scheduled"));
+    assert!(matches!(
+        block_on(board.heartbeat(&claim, None)),
+        Err(BoardError::LeaseLost { .. })
+    ));
+    time.advance(3600);
+    assert_eq!(
+        block_on(board.promote_ready()).unwrap(),
+        0,
+        "no time: it waits for an unblock"
+    );
+    block_on(board.unblock(&shaped)).unwrap();
+    assert_eq!(status(board, &shaped), TaskStatus::Ready);
+    // Promote by hand: refused while a parent is open, unless forced.
+    let parent = create(board, &task("parent"));
+    let child = create(
+        board,
+        &NewTask {
+            parents: vec![parent.clone()],
+            ..task("child")
+        },
+    );
+    let refused = block_on(board.promote(&child, None, false, false)).unwrap_err();
+    assert!(refused.to_string().contains("--force"), "{refused}");
+    assert!(matches!(
+        block_on(board.promote(&child, None, false, true)),
+        Err(BoardError::InvalidInput(_))
+    ));
+    assert_eq!(status(board, &child), TaskStatus::Todo);
+    block_on(board.triage(&child, Some("unclear"))).unwrap();
+    assert_eq!(status(board, &child), TaskStatus::Triage);
+    block_on(board.promote(&child, None, true, false)).unwrap();
+    assert_eq!(status(board, &child), TaskStatus::Ready);
+    // Review: claimed for its reviewer, parents not checked again.
+    block_on(board.review(&child, Some("check it"))).unwrap();
+    assert_eq!(status(board, &child), TaskStatus::Review);
+    let mut claimed = Vec::new();
+    while let Some(claim) = next(board) {
+        claimed.push(claim.task_id);
+    }
+    assert!(claimed.contains(&child), "{claimed:?}");
+    assert_eq!(status(board, &child), TaskStatus::Running);
+    // Refused moves change nothing and name the move.
+    assert!(matches!(
+        block_on(board.triage(&child, None)),
+        Err(BoardError::InvalidTransition { .. })
+    ));
+    assert!(matches!(
+        block_on(board.review(&parent, None)).and(block_on(board.review(&parent, None))),
+        Err(BoardError::InvalidTransition { .. })
+    ));
 }
 
 /// Walls: one probe at a time. A probe starts only once the wall's reset

@@ -183,3 +183,40 @@ fn cards_with_ids_no_kanban_writes_at_the_head_of_the_lane_do_not_stop_a_batch()
             .all(|id| block_on(board.show_task(id)).unwrap().task.status == TaskStatus::Running)
     );
 }
+
+#[test]
+fn a_card_held_on_a_board_of_schema_version_6_is_parked_where_neither_system_claims_it() {
+    use kanban_core::{BoardAdmin, TaskStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kanban.db");
+    {
+        // A version-6 board, where a held card kept its lane.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for migration in &kanban_board_sqlite::MIGRATIONS[..6] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO tasks (id, title, status, created_at, held_reason)
+                  VALUES ('t_held1', 'held ready', 'ready', 1, 'a key'),
+                         ('t_held2', 'held todo', 'todo', 1, 'a key'),
+                         ('t_free1', 'not held', 'ready', 1, NULL),
+                         ('t_done1', 'held, then done', 'done', 1, 'a key');
+             PRAGMA user_version = 6;",
+        )
+        .unwrap();
+    }
+    let board = SqliteBoard::open(&path, clock()).unwrap();
+    let status = |id: &str| {
+        kanban_testkit::block_on(board.show_task(id))
+            .unwrap()
+            .task
+            .status
+    };
+    assert_eq!(status("t_held1"), TaskStatus::Scheduled);
+    assert_eq!(status("t_held2"), TaskStatus::Scheduled);
+    assert_eq!(status("t_free1"), TaskStatus::Ready);
+    assert_eq!(status("t_done1"), TaskStatus::Done);
+    // Released, it goes back in line.
+    kanban_testkit::block_on(board.release_hold("t_held1")).unwrap();
+    assert_eq!(status("t_held1"), TaskStatus::Ready);
+}

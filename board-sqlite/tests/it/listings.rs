@@ -196,7 +196,7 @@ fn rows_another_program_wrote_show_in_their_own_lane_and_in_the_audit() {
     let broken = add(&board, "half written");
     let conn = rusqlite::Connection::open(dir.path().join("kanban.db")).unwrap();
     conn.execute(
-        "UPDATE tasks SET status = 'triage' WHERE id = ?1",
+        "UPDATE tasks SET status = 'icebox' WHERE id = ?1",
         [&foreign],
     )
     .unwrap();

@@ -3,10 +3,12 @@
 
 use kanban_core::rules::Change;
 use kanban_core::rules::{
-    self, CardState, ExitHistory, FailurePolicy, Overrun, Release, RunRow, Transition,
+    self, CardState, ClaimCandidate, ClaimVerdict, ExitHistory, FailurePolicy, Overrun, Release,
+    RunRow, Transition,
 };
 use kanban_core::{
-    BoardError, BookingKind, Claim, ExitReport, ExitWitness, RunStatus, SignalReason, TaskStatus,
+    BoardError, BookingKind, Claim, ClaimFilter, ExitReport, ExitWitness, RunStatus, SignalReason,
+    TaskStatus,
 };
 
 const NOW: i64 = 1_000_000;
@@ -33,6 +35,7 @@ fn card(status: TaskStatus) -> CardState {
         max_retries: None,
         open_parents: false,
         held: false,
+        not_before: None,
     }
 }
 
@@ -118,10 +121,32 @@ fn the_violation_streak_over_a_run_history() {
 fn landings() {
     assert_eq!(rules::requeue_landing(false), TaskStatus::Ready);
     assert_eq!(rules::requeue_landing(true), TaskStatus::Todo);
-    assert_eq!(rules::initial_status(false, false), TaskStatus::Ready);
-    assert_eq!(rules::initial_status(false, true), TaskStatus::Todo);
-    assert_eq!(rules::initial_status(true, false), TaskStatus::Blocked);
-    assert_eq!(rules::initial_status(true, true), TaskStatus::Blocked);
+    use rules::Start;
+    let start = |start, open, not_before| rules::initial_status(start, open, not_before, NOW);
+    assert_eq!(start(Start::InLine, false, None), TaskStatus::Ready);
+    assert_eq!(start(Start::InLine, true, None), TaskStatus::Todo);
+    assert_eq!(start(Start::Blocked, false, None), TaskStatus::Blocked);
+    assert_eq!(start(Start::Blocked, true, None), TaskStatus::Blocked);
+    assert_eq!(start(Start::Triage, false, None), TaskStatus::Triage);
+    assert_eq!(
+        start(Start::Triage, true, Some(NOW + 1)),
+        TaskStatus::Triage
+    );
+    // Due later: parked where neither system claims it; due now: in line.
+    assert_eq!(
+        start(Start::InLine, false, Some(NOW + 1)),
+        TaskStatus::Scheduled
+    );
+    assert_eq!(
+        start(Start::InLine, true, Some(NOW + 1)),
+        TaskStatus::Scheduled
+    );
+    assert_eq!(start(Start::InLine, false, Some(NOW)), TaskStatus::Ready);
+    assert_eq!(start(Start::InLine, true, Some(NOW)), TaskStatus::Todo);
+    assert_eq!(
+        start(Start::Blocked, false, Some(NOW + 1)),
+        TaskStatus::Blocked
+    );
 }
 
 #[test]
@@ -696,15 +721,18 @@ fn terminal_calls_and_operator_moves() {
     .unwrap();
     assert_eq!(t.status, Some(TaskStatus::Todo));
     assert!(rules::unblock(&running()).is_err());
-    assert!(rules::promote(&card(TaskStatus::Todo)).is_some());
+    assert!(rules::promote(&card(TaskStatus::Todo), NOW).is_some());
     assert!(
-        rules::promote(&CardState {
-            open_parents: true,
-            ..card(TaskStatus::Todo)
-        })
+        rules::promote(
+            &CardState {
+                open_parents: true,
+                ..card(TaskStatus::Todo)
+            },
+            NOW
+        )
         .is_none()
     );
-    assert!(rules::promote(&card(TaskStatus::Ready)).is_none());
+    assert!(rules::promote(&card(TaskStatus::Ready), NOW).is_none());
     let t = rules::reject_claim_for_parents();
     assert_eq!(t.status, Some(TaskStatus::Todo));
 }
@@ -790,7 +818,17 @@ fn lanes_are_stored_by_the_seeds_names() {
         .collect();
     assert_eq!(
         names,
-        ["todo", "ready", "running", "blocked", "done", "archived"]
+        [
+            "triage",
+            "todo",
+            "scheduled",
+            "ready",
+            "running",
+            "blocked",
+            "review",
+            "done",
+            "archived"
+        ]
     );
     for status in TaskStatus::ALL {
         assert_eq!(TaskStatus::parse(status.as_str()), Some(status));
@@ -1121,7 +1159,7 @@ fn operator_moves_reset_what_they_say_and_leave_an_event() {
     assert_eq!(t.not_before, Change::Clear);
     assert_eq!(kinds(&t), ["unblocked"]);
     assert_eq!(t.events[0].payload["status"], "ready");
-    let t = rules::promote(&card(TaskStatus::Todo)).unwrap();
+    let t = rules::promote(&card(TaskStatus::Todo), NOW).unwrap();
     assert_eq!(t.status, Some(TaskStatus::Ready));
     assert_eq!(kinds(&t), ["promoted"]);
     let t = rules::reject_claim_for_parents();
@@ -1185,7 +1223,11 @@ fn operators_cancel_archive_hold_release_and_edit() {
     }
     let t = hold(&card(TaskStatus::Ready), "why").unwrap();
     assert_eq!(t.held, Change::Set("why".into()));
-    assert_eq!(t.status, None, "a held card keeps its lane");
+    assert_eq!(
+        t.status,
+        Some(TaskStatus::Scheduled),
+        "a held card is parked where neither system claims it"
+    );
     assert_eq!(t.events[0].kind, "held");
     assert_eq!(t.events[0].payload["reason"], "why");
     let held = CardState {
@@ -1193,10 +1235,10 @@ fn operators_cancel_archive_hold_release_and_edit() {
         ..card(TaskStatus::Ready)
     };
     assert!(hold(&held, "again").is_err());
-    assert_eq!(release_hold(&held).unwrap().held, Change::Clear);
-    assert_eq!(release_hold(&held).unwrap().events[0].kind, "released");
+    assert_eq!(release_hold(&held, NOW).unwrap().held, Change::Clear);
+    assert_eq!(release_hold(&held, NOW).unwrap().events[0].kind, "released");
     assert!(matches!(
-        release_hold(&card(TaskStatus::Ready)),
+        release_hold(&card(TaskStatus::Ready), NOW),
         Err(BoardError::InvalidInput(_))
     ));
     // Edit: anything but an archived card; at least one field; a title
@@ -1504,7 +1546,7 @@ fn linking_a_card_to_another_and_ending_it() {
     assert!(!rules::waits_for("z", "x", &looped));
 
     // Ending a wait: a todo child with no open parent left is ready.
-    let unlinked = rules::unlinked(&named("c", TaskStatus::Todo), "b");
+    let unlinked = rules::unlinked(&named("c", TaskStatus::Todo), "b", NOW);
     assert_eq!(unlinked.status, Some(TaskStatus::Ready));
     assert_eq!(kinds(&unlinked), ["unlinked", "promoted"]);
     assert_eq!(
@@ -1516,7 +1558,7 @@ fn linking_a_card_to_another_and_ending_it() {
         ..named("c", TaskStatus::Todo)
     };
     for child in [still_waiting, named("c", TaskStatus::Blocked)] {
-        let unlinked = rules::unlinked(&child, "b");
+        let unlinked = rules::unlinked(&child, "b", NOW);
         assert_eq!(unlinked.status, None, "{child:?}");
         assert_eq!(kinds(&unlinked), ["unlinked"]);
     }
@@ -1541,4 +1583,250 @@ fn a_card_done_or_archived_frees_its_children() {
     );
     let cancelled = rules::cancel(&card(TaskStatus::Ready), "not needed").unwrap();
     assert!(cancelled.frees_children());
+}
+
+/// Every move core allows, from every status, in one table: a cell is the
+/// status the move lands the card in, `=` when it stays where it is, `-`
+/// when the move is refused (for `tick`: nothing to do; for `claim`: passed
+/// over). `promote!` promotes a card with an open parent by `--force`;
+/// `promote?` tries without; `release` and `tick` are given a held card and
+/// one whose time has come.
+#[test]
+fn every_move_from_every_status() {
+    const TABLE: &str = "
+        status     unblock promote promote? promote! hold      release schedule  triage review cancel   archive  reclaim tick  claim
+        triage     -       ready   -        ready    -         =       -         -      -      archived archived -       -     -
+        todo       -       ready   -        ready    scheduled =       scheduled triage review archived archived -       ready -
+        scheduled  ready   -       -        -        scheduled ready   -         triage review archived archived -       ready -
+        ready      -       -       -        -        scheduled =       scheduled triage review archived archived -       -     claim
+        running    -       -       -        -        -         =       scheduled -      -      archived -        ready   -     -
+        blocked    ready   ready   -        ready    -         =       scheduled triage review archived archived -       -     -
+        review     -       -       -        -        -         =       -         -      -      archived archived -       -     claim
+        done       -       -       -        -        -         =       -         -      review -        archived -       -     -
+        archived   -       -       -        -        -         =       -         -      -      -        -        -       -     -
+    ";
+    let landed = |result: Result<Transition, BoardError>| match result {
+        Ok(Transition {
+            status: Some(status),
+            ..
+        }) => status.as_str().to_owned(),
+        Ok(_) => "=".to_owned(),
+        Err(_) => "-".to_owned(),
+    };
+    let mut lines = TABLE.trim().lines().map(str::split_whitespace);
+    let header: Vec<&str> = lines.next().unwrap().collect();
+    let mut seen = Vec::new();
+    for mut row in lines {
+        let status = TaskStatus::parse(row.next().unwrap()).unwrap();
+        seen.push(status);
+        let at = card(status);
+        let open = CardState {
+            open_parents: true,
+            ..at.clone()
+        };
+        let held = CardState {
+            held: true,
+            ..at.clone()
+        };
+        let due = CardState {
+            not_before: Some(NOW),
+            claim_lock: None,
+            ..at.clone()
+        };
+        let candidate = ClaimCandidate {
+            task_id: "t_1".into(),
+            title: String::new(),
+            status: Some(status),
+            claimed: false,
+            held: false,
+            not_before: None,
+            assignee: None,
+            priority: 0,
+            created_at: 0,
+            place: 0,
+            open_parents: false,
+            goal_mode: false,
+            ran_before: false,
+        };
+        for (column, expected) in header[1..].iter().zip(row) {
+            let got = match *column {
+                "unblock" => landed(rules::unblock(&at)),
+                "promote" => landed(rules::promote_by_hand(&at, None, false)),
+                "promote?" => landed(rules::promote_by_hand(&open, None, false)),
+                "promote!" => landed(rules::promote_by_hand(&open, Some("why"), true)),
+                "hold" => landed(rules::hold(&at, "why")),
+                "release" => landed(rules::release_hold(&held, NOW)),
+                "schedule" => landed(rules::schedule(&at, Some("why"), None)),
+                "triage" => landed(rules::to_triage(&at, None)),
+                "review" => landed(rules::to_review(&at, None)),
+                "cancel" => landed(rules::cancel(&at, "why")),
+                "archive" => landed(rules::archive(&at)),
+                "reclaim" => landed(rules::reclaim(&at, "why", NOW)),
+                "tick" => {
+                    landed(rules::promote(&due, NOW).ok_or(BoardError::InvalidInput(String::new())))
+                }
+                "claim" => {
+                    match rules::claim_verdict(&candidate, NOW, &ClaimFilter::any(), false) {
+                        ClaimVerdict::Claim => "claim".to_owned(),
+                        _ => "-".to_owned(),
+                    }
+                }
+                other => panic!("no column {other}"),
+            };
+            assert_eq!(got, expected, "{column} from {}", status.as_str());
+        }
+    }
+    assert_eq!(seen, TaskStatus::ALL, "one row per status, in order");
+}
+
+#[test]
+fn parked_and_reviewed_cards_keep_their_own_waits() {
+    use rules::{promote, release_hold, schedule, unblock};
+    // A parked card whose time is still to come stays parked; held, it
+    // waits for its release whatever its time.
+    let parked = CardState {
+        not_before: Some(NOW + 1),
+        ..card(TaskStatus::Scheduled)
+    };
+    assert_eq!(promote(&parked, NOW), None);
+    let landing = promote(
+        &CardState {
+            not_before: Some(NOW),
+            ..parked.clone()
+        },
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(landing.events[0].kind, "due");
+    assert_eq!(landing.events[0].payload["status"], "ready");
+    let held = CardState {
+        held: true,
+        not_before: Some(NOW - 1),
+        ..parked.clone()
+    };
+    assert_eq!(promote(&held, NOW), None);
+    assert_eq!(
+        promote(&card(TaskStatus::Scheduled), NOW),
+        None,
+        "no time: it waits for an unblock"
+    );
+    // Its parents still open, it lands in todo.
+    let open_due = CardState {
+        open_parents: true,
+        not_before: Some(NOW),
+        ..card(TaskStatus::Scheduled)
+    };
+    assert_eq!(
+        promote(&open_due, NOW).unwrap().status,
+        Some(TaskStatus::Todo)
+    );
+    // Released before its time: it stays parked; after: in line (todo
+    // while a parent is open).
+    let early = release_hold(
+        &CardState {
+            held: true,
+            ..parked.clone()
+        },
+        NOW,
+    )
+    .unwrap();
+    assert_eq!((early.status, early.held), (None, Change::Clear));
+    let late = release_hold(
+        &CardState {
+            held: true,
+            open_parents: true,
+            ..card(TaskStatus::Scheduled)
+        },
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(late.status, Some(TaskStatus::Todo));
+    // An unblock ends the hold and the wait together.
+    let t = unblock(&held).unwrap();
+    assert_eq!((t.held, t.not_before), (Change::Clear, Change::Clear));
+    assert_eq!(unblock(&parked).unwrap().held, Change::Keep);
+    // Schedule: the time is kept, a running card's run closes and its claim
+    // is released.
+    let t = schedule(
+        &card(TaskStatus::Ready),
+        Some("after the freeze"),
+        Some(NOW + 60),
+    )
+    .unwrap();
+    assert_eq!(t.not_before, Change::Set(NOW + 60));
+    assert_eq!(t.events[0].kind, "scheduled");
+    assert_eq!(t.events[0].payload["reason"], "after the freeze");
+    assert!(!t.release_claim && t.close_run.is_none());
+    let t = schedule(&running(), None, None).unwrap();
+    assert!(t.release_claim);
+    assert_eq!(t.close_run.unwrap().outcome, "scheduled");
+    assert_eq!(t.events[0].run_id, Some(7));
+    assert_eq!(t.not_before, Change::Clear);
+    // Promote by hand: refused with a reason that names the fix.
+    let err = rules::promote_by_hand(
+        &CardState {
+            open_parents: true,
+            ..card(TaskStatus::Todo)
+        },
+        None,
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--force"), "{err}");
+    let t = rules::promote_by_hand(&card(TaskStatus::Triage), Some("spec ok"), false).unwrap();
+    assert_eq!(t.events[0].kind, "promoted_manual");
+    assert_eq!(t.events[0].payload["was"], "triage");
+    assert_eq!(t.events[0].payload["forced"], false);
+    // A review card is claimed without waiting for its parents again; a
+    // ready one waits for them.
+    let candidate = |status| ClaimCandidate {
+        task_id: "t_1".into(),
+        title: String::new(),
+        status: Some(status),
+        claimed: false,
+        held: false,
+        not_before: None,
+        assignee: None,
+        priority: 0,
+        created_at: 0,
+        place: 0,
+        open_parents: true,
+        goal_mode: false,
+        ran_before: false,
+    };
+    let verdict =
+        |status| rules::claim_verdict(&candidate(status), NOW, &ClaimFilter::any(), false);
+    assert_eq!(verdict(TaskStatus::Review), ClaimVerdict::Claim);
+    assert_eq!(verdict(TaskStatus::Ready), ClaimVerdict::WaitForParents);
+    // Moves that clear a hold say so; those on a card with none keep it.
+    let held_todo = CardState {
+        held: true,
+        ..card(TaskStatus::Todo)
+    };
+    assert_eq!(
+        rules::to_triage(&held_todo, None).unwrap().held,
+        Change::Clear
+    );
+    assert_eq!(
+        rules::to_review(&held_todo, None).unwrap().held,
+        Change::Clear
+    );
+    assert_eq!(rules::archive(&held_todo).unwrap().held, Change::Clear);
+    assert_eq!(
+        rules::to_triage(&card(TaskStatus::Todo), None)
+            .unwrap()
+            .held,
+        Change::Keep
+    );
+    assert_eq!(
+        rules::to_review(&card(TaskStatus::Todo), None)
+            .unwrap()
+            .held,
+        Change::Keep
+    );
+    assert_eq!(
+        rules::archive(&card(TaskStatus::Todo)).unwrap().held,
+        Change::Keep
+    );
 }
