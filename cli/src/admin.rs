@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::ExitCode;
-use kanban_core::rules::Change;
+use kanban_core::rules::{Change, Start};
 use kanban_core::{Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
 
@@ -103,7 +103,13 @@ pub(crate) fn add(
         goal_max_turns: args.goal_max_turns,
         max_retries: args.max_retries,
         idempotency_key: args.idempotency_key.clone(),
-        start_blocked: args.blocked,
+        start: if args.blocked {
+            Start::Blocked
+        } else if args.triage {
+            Start::Triage
+        } else {
+            Start::InLine
+        },
         max_runtime_seconds: args.max_runtime,
     };
     let id = block_on(board.create_task(&new))?;
@@ -128,6 +134,8 @@ pub(crate) enum Operation<'a> {
     Archive,
     Hold(&'a str),
     Release,
+    Triage(&'a str),
+    Review(&'a str),
 }
 
 /// `kanban cancel|archive|hold|release ID`.
@@ -150,14 +158,103 @@ pub(crate) fn operate(
         }
         Operation::Hold(reason) => {
             block_on(board.hold(id, reason))?;
-            "held: it is not claimed until `kanban release`"
+            "held (scheduled): it is not claimed until `kanban release`"
         }
         Operation::Release => {
             block_on(board.release_hold(id))?;
-            "released: claimable again"
+            let status = block_on(board.show_task(id))?.task.status;
+            outln!("{id} released: {status}");
+            return Ok(ExitCode::Success);
+        }
+        Operation::Triage(reason) => {
+            block_on(board.triage(id, given(reason)))?;
+            "in triage: it is not claimed until `kanban promote`"
+        }
+        Operation::Review(reason) => {
+            block_on(board.review(id, given(reason)))?;
+            "up for review: a dispatcher claims it for its assignee"
         }
     };
     outln!("{id} {done}");
+    Ok(ExitCode::Success)
+}
+
+/// A reason in words, none when blank.
+fn given(reason: &str) -> Option<&str> {
+    Some(reason.trim()).filter(|reason| !reason.is_empty())
+}
+
+/// `kanban schedule ID [REASON…] [--not-before TIME]`.
+pub(crate) fn schedule(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    reason: &[String],
+    not_before: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let now = SystemClock.now();
+    let not_before = not_before
+        .map(|raw| parse_moment(raw, now))
+        .transpose()
+        .map_err(|problem| anyhow::anyhow!("--not-before: {problem}"))?;
+    let board = open_board(global, env)?;
+    let id = &card_id(&board, id)?;
+    let reason = reason.join(" ");
+    block_on(board.schedule(id, given(&reason), not_before))?;
+    match not_before {
+        Some(at) => outln!(
+            "{id} scheduled: back in line {}",
+            wait_note(Some(at), false, now).unwrap_or_else(|| "at once".to_owned())
+        ),
+        None => outln!("{id} scheduled: it waits for `kanban unblock`"),
+    }
+    Ok(ExitCode::Success)
+}
+
+/// `kanban promote ID [REASON…] [--force] [--dry-run] [--json]`.
+pub(crate) fn promote(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    reason: &[String],
+    force: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board(global, env)?;
+    let id = &card_id(&board, id)?;
+    let reason = reason.join(" ");
+    block_on(board.promote(id, given(&reason), force, dry_run))?;
+    if as_json {
+        outln!(
+            "{}",
+            json!({"id": id, "promoted": !dry_run, "dry_run": dry_run})
+        );
+    } else if dry_run {
+        outln!("{id} would be promoted to ready (dry run: nothing changed)");
+    } else {
+        outln!("{id} promoted: ready");
+    }
+    if force && !as_json {
+        // As in the seed system, a claim still sends a card whose parent
+        // is open back to todo: say so, and how to run it first.
+        let mut open = Vec::new();
+        for parent in block_on(board.show_task(id))?.parents {
+            let status = block_on(board.show_task(&parent))?.task.status;
+            if !matches!(
+                status.known(),
+                Some(TaskStatus::Done | TaskStatus::Archived)
+            ) {
+                open.push(parent);
+            }
+        }
+        if !open.is_empty() {
+            outln!(
+                "note: it still waits for {}: a claim sends it back to todo until then (`kanban unlink PARENT {id}` to run it first)",
+                open.join(", ")
+            );
+        }
+    }
     Ok(ExitCode::Success)
 }
 

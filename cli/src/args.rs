@@ -108,7 +108,8 @@ pub(crate) enum Command {
     ///
     /// Example: kanban ls --status ready --assignee coder
     Ls {
-        /// Only cards with this status (todo, ready, running, blocked, done, archived).
+        /// Only cards with this status (triage, todo, scheduled, ready, running,
+        /// blocked, review, done, archived).
         #[arg(long)]
         status: Option<String>,
         /// Only cards assigned to this agent (`-` for cards with no assignee).
@@ -147,7 +148,8 @@ pub(crate) enum Command {
         /// The card's id (as `ls` lists it).
         id: String,
     },
-    /// Hold a ready (or todo) card: it is not claimed until `release`.
+    /// Hold a ready, todo or scheduled card: it is parked in `scheduled`, and
+    /// neither kanban nor the seed system claims it until `release`.
     ///
     /// Example: kanban hold t_1a2b3c4d --reason "waiting for the API key"
     Hold {
@@ -157,7 +159,8 @@ pub(crate) enum Command {
         #[arg(long, default_value = "held by an operator")]
         reason: String,
     },
-    /// Release a held card: claimable again.
+    /// Release a held card: back in line (still parked while its
+    /// `--not-before` time is to come).
     ///
     /// Example: kanban release t_1a2b3c4d
     Release {
@@ -284,12 +287,69 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Move a blocked card back to ready (todo while a parent is open).
+    /// Move a blocked or scheduled card back to ready (todo while a parent
+    /// is open), now: its hold and its time end too.
     ///
     /// Example: kanban unblock t_1a2b3c4d
     Unblock {
         /// The card's id (as `ls` lists it).
         id: String,
+    },
+    /// Park a card (todo, ready, blocked or running) in `scheduled`: it
+    /// waits on time, not on a person, and neither kanban nor the seed
+    /// system claims it. With --not-before a dispatcher puts it back in line
+    /// then; without, it waits for `kanban unblock`. A running card's worker
+    /// is fenced out and stopped.
+    ///
+    /// Example: kanban schedule t_1a2b3c4d "after the freeze" --not-before 2026-12-10T09:00:00Z
+    Schedule {
+        /// The card's id (as `ls` lists it).
+        id: String,
+        /// Why, or when, in words (for the event log).
+        reason: Vec<String>,
+        /// Back in line at this time: RFC 3339 or +DURATION (+10m, +2h).
+        #[arg(long, value_name = "TIME")]
+        not_before: Option<String>,
+    },
+    /// Move a card in triage, todo or blocked to ready, by hand. Refused
+    /// while a parent is neither done nor archived, unless --force.
+    ///
+    /// Example: kanban promote t_1a2b3c4d "spec reviewed" --dry-run
+    Promote {
+        /// The card's id (as `ls` lists it).
+        id: String,
+        /// Why, for the event log.
+        reason: Vec<String>,
+        /// Promote even though a parent is not done.
+        #[arg(long)]
+        force: bool,
+        /// Say whether it would be promoted; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print `{"id": ..., "promoted": ..., "dry_run": ...}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a card nobody works (todo, scheduled, ready or blocked) to
+    /// triage: it waits for a person and is never claimed until `promote`.
+    ///
+    /// Example: kanban triage t_1a2b3c4d "the spec is unclear"
+    Triage {
+        /// The card's id (as `ls` lists it).
+        id: String,
+        /// Why, for the event log.
+        reason: Vec<String>,
+    },
+    /// Put a card nobody works (todo, scheduled, ready, blocked or done) up
+    /// for review: a dispatcher claims it for its assignee, the reviewer,
+    /// without waiting for its parents again.
+    ///
+    /// Example: kanban review t_1a2b3c4d "check the migration"
+    Review {
+        /// The card's id (as `ls` lists it).
+        id: String,
+        /// What to review, for the event log.
+        reason: Vec<String>,
     },
     /// Take a card back from its worker: the run closes as reclaimed, the card is ready again.
     ///
@@ -525,8 +585,12 @@ pub(crate) struct AddArgs {
     #[arg(long, value_name = "KEY")]
     pub(crate) idempotency_key: Option<String>,
     /// Start blocked instead of ready.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "triage")]
     pub(crate) blocked: bool,
+    /// Start in triage: it waits for a person to shape it and is never
+    /// claimed until `kanban promote`.
+    #[arg(long)]
+    pub(crate) triage: bool,
     /// Not claimed before this time: RFC 3339 (2026-12-03T09:00:00Z) or
     /// +DURATION from now (+10m, +2h).
     #[arg(long, value_name = "TIME")]

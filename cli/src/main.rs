@@ -264,6 +264,24 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Events { id, json } => admin::events(global, env, &id, json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
         Command::Unblock { id } => admin::unblock(global, env, &id),
+        Command::Schedule {
+            id,
+            reason,
+            not_before,
+        } => admin::schedule(global, env, &id, &reason, not_before.as_deref()),
+        Command::Promote {
+            id,
+            reason,
+            force,
+            dry_run,
+            json,
+        } => admin::promote(global, env, &id, &reason, force, dry_run, json),
+        Command::Triage { id, reason } => {
+            admin::operate(global, env, &id, Operation::Triage(&reason.join(" ")))
+        }
+        Command::Review { id, reason } => {
+            admin::operate(global, env, &id, Operation::Review(&reason.join(" ")))
+        }
         Command::Reclaim { id, reason } => admin::reclaim(global, env, &id, &reason),
         Command::Complete { summary, result } => agent_calls::complete(env, &summary, result),
         Command::Block { reason } => agent_calls::block(env, &reason),

@@ -482,11 +482,16 @@ pub(crate) struct Lanes {
 /// The lanes a page shows, each lane's count and first cards, and their
 /// last events.
 async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
-    const SHOWN: [TaskStatus; 5] = [
+    // The seed system's columns, in its order; archived cards only in the
+    // API and on their own pages.
+    const SHOWN: [TaskStatus; 8] = [
+        TaskStatus::Triage,
         TaskStatus::Todo,
+        TaskStatus::Scheduled,
         TaskStatus::Ready,
         TaskStatus::Running,
         TaskStatus::Blocked,
+        TaskStatus::Review,
         TaskStatus::Done,
     ];
     let ids = |rows: &[(String, usize, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
@@ -747,11 +752,14 @@ async fn act(app: &App, id: &str, action: &str, text: &str, reason: &str) -> Res
         "reclaim" => app.board.reclaim(id, &reason).await?,
         "hold" => app.board.hold(id, &reason).await?,
         "release" => app.board.release_hold(id).await?,
+        "promote" => app.board.promote(id, Some(&reason), false, false).await?,
         "cancel" => app.board.cancel(id, &reason).await?,
         other => {
             return Err(Failure::new(
                 StatusCode::NOT_FOUND,
-                format!("no action {other:?}: comment, unblock, reclaim, hold, release, cancel"),
+                format!(
+                    "no action {other:?}: comment, unblock, reclaim, hold, release, promote, cancel"
+                ),
             ));
         }
     }

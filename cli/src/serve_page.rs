@@ -268,6 +268,13 @@ pub(crate) fn card_details(
                     @else { (action(app, id, "hold", "Hold", true)) }
                     (action(app, id, "cancel", "Cancel", true))
                 }
+                Some(TaskStatus::Scheduled) => {
+                    @if task.held_reason.is_some() { (action(app, id, "release", "Release", false)) }
+                    (action(app, id, "unblock", "Back in line now", false))
+                    (action(app, id, "cancel", "Cancel", true))
+                }
+                Some(TaskStatus::Triage) => { (action(app, id, "promote", "Promote", false)) (action(app, id, "cancel", "Cancel", true)) }
+                Some(TaskStatus::Review) => { (action(app, id, "cancel", "Cancel", true)) }
                 _ => {}
             }
         }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{Bench, text};
+use crate::{Bench, runs, text};
 
 #[test]
 fn add_list_show_claim_unblock_reclaim() {
@@ -586,4 +586,139 @@ fn link_and_unlink_make_a_card_wait_and_stop_waiting() {
     );
     bench.refused(&["unlink", &design, &build], "does not wait for");
     assert_eq!(bench.show(&build)["task"]["status"], "ready");
+}
+
+/// The seed system's lanes from the terminal: a card in triage is never
+/// claimed until promoted; a scheduled card waits for its time or an
+/// unblock; `promote` refuses an open parent unless forced and a dry run
+/// changes nothing; a card up for review is claimed and worked again.
+#[test]
+fn triage_schedule_promote_and_review_from_the_terminal() {
+    let bench = Bench::new();
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(
+        &agent,
+        "#!/bin/sh\nkanban complete --summary \"done by $HERMES_KANBAN_TASK\"\n",
+    );
+    let dispatch = || {
+        let out = bench
+            .command()
+            .arg("--db")
+            .arg(&bench.db)
+            .args(["dispatch", "--until-idle", "--interval", "1", "--agent"])
+            .arg(&agent)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    let status = |id: &str| {
+        bench.show(id)["task"]["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let shaped = bench.add("shape me first", &["--triage"]);
+    let parked = bench.add("after the freeze", &[]);
+    let said = bench.ok(&[
+        "schedule",
+        &parked,
+        "after",
+        "the",
+        "freeze",
+        "--not-before",
+        "+1h",
+    ]);
+    assert!(
+        said.contains("scheduled: back in line in 1h") || said.contains("waits until"),
+        "{said}"
+    );
+    assert_eq!(
+        bench.event(&parked, "scheduled")["payload"]["reason"],
+        "after the freeze"
+    );
+    let listed = bench.ok(&["ls", "--status", "triage"]);
+    assert!(
+        listed.contains(&shaped) && !listed.contains(&parked),
+        "{listed}"
+    );
+    let listed = bench.ok(&["ls", "--status", "scheduled"]);
+    assert!(
+        listed.contains(&parked) && listed.contains("waits until"),
+        "{listed}"
+    );
+    dispatch();
+    assert_eq!(status(&shaped), "triage", "never claimed");
+    assert_eq!(status(&parked), "scheduled", "not due yet");
+    // A dry run says so and changes nothing; then promoted, it is worked.
+    let dry: serde_json::Value =
+        serde_json::from_str(&bench.ok(&["promote", &shaped, "--dry-run", "--json"])).unwrap();
+    assert_eq!(
+        dry,
+        serde_json::json!({"id": shaped, "promoted": false, "dry_run": true})
+    );
+    assert_eq!(status(&shaped), "triage");
+    assert!(
+        bench
+            .ok(&["promote", &shaped, "spec", "reviewed"])
+            .contains("promoted: ready")
+    );
+    assert_eq!(
+        bench.event(&shaped, "promoted_manual")["payload"]["reason"],
+        "spec reviewed"
+    );
+    bench.ok(&["unblock", &parked]);
+    dispatch();
+    assert_eq!(
+        (status(&shaped), status(&parked)),
+        ("done".into(), "done".into())
+    );
+    // Promote by hand refuses a card whose parent is open, unless forced.
+    let parent = bench.add("parent", &["--blocked"]);
+    let child = bench.add("child", &["--parent", &parent]);
+    bench.refused(&["promote", &child], "--force");
+    bench.refused(&["promote", &child, "--dry-run"], "--force");
+    assert_eq!(status(&child), "todo");
+    let forced = bench.ok(&["promote", &child, "--force"]);
+    assert!(
+        forced.contains(&format!("still waits for {parent}")),
+        "{forced}"
+    );
+    assert_eq!(
+        bench.event(&child, "promoted_manual")["payload"]["forced"],
+        true
+    );
+    // As in the seed system, a claim sends it back while the parent is
+    // open; unlinked, it runs.
+    dispatch();
+    assert_eq!(status(&child), "todo");
+    bench.event(&child, "claim_rejected");
+    bench.ok(&["unlink", &parent, &child]);
+    // Review: a done card goes up for review and is worked again.
+    dispatch();
+    assert_eq!(status(&child), "done");
+    assert!(
+        bench
+            .ok(&["review", &child, "check", "it"])
+            .contains("up for review")
+    );
+    assert_eq!(status(&child), "review");
+    dispatch();
+    let card = bench.show(&child);
+    assert_eq!(card["task"]["status"], "done");
+    assert_eq!(runs(&card).len(), 2, "{card}");
+    assert_eq!(bench.event(&child, "review")["payload"]["was"], "done");
+    // Refused moves name the status and the move, and change nothing.
+    bench.refused(&["triage", &child], "is done; cannot triage it");
+    bench.refused(&["schedule", &child], "is done; cannot schedule it");
+    bench.refused(&["promote", &child], "is done; cannot promote it");
+    bench.refused(
+        &["schedule", &parent, "--not-before", "someday"],
+        "--not-before",
+    );
+    assert_eq!(status(&child), "done");
+    // Hold parks in scheduled; release puts it back in line.
+    let held = bench.add("held", &[]);
+    assert!(bench.ok(&["hold", &held]).contains("held (scheduled)"));
+    assert_eq!(status(&held), "scheduled");
+    assert!(bench.ok(&["release", &held]).contains("released: ready"));
 }

@@ -814,7 +814,7 @@ fn the_card_lifecycle_cancel_edit_archive_hold_release_not_before_every_prune() 
         "its log went too"
     );
     assert_eq!(bench.run(&["show", &held]).status.code(), Some(1));
-    assert_eq!(bench.show(&later)["task"]["status"], "ready");
+    assert_eq!(bench.show(&later)["task"]["status"], "scheduled");
 }
 
 #[test]
