@@ -20,6 +20,7 @@ mod http;
 mod inputs;
 mod postgres;
 mod prove;
+mod seed_interop;
 mod serve;
 mod serve_attacks;
 mod storm;
