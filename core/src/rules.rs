@@ -863,11 +863,7 @@ pub fn unblock(card: &CardState) -> Result<Transition, BoardError> {
         consecutive_failures: Some(0),
         last_failure_error: Change::Clear,
         not_before: Change::Clear,
-        held: if card.held {
-            Change::Clear
-        } else {
-            Change::Keep
-        },
+        held: end_hold(card),
         events: vec![NewEvent::new(
             "unblocked",
             None,
@@ -979,21 +975,7 @@ pub fn to_triage(card: &CardState, reason: Option<&str>) -> Result<Transition, B
     ) {
         return Err(refuse(card, "triage"));
     }
-    Ok(Transition {
-        status: Some(TaskStatus::Triage),
-        not_before: Change::Clear,
-        held: if card.held {
-            Change::Clear
-        } else {
-            Change::Keep
-        },
-        events: vec![NewEvent::new(
-            "triaged",
-            None,
-            json!({"reason": reason, "was": card.status.as_str()}),
-        )],
-        ..Transition::default()
-    })
+    Ok(move_to(card, TaskStatus::Triage, "triaged", reason))
 }
 
 /// An operator puts a card nobody works up for review: a dispatcher
@@ -1010,21 +992,32 @@ pub fn to_review(card: &CardState, reason: Option<&str>) -> Result<Transition, B
     ) {
         return Err(refuse(card, "review"));
     }
-    Ok(Transition {
-        status: Some(TaskStatus::Review),
+    Ok(move_to(card, TaskStatus::Review, "review", reason))
+}
+
+/// An operator's move of a card nobody works to `lane`: whatever it
+/// waited for (its time, its hold) ends, and `kind` says why and from where.
+fn move_to(card: &CardState, lane: TaskStatus, kind: &str, reason: Option<&str>) -> Transition {
+    Transition {
+        status: Some(lane),
         not_before: Change::Clear,
-        held: if card.held {
-            Change::Clear
-        } else {
-            Change::Keep
-        },
+        held: end_hold(card),
         events: vec![NewEvent::new(
-            "review",
+            kind,
             None,
             json!({"reason": reason, "was": card.status.as_str()}),
         )],
         ..Transition::default()
-    })
+    }
+}
+
+/// The hold of a card that leaves its lane: cleared if it has one.
+fn end_hold(card: &CardState) -> Change<String> {
+    if card.held {
+        Change::Clear
+    } else {
+        Change::Keep
+    }
 }
 
 /// What making `child` wait for `parent` does, given the board's `links`
@@ -1281,11 +1274,7 @@ pub fn archive(card: &CardState) -> Result<Transition, BoardError> {
     Ok(Transition {
         status: Some(TaskStatus::Archived),
         not_before: Change::Clear,
-        held: if card.held {
-            Change::Clear
-        } else {
-            Change::Keep
-        },
+        held: end_hold(card),
         events: vec![NewEvent::new(
             "archived",
             None,

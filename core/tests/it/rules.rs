@@ -1585,6 +1585,25 @@ fn a_card_done_or_archived_frees_its_children() {
     assert!(cancelled.frees_children());
 }
 
+/// An unclaimed card of `status`, due, nobody's in particular.
+fn waiting_candidate(status: TaskStatus, open_parents: bool) -> ClaimCandidate {
+    ClaimCandidate {
+        task_id: "t_1".into(),
+        title: String::new(),
+        status: Some(status),
+        claimed: false,
+        held: false,
+        not_before: None,
+        assignee: None,
+        priority: 0,
+        created_at: 0,
+        place: 0,
+        open_parents,
+        goal_mode: false,
+        ran_before: false,
+    }
+}
+
 /// Every move core allows, from every status, in one table: a cell is the
 /// status the move lands the card in, `=` when it stays where it is, `-`
 /// when the move is refused (for `tick`: nothing to do; for `claim`: passed
@@ -1633,21 +1652,7 @@ fn every_move_from_every_status() {
             claim_lock: None,
             ..at.clone()
         };
-        let candidate = ClaimCandidate {
-            task_id: "t_1".into(),
-            title: String::new(),
-            status: Some(status),
-            claimed: false,
-            held: false,
-            not_before: None,
-            assignee: None,
-            priority: 0,
-            created_at: 0,
-            place: 0,
-            open_parents: false,
-            goal_mode: false,
-            ran_before: false,
-        };
+        let candidate = waiting_candidate(status, false);
         for (column, expected) in header[1..].iter().zip(row) {
             let got = match *column {
                 "unblock" => landed(rules::unblock(&at)),
@@ -1780,23 +1785,14 @@ fn parked_and_reviewed_cards_keep_their_own_waits() {
     assert_eq!(t.events[0].payload["forced"], false);
     // A review card is claimed without waiting for its parents again; a
     // ready one waits for them.
-    let candidate = |status| ClaimCandidate {
-        task_id: "t_1".into(),
-        title: String::new(),
-        status: Some(status),
-        claimed: false,
-        held: false,
-        not_before: None,
-        assignee: None,
-        priority: 0,
-        created_at: 0,
-        place: 0,
-        open_parents: true,
-        goal_mode: false,
-        ran_before: false,
+    let verdict = |status| {
+        rules::claim_verdict(
+            &waiting_candidate(status, true),
+            NOW,
+            &ClaimFilter::any(),
+            false,
+        )
     };
-    let verdict =
-        |status| rules::claim_verdict(&candidate(status), NOW, &ClaimFilter::any(), false);
     assert_eq!(verdict(TaskStatus::Review), ClaimVerdict::Claim);
     assert_eq!(verdict(TaskStatus::Ready), ClaimVerdict::WaitForParents);
     // Moves that clear a hold say so; those on a card with none keep it.
