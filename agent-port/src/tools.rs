@@ -36,9 +36,9 @@ pub fn board_tool_specs(with_show: bool) -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "kanban_block",
-            description: "Stop and hand your card to a human: you cannot go on. This is a terminal call.",
+            description: "Stop: you cannot go on. This is a terminal call. Say what kind of wait it is: dependency (another card must finish first: the card waits for its parents, no person needed), needs_input (a person must answer or decide), capability (something no agent can do: access, credentials), transient (may clear by itself).",
             schema: object(
-                json!({"reason": {"type": "string", "description": "what is missing or wrong"}}),
+                json!({"reason": {"type": "string", "description": "what is missing or wrong"}, "kind": {"type": "string", "enum": ["dependency", "needs_input", "capability", "transient"], "description": "what the card waits for"}}),
                 &["reason"],
             ),
         },
@@ -223,7 +223,15 @@ impl BoardTools {
             }
             "kanban_block" => {
                 let reason = required(arguments, "reason")?;
-                match self.board.block(claim, reason).await {
+                let kind = match text_argument(arguments, "kind")? {
+                    None => None,
+                    Some(raw) => Some(kanban_core::BlockKind::parse(raw).ok_or_else(|| {
+                        ToolOutcome::error(format!(
+                            "invalid arguments: unknown `kind` {raw:?}: use dependency, needs_input, capability or transient"
+                        ))
+                    })?),
+                };
+                match self.board.block(claim, reason, kind).await {
                     Ok(()) => ToolOutcome::ok(
                         json!({"ok": true, "task_id": claim.task_id, "blocked": true}).to_string(),
                         true,

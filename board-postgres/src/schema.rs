@@ -104,9 +104,12 @@ CREATE INDEX idx_events_task_kind  ON task_events(task_id, kind, id);
 CREATE INDEX idx_runs_task         ON task_runs(task_id, id);
 "#,
     // 2: a held card waits in the seed system's `scheduled` lane, which
-    // neither system claims.
+    // neither system claims; a block has the seed system's kind and
+    // unblock-loop counter.
     r#"
 UPDATE tasks SET status = 'scheduled' WHERE status IN ('ready', 'todo') AND held_reason IS NOT NULL;
+ALTER TABLE tasks ADD COLUMN block_kind TEXT;
+ALTER TABLE tasks ADD COLUMN block_recurrences BIGINT NOT NULL DEFAULT 0;
 "#,
 ];
 

@@ -186,8 +186,9 @@ macro_rules! board_ports {
                 &self,
                 claim: &::kanban_core::Claim,
                 reason: &str,
+                kind: Option<::kanban_core::BlockKind>,
             ) -> Result<(), ::kanban_core::BoardError> {
-                (**self).block(claim, reason).await
+                (**self).block(claim, reason, kind).await
             }
             async fn settle_overrun(
                 &self,

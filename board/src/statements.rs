@@ -21,7 +21,7 @@ use crate::engine::{Param, Row, Sql, Turns, TxResult};
 const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
     consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds, \
-    held_reason, every_seconds";
+    held_reason, every_seconds, block_kind";
 const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
     started_at, ended_at, outcome, summary, error, worker_started_at";
 const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
@@ -139,6 +139,7 @@ fn task_at(row: &Row, at: usize) -> TxResult<TaskRecord> {
         max_runtime_seconds: row.opt_int(at + 19)?,
         held_reason: row.opt_text(at + 20)?,
         every_seconds: row.opt_int(at + 21)?,
+        block_kind: row.opt_text(at + 22)?,
     })
 }
 
@@ -378,7 +379,7 @@ impl<'t> Tx<'t> {
         let query = format!(
             "SELECT t.status, t.current_run_id, t.claim_lock, t.claim_expires, t.worker_pid,
                     t.consecutive_failures, t.max_retries, {OPEN_PARENT}, t.held_reason IS NOT NULL,
-                    t.not_before
+                    t.not_before, t.block_kind, t.block_recurrences
                FROM tasks t WHERE t.id = $1{}",
             self.lock_card()
         );
@@ -402,6 +403,8 @@ impl<'t> Tx<'t> {
             open_parents: row.flag(7)?,
             held: row.flag(8)?,
             not_before: row.opt_int(9)?,
+            block_kind: row.opt_text(10)?,
+            block_recurrences: row.count(11)?,
         }))
     }
 
@@ -1017,6 +1020,10 @@ fn card_columns(transition: &Transition) -> Vec<Set<'_>> {
     );
     change(&mut sets, "not_before", &transition.not_before);
     change(&mut sets, "held_reason", &transition.held);
+    change(&mut sets, "block_kind", &transition.block_kind);
+    if let Some(recurrences) = transition.block_recurrences {
+        sets.push(("block_recurrences", Param::from(recurrences)));
+    }
     if let Some(edit) = &transition.edit {
         if let Some(title) = &edit.title {
             sets.push(("title", Param::Text(title)));

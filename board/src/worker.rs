@@ -4,7 +4,8 @@
 use kanban_core::lease::evaluate_lease;
 use kanban_core::rules::{self, CardState, FailurePolicy, NewEvent, Overrun, Transition};
 use kanban_core::{
-    BoardError, Claim, NotLive, ProofIdentity, ProofRequest, RunStatus, WorkerResult, events,
+    BlockKind, BoardError, Claim, NotLive, ProofIdentity, ProofRequest, RunStatus, WorkerResult,
+    events,
 };
 use serde_json::Value;
 
@@ -205,10 +206,15 @@ impl<E: Engine> StoredBoard<E> {
             .await
     }
 
-    pub async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
+    pub async fn block(
+        &self,
+        claim: &Claim,
+        reason: &str,
+        kind: Option<BlockKind>,
+    ) -> Result<(), BoardError> {
         let (owned, reason) = (claim.clone(), reason.to_owned());
-        self.fenced(claim, "block", Durability::Synced, move |_, _| {
-            Some(rules::block(&owned, &reason))
+        self.fenced(claim, "block", Durability::Synced, move |card, _| {
+            Some(rules::block(card, &owned, &reason, kind))
         })
         .await
     }

@@ -409,6 +409,8 @@ pub(crate) struct ListFilter<'a> {
     /// A card whose children are listed.
     pub(crate) parent: Option<&'a str>,
     pub(crate) archived: bool,
+    /// Only cards whose last block was of this kind.
+    pub(crate) block_kind: Option<kanban_core::BlockKind>,
 }
 
 pub(crate) fn list(
@@ -423,6 +425,9 @@ pub(crate) fn list(
     // Archived cards are out of the way unless asked for.
     if !filter.archived && status.is_none() {
         tasks.retain(|task| task.status != TaskStatus::Archived);
+    }
+    if let Some(kind) = filter.block_kind {
+        tasks.retain(|task| task.block_kind.as_deref() == Some(kind.as_str()));
     }
     if let Some(assignee) = filter.assignee {
         tasks.retain(|task| task.assignee.as_deref().unwrap_or("-") == assignee);
@@ -853,9 +858,24 @@ pub(crate) fn reclaim(
     Ok(ExitCode::Success)
 }
 
+/// The kind of block a card waits on, while it does: blocked or sent to
+/// triage by its blocks, or back in todo for a dependency. (The kind stays
+/// stored after an unblock, for the unblock-loop breaker.)
+fn blocked_for(task: &kanban_core::TaskRecord) -> Option<&str> {
+    let kind = task.block_kind.as_deref()?;
+    match task.status.known()? {
+        TaskStatus::Blocked | TaskStatus::Triage => Some(kind),
+        TaskStatus::Todo => (kind == "dependency").then_some(kind),
+        _ => None,
+    }
+}
+
 /// A card's status as `ls` and `show` say it: held, waiting, recurring.
 fn status_line(task: &kanban_core::TaskRecord, now: i64) -> String {
     let mut line = task.status.as_str().to_owned();
+    if let Some(kind) = blocked_for(task) {
+        line.push_str(&format!(" ({})", visible_line(kind)));
+    }
     if let Some(reason) = &task.held_reason {
         line.push_str(&format!(", held: {}", short(reason, 40)));
     }

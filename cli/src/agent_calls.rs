@@ -107,9 +107,14 @@ pub(crate) fn complete(
     fenced(env, &call, |claim, _| outln!("{} completed", claim.task_id))
 }
 
-pub(crate) fn block(env: &Environment, reason: &str) -> anyhow::Result<ExitCode> {
+pub(crate) fn block(
+    env: &Environment,
+    reason: &str,
+    kind: Option<kanban_core::BlockKind>,
+) -> anyhow::Result<ExitCode> {
     let call = Call::Block {
         reason: reason.to_owned(),
+        kind,
     };
     fenced(env, &call, |claim, _| outln!("{} blocked", claim.task_id))
 }

@@ -121,6 +121,10 @@ pub(crate) enum Command {
         /// Include archived (and cancelled) cards, hidden otherwise.
         #[arg(long)]
         archived: bool,
+        /// Only cards whose last block was of this kind (dependency,
+        /// needs_input, capability, transient).
+        #[arg(long, value_name = "KIND", value_parser = block_kind)]
+        block_kind: Option<kanban_core::BlockKind>,
         /// One JSON array.
         #[arg(long)]
         json: bool,
@@ -374,11 +378,17 @@ pub(crate) enum Command {
     },
     /// Block the worker's card (inside an agent; reads the claim carrier).
     ///
-    /// Example: kanban block --reason "need the API key"
+    /// Example: kanban block --reason "need the API key" --kind needs_input
     Block {
         /// Why, for the event log.
         #[arg(long)]
         reason: String,
+        /// What it waits for: `dependency` (another card: back to todo, ready
+        /// once its parents are done), `needs_input` or `capability` (a
+        /// person), `transient` (may clear by itself). Blocked twice in a row
+        /// for the same kind, a card goes to triage.
+        #[arg(long, value_name = "KIND", value_parser = block_kind)]
+        kind: Option<kanban_core::BlockKind>,
     },
     /// Extend the worker's lease (inside an agent; reads the claim carrier).
     ///
@@ -728,6 +738,17 @@ pub(crate) struct ProveArgs {
     /// Print {"live": bool, "reason": "..."}.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// A block kind, by the seed system's names.
+fn block_kind(raw: &str) -> Result<kanban_core::BlockKind, String> {
+    kanban_core::BlockKind::parse(raw).ok_or_else(|| {
+        let names: Vec<_> = kanban_core::BlockKind::ALL
+            .iter()
+            .map(|kind| kind.as_str())
+            .collect();
+        format!("unknown kind {raw:?}: use one of {}", names.join(", "))
+    })
 }
 
 #[cfg(test)]

@@ -36,8 +36,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kanban_core::rules::{FailurePolicy, Overrun};
 use kanban_core::{
-    Board, BoardError, Claim, Clock, Environment, NotLive, ProofIdentity, RunStatus, TaskView,
-    WorkerResult,
+    BlockKind, Board, BoardError, Claim, Clock, Environment, NotLive, ProofIdentity, RunStatus,
+    TaskView, WorkerResult,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -89,6 +89,8 @@ enum LinkCall {
     },
     Block {
         reason: String,
+        #[serde(default)]
+        kind: Option<BlockKind>,
     },
     SettleOverrun {
         overrun: Overrun,
@@ -332,7 +334,7 @@ async fn perform<B: WorkersBoard + ?Sized>(board: &B, claim: &Claim, call: LinkC
         LinkCall::Complete { summary, result } => {
             done(board.complete(claim, &summary, result).await)
         }
-        LinkCall::Block { reason } => done(board.block(claim, &reason).await),
+        LinkCall::Block { reason, kind } => done(board.block(claim, &reason, kind).await),
         LinkCall::SettleOverrun { overrun, policy } => {
             done(board.settle_overrun(claim, &overrun, &policy).await)
         }
@@ -618,9 +620,14 @@ impl Board for LinkedBoard {
             .await
     }
 
-    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
+    async fn block(
+        &self,
+        claim: &Claim,
+        reason: &str,
+        kind: Option<BlockKind>,
+    ) -> Result<(), BoardError> {
         let reason = reason.to_owned();
-        self.write(claim, LinkCall::Block { reason }).await
+        self.write(claim, LinkCall::Block { reason, kind }).await
     }
 
     async fn settle_overrun(

@@ -217,6 +217,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             assignee,
             parent,
             archived,
+            block_kind,
             json,
         } => {
             let filter = admin::ListFilter {
@@ -224,6 +225,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
                 assignee: assignee.as_deref(),
                 parent: parent.as_deref(),
                 archived,
+                block_kind,
             };
             admin::list(global, env, &filter, json)
         }
@@ -284,7 +286,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         }
         Command::Reclaim { id, reason } => admin::reclaim(global, env, &id, &reason),
         Command::Complete { summary, result } => agent_calls::complete(env, &summary, result),
-        Command::Block { reason } => agent_calls::block(env, &reason),
+        Command::Block { reason, kind } => agent_calls::block(env, &reason, kind),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
         Command::Comment { words, author } => match words.as_slice() {
             [task, text] => admin::comment(global, env, task, text, author.as_deref()),

@@ -28,6 +28,7 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "result": task.result,
         "held_reason": task.held_reason,
         "every_seconds": task.every_seconds,
+        "block_kind": task.block_kind,
     })
 }
 

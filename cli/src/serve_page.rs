@@ -257,6 +257,7 @@ pub(crate) fn card_details(
             @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
             span { (task.consecutive_failures) " failures" }
             @if let Some(reason) = &task.held_reason { span.pill.warn { "held: " (reason) } }
+            @if let Some(kind) = &task.block_kind { @if matches!(task.status.known(), Some(TaskStatus::Blocked | TaskStatus::Triage)) { span.pill.warn { "block: " (kind) } } }
             span { "created " (human_time(task.created_at, now)) }
         }
         div.actions {

@@ -50,6 +50,8 @@ pub(crate) enum Call {
     },
     Block {
         reason: String,
+        #[serde(default)]
+        kind: Option<kanban_core::BlockKind>,
     },
     Heartbeat {
         note: Option<String>,
@@ -149,7 +151,10 @@ pub(crate) async fn perform(
             .complete(claim, summary, result.clone())
             .await
             .map(|()| Done::default()),
-        Call::Block { reason } => board.block(claim, reason).await.map(|()| Done::default()),
+        Call::Block { reason, kind } => board
+            .block(claim, reason, *kind)
+            .await
+            .map(|()| Done::default()),
         Call::Heartbeat { note } => {
             board
                 .heartbeat(claim, note.clone())

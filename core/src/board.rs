@@ -111,6 +111,10 @@ pub struct TaskRecord {
     pub held_reason: Option<String>,
     /// It recurs with this period.
     pub every_seconds: Option<i64>,
+    /// The kind of its last block (`needs_input`, `dependency`…), as
+    /// stored; none for an untyped block.
+    #[serde(default)]
+    pub block_kind: Option<String>,
 }
 
 /// A run (one claim of a card) as stored.

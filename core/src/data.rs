@@ -490,6 +490,50 @@ impl TaskStatus {
     }
 }
 
+/// Why a worker blocks its card, in the seed system's words: each kind is
+/// routed its own way ([`crate::rules::block`]).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockKind {
+    /// It waits for another card: back to `todo`, promoted once its
+    /// parents are done; no person needed.
+    Dependency,
+    /// It needs a person's answer or decision.
+    NeedsInput,
+    /// It met a wall no agent can pass (access, credentials, an action
+    /// only a person can take).
+    Capability,
+    /// A failure that may clear by itself.
+    Transient,
+}
+
+impl BlockKind {
+    /// Every kind.
+    pub const ALL: [BlockKind; 4] = [
+        Self::Dependency,
+        Self::NeedsInput,
+        Self::Capability,
+        Self::Transient,
+    ];
+
+    /// The name stored on the board (`tasks.block_kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dependency => "dependency",
+            Self::NeedsInput => "needs_input",
+            Self::Capability => "capability",
+            Self::Transient => "transient",
+        }
+    }
+
+    /// Parses a stored or given name.
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == raw)
+    }
+}
+
 /// A card's status as stored: one of [`TaskStatus`], or one this build
 /// does not know (written by the seed system or by a newer build), kept
 /// exactly as written. A card of a status this build does not know is

@@ -46,7 +46,7 @@ pub use classify::{
     provider_wait_seconds,
 };
 pub use data::{
-    BoardError, CardStatus, Claim, EnvironmentFault, ExitCode, FailureReason, NotLive,
+    BlockKind, BoardError, CardStatus, Claim, EnvironmentFault, ExitCode, FailureReason, NotLive,
     ProofIdentity, RunStatus, TaskStatus, WorkerResult,
 };
 pub use dispatcher::{

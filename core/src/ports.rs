@@ -68,8 +68,14 @@ pub trait Board: Send + Sync {
         summary: &str,
         result: Option<String>,
     ) -> Result<(), BoardError>;
-    /// Blocks the task and closes the run.
-    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError>;
+    /// Blocks the task and closes the run; `kind` routes it
+    /// ([`crate::rules::block`]).
+    async fn block(
+        &self,
+        claim: &Claim,
+        reason: &str,
+        kind: Option<crate::BlockKind>,
+    ) -> Result<(), BoardError>;
     /// Settles the run as timed out because the worker overran (its
     /// iteration budget, a turn's deadline or the run's limit): a failure is
     /// counted and the claim released, as [`crate::rules::settle_overrun`] says.
@@ -115,8 +121,13 @@ impl<B: Board + ?Sized> Board for Arc<B> {
     ) -> Result<(), BoardError> {
         (**self).complete(claim, summary, result).await
     }
-    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
-        (**self).block(claim, reason).await
+    async fn block(
+        &self,
+        claim: &Claim,
+        reason: &str,
+        kind: Option<crate::BlockKind>,
+    ) -> Result<(), BoardError> {
+        (**self).block(claim, reason, kind).await
     }
     async fn settle_overrun(
         &self,

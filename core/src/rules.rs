@@ -21,6 +21,10 @@ use crate::dispatcher::ExitReport;
 
 use crate::walls::{Wall, WallBounds, WallChange, walls_after_booking};
 
+/// A card blocked this many times in a row for the same kind (its block
+/// unblocked, then blocked again) goes to `triage` instead: the seed
+/// system's unblock-loop breaker.
+pub const BLOCK_RECURRENCE_LIMIT: u32 = 2;
 /// Closed runs read, newest first, when counting a protocol-violation streak.
 pub const STREAK_SCAN_LIMIT: usize = 50;
 /// The first wait before a card whose run failed is claimed again.
@@ -47,6 +51,12 @@ pub struct CardState {
     pub held: bool,
     /// It is not claimed before this time.
     pub not_before: Option<i64>,
+    /// The kind of its last block, as stored (a name this build may not
+    /// know, written by the seed system); none for an untyped one.
+    pub block_kind: Option<String>,
+    /// How many times in a row it was blocked for that same kind since it
+    /// was last done: the seed system's unblock-loop counter.
+    pub block_recurrences: u32,
 }
 
 /// How a card's open run is closed.
@@ -117,6 +127,10 @@ pub struct Transition {
     pub held: Change<String>,
     /// An operator's edit of the card's fields.
     pub edit: Option<CardEdit>,
+    /// The kind of the card's last block.
+    pub block_kind: Change<String>,
+    /// The unblock-loop counter ([`BLOCK_RECURRENCE_LIMIT`]).
+    pub block_recurrences: Option<u32>,
 }
 
 impl Transition {
@@ -139,6 +153,8 @@ impl Transition {
             walls,
             held,
             edit,
+            block_kind,
+            block_recurrences,
         } = self;
         close_run.is_none()
             && !release_claim
@@ -150,6 +166,8 @@ impl Transition {
             && walls.is_empty()
             && held.is_keep()
             && edit.is_none()
+            && block_kind.is_keep()
+            && block_recurrences.is_none()
     }
 
     /// Whether it may give a dispatcher work: a card changes lanes or a run
@@ -398,6 +416,8 @@ fn counted_failure(
         ));
     }
     Transition {
+        block_kind: Change::Keep,
+        block_recurrences: None,
         walls: Vec::new(),
         held: Change::Keep,
         edit: None,
@@ -628,6 +648,8 @@ fn uncounted_exit(
         ));
     }
     Transition {
+        block_kind: Change::Keep,
+        block_recurrences: None,
         walls: Vec::new(),
         held: Change::Keep,
         edit: None,
@@ -791,26 +813,79 @@ pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) ->
             Some(claim.run_id),
             json!({"summary": summary}),
         )],
+        // Done: the unblock-loop counter starts again, as the seed
+        // system's does.
+        block_kind: Change::Keep,
+        block_recurrences: Some(0),
     }
 }
 
-/// The worker's terminal `block`.
-pub fn block(claim: &Claim, reason: &str) -> Transition {
-    Transition {
-        close_run: Some(RunClose {
-            status: "blocked".to_owned(),
-            outcome: "blocked".to_owned(),
-            summary: Some(reason.to_owned()),
-            error: None,
-        }),
-        release_claim: true,
-        status: Some(TaskStatus::Blocked),
-        not_before: Change::Clear,
-        events: vec![NewEvent::new(
+/// The worker's terminal `block`, routed by its kind as the seed system
+/// routes it: a `dependency` block waits in `todo` for the card's parents
+/// (no person needed); any other, or none, is `blocked` for a person,
+/// unless the card was blocked for the same kind last time too (unblocked
+/// in between): at [`BLOCK_RECURRENCE_LIMIT`] blocks in a row it goes to
+/// `triage`, so an unblocker and a worker cannot loop forever.
+pub fn block(
+    card: &CardState,
+    claim: &Claim,
+    reason: &str,
+    kind: Option<crate::BlockKind>,
+) -> Transition {
+    let close_run = Some(RunClose {
+        status: "blocked".to_owned(),
+        outcome: "blocked".to_owned(),
+        summary: Some(reason.to_owned()),
+        error: None,
+    });
+    let named = kind.map(crate::BlockKind::as_str);
+    let block_kind = Change::to(named.map(str::to_owned));
+    if kind == Some(crate::BlockKind::Dependency) {
+        return Transition {
+            close_run,
+            release_claim: true,
+            status: Some(TaskStatus::Todo),
+            not_before: Change::Clear,
+            block_kind,
+            events: vec![NewEvent::new(
+                "dependency_wait",
+                Some(claim.run_id),
+                json!({"reason": reason, "kind": named}),
+            )],
+            ..Transition::default()
+        };
+    }
+    let recurrences = if card.block_kind.as_deref() == named {
+        card.block_recurrences.saturating_add(1)
+    } else {
+        1
+    };
+    let looped = recurrences >= BLOCK_RECURRENCE_LIMIT;
+    let event = if looped {
+        NewEvent::new(
+            "block_loop_detected",
+            Some(claim.run_id),
+            json!({"reason": reason, "kind": named, "recurrences": recurrences, "limit": BLOCK_RECURRENCE_LIMIT}),
+        )
+    } else {
+        NewEvent::new(
             "blocked",
             Some(claim.run_id),
-            json!({"reason": reason}),
-        )],
+            json!({"reason": reason, "kind": named}),
+        )
+    };
+    Transition {
+        close_run,
+        release_claim: true,
+        status: Some(if looped {
+            TaskStatus::Triage
+        } else {
+            TaskStatus::Blocked
+        }),
+        not_before: Change::Clear,
+        block_kind,
+        block_recurrences: Some(recurrences),
+        events: vec![event],
         ..Transition::default()
     }
 }
@@ -827,6 +902,8 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
     }
     let landing = requeue_landing(card.open_parents);
     Ok(Transition {
+        block_kind: Change::Keep,
+        block_recurrences: None,
         walls: Vec::new(),
         held: Change::Keep,
         edit: None,

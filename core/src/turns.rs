@@ -219,7 +219,12 @@ impl Run<'_, '_> {
     }
 
     async fn block(&mut self, reason: String) {
-        if let Err(error) = self.ports.board.block(&self.setup.claim, &reason).await {
+        if let Err(error) = self
+            .ports
+            .board
+            .block(&self.setup.claim, &reason, None)
+            .await
+        {
             let line = format!(
                 "[kanban] goal loop could not block {}: {error}",
                 self.setup.claim.task_id

@@ -61,6 +61,7 @@ macro_rules! board_contract_tests {
             batched_claims_and_routing_filters,
             held_and_delayed_cards_wait,
             triage_schedule_promote_and_review,
+            typed_blocks_route_and_a_loop_goes_to_triage,
             one_probe_per_wall,
             lifting_a_wall_frees_the_card_that_met_it,
             text_with_nul_is_stored_with_its_stand_in
@@ -365,7 +366,7 @@ pub fn fenced_worker_writes<B: Board + BoardAdmin>(board: &B, time: &VirtualCloc
         "a second complete",
     );
     assert_lease_lost(
-        block_on(board.block(&claim, "late")),
+        block_on(board.block(&claim, "late", None)),
         "block after complete",
     );
     assert!(
@@ -629,7 +630,7 @@ pub fn links_and_last_runs_are_read_back<B: Board + BoardAdmin + DispatchBoard>(
     assert_eq!(grant.title, "first parent");
     block_on(board.complete(&grant.claim, "done", None)).unwrap();
     let again = claim(board, &second, "host:1");
-    block_on(board.block(&again, "need input")).unwrap();
+    block_on(board.block(&again, "need input", None)).unwrap();
     block_on(board.unblock(&second)).unwrap();
     let last = claim(board, &second, "host:1");
     let runs = block_on(board.last_runs()).unwrap();
@@ -723,7 +724,7 @@ pub fn block_unblock_promote<B: Board + BoardAdmin + DispatchBoard>(board: &B, _
         "the parent is not done"
     );
     let held = claim(board, &parent, "host:1");
-    block_on(board.block(&held, "need input")).unwrap();
+    block_on(board.block(&held, "need input", None)).unwrap();
     let view = block_on(board.show_task(&parent)).unwrap();
     assert_eq!(view.task.status, TaskStatus::Blocked);
     assert_eq!(view.runs[0].outcome.as_deref(), Some("blocked"));
@@ -1383,6 +1384,60 @@ pub fn triage_schedule_promote_and_review<B: BoardAdmin + DispatchBoard>(
         block_on(board.review(&parent, None)).and(block_on(board.review(&parent, None))),
         Err(BoardError::InvalidTransition { .. })
     ));
+}
+
+/// Typed blocks, as the seed system routes them: `needs_input` is blocked
+/// for a person and its kind kept; blocked for the same kind again after an
+/// unblock, the card goes to triage (`block_loop_detected`); a completion
+/// starts the count again; a `dependency` block waits in todo, ready again
+/// at the next tick when its parents are done.
+pub fn typed_blocks_route_and_a_loop_goes_to_triage<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    use kanban_core::BlockKind;
+    let id = create(board, &task("needs answers"));
+    let run = |kind| {
+        let claim = next(board).expect("the card is claimable");
+        block_on(board.block(&claim, "which region?", kind)).unwrap();
+    };
+    run(Some(BlockKind::NeedsInput));
+    let view = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Blocked);
+    assert_eq!(view.task.block_kind.as_deref(), Some("needs_input"));
+    assert_eq!(view.runs[0].outcome.as_deref(), Some("blocked"));
+    block_on(board.unblock(&id)).unwrap();
+    run(Some(BlockKind::NeedsInput));
+    assert_eq!(status(board, &id), TaskStatus::Triage);
+    assert_eq!(last_kind(board, &id), "block_loop_detected");
+    // Out of triage by hand, then done: the count starts again.
+    block_on(board.promote(&id, None, false, false)).unwrap();
+    let claim = next(board).unwrap();
+    block_on(board.complete(&claim, "answered", None)).unwrap();
+    block_on(board.review(&id, None)).unwrap();
+    run(Some(BlockKind::NeedsInput));
+    assert_eq!(
+        status(board, &id),
+        TaskStatus::Blocked,
+        "counted from zero after done"
+    );
+    // A dependency waits in todo, and with no open parent is ready at the
+    // next tick.
+    let waiting = create(board, &task("waits for another"));
+    let claim = next(board).unwrap();
+    assert_eq!(claim.task_id, waiting);
+    block_on(board.block(
+        &claim,
+        "needs the schema first",
+        Some(BlockKind::Dependency),
+    ))
+    .unwrap();
+    let view = block_on(board.show_task(&waiting)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Todo);
+    assert_eq!(view.task.block_kind.as_deref(), Some("dependency"));
+    assert_eq!(last_kind(board, &waiting), "dependency_wait");
+    assert_eq!(block_on(board.promote_ready()).unwrap(), 1);
+    assert_eq!(status(board, &waiting), TaskStatus::Ready);
 }
 
 /// Walls: one probe at a time. A probe starts only once the wall's reset

@@ -255,7 +255,7 @@ impl<B: FreshBoard> StateMachineTest for BoardMachine<B> {
                 let result = match step {
                     Step::Heartbeat(_) => block_on(sut.board.heartbeat(claim, None)).map(|_| ()),
                     Step::Complete(_) => block_on(sut.board.complete(claim, "done", None)),
-                    _ => block_on(sut.board.block(claim, "stuck")),
+                    _ => block_on(sut.board.block(claim, "stuck", None)),
                 };
                 if let Err(error) = &result {
                     assert!(

@@ -722,3 +722,61 @@ fn triage_schedule_promote_and_review_from_the_terminal() {
     assert_eq!(status(&held), "scheduled");
     assert!(bench.ok(&["release", &held]).contains("released: ready"));
 }
+
+/// An agent's typed block, from the terminal: `ls` says the kind and
+/// filters by it; blocked again for the same kind after an unblock, the
+/// card goes to triage; a kind nobody knows is refused with the kinds.
+#[test]
+fn an_agents_typed_block_is_shown_filtered_and_breaks_its_loop() {
+    let bench = Bench::new();
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(
+        &agent,
+        "#!/bin/sh\nkanban block --reason \"which region?\" --kind needs_input\n",
+    );
+    let dispatch = || {
+        let out = bench
+            .command()
+            .arg("--db")
+            .arg(&bench.db)
+            .args(["dispatch", "--until-idle", "--interval", "1", "--agent"])
+            .arg(&agent)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    let id = bench.add("ask a person", &[]);
+    let other = bench.add("fine", &["--blocked"]);
+    dispatch();
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "blocked");
+    assert_eq!(card["task"]["block_kind"], "needs_input");
+    let listed = bench.ok(&["ls"]);
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.contains(&id) && line.contains("blocked (needs_input)")),
+        "{listed}"
+    );
+    let only = bench.ok(&["ls", "--block-kind", "needs_input"]);
+    assert!(only.contains(&id) && !only.contains(&other), "{only}");
+    assert!(
+        !bench
+            .ok(&["ls", "--block-kind", "capability"])
+            .contains(&id)
+    );
+    let bad = bench.run(&["ls", "--block-kind", "someday"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("needs_input"),
+        "{}",
+        text(&bad.stderr)
+    );
+    // Unblocked, it blocks again for the same reason: triage.
+    bench.ok(&["unblock", &id]);
+    dispatch();
+    assert_eq!(bench.show(&id)["task"]["status"], "triage");
+    let loop_event = bench.event(&id, "block_loop_detected");
+    assert_eq!(loop_event["payload"]["recurrences"], 2);
+    assert!(bench.ok(&["show", &id]).contains("triage (needs_input)"));
+}

@@ -516,6 +516,53 @@ fn kanban_mcp_lists_the_tools_completes_the_card_and_refuses_a_stale_worker() {
 }
 
 #[test]
+fn kanban_mcp_blocks_with_the_seed_systems_kinds_and_refuses_any_other() {
+    let bench = Bench::new();
+    let id = bench.add("needs a person", &[]);
+    let carrier = bench.claim(&id, None);
+    let mut client = McpClient::start(&bench, &carrier);
+    client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}));
+    let listed = client.request("tools/list", json!({}));
+    let block = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "kanban_block")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        block["inputSchema"]["properties"]["kind"]["enum"],
+        json!(["dependency", "needs_input", "capability", "transient"])
+    );
+    let before = bench.show(&id);
+    let refused = client.request(
+        "tools/call",
+        json!({"name": "kanban_block", "arguments": {"reason": "?", "kind": "someday"}}),
+    );
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("needs_input"),
+        "{refused}"
+    );
+    assert_eq!(bench.show(&id)["task"], before["task"], "nothing changed");
+    let blocked = client.request(
+        "tools/call",
+        json!({"name": "kanban_block", "arguments": {"reason": "which region?", "kind": "needs_input"}}),
+    );
+    assert_eq!(blocked["result"]["isError"], false, "{blocked}");
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["status"], "blocked");
+    assert_eq!(card["task"]["block_kind"], "needs_input");
+    assert_eq!(
+        bench.event(&id, "blocked")["payload"]["kind"],
+        "needs_input"
+    );
+}
+
+#[test]
 fn a_key_the_provider_echoes_back_reaches_neither_the_board_nor_the_log() {
     let secret = "sk-test-0123456789abcdef";
     let (bench, id, _server, output) = run(

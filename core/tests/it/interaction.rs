@@ -21,7 +21,7 @@ mock! {
         async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError>;
         async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError>;
         async fn complete(&self, claim: &Claim, summary: &str, result: Option<String>) -> Result<(), BoardError>;
-        async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError>;
+        async fn block(&self, claim: &Claim, reason: &str, kind: Option<kanban_core::BlockKind>) -> Result<(), BoardError>;
         async fn settle_overrun(&self, claim: &Claim, overrun: &kanban_core::rules::Overrun, policy: &kanban_core::rules::FailurePolicy) -> Result<(), BoardError>;
         async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError>;
         async fn append_event(&self, claim: &Claim, kind: &str, payload: serde_json::Value) -> Result<(), BoardError>;

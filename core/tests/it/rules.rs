@@ -36,6 +36,8 @@ fn card(status: TaskStatus) -> CardState {
         open_parents: false,
         held: false,
         not_before: None,
+        block_kind: None,
+        block_recurrences: 0,
     }
 }
 
@@ -696,7 +698,7 @@ fn terminal_calls_and_operator_moves() {
     assert_eq!(t.completion.as_ref().unwrap().completed_at, NOW);
     let t = rules::complete(&claim(), "did it", Some("the result"), NOW);
     assert_eq!(t.completion.unwrap().result, "the result");
-    let t = rules::block(&claim(), "need a key");
+    let t = rules::block(&running(), &claim(), "need a key", None);
     assert_eq!(t.status, Some(TaskStatus::Blocked));
     assert_eq!(t.close_run.unwrap().summary.as_deref(), Some("need a key"));
 
@@ -1128,7 +1130,7 @@ fn an_overrun_says_what_ran_over() {
 
 #[test]
 fn a_block_closes_the_run_releases_the_claim_and_lifts_any_hold() {
-    let t = rules::block(&claim(), "needs a key");
+    let t = rules::block(&running(), &claim(), "needs a key", None);
     assert_eq!(t.status, Some(TaskStatus::Blocked));
     assert!(t.release_claim);
     assert_eq!(t.not_before, Change::Clear);
@@ -1727,6 +1729,16 @@ fn parked_and_reviewed_cards_keep_their_own_waits() {
     );
     // Released before its time: it stays parked; after: in line (todo
     // while a parent is open).
+    let on_time = release_hold(
+        &CardState {
+            held: true,
+            not_before: Some(NOW),
+            ..card(TaskStatus::Scheduled)
+        },
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(on_time.status, Some(TaskStatus::Ready), "due this second");
     let early = release_hold(
         &CardState {
             held: true,
@@ -1795,6 +1807,31 @@ fn parked_and_reviewed_cards_keep_their_own_waits() {
     };
     assert_eq!(verdict(TaskStatus::Review), ClaimVerdict::Claim);
     assert_eq!(verdict(TaskStatus::Ready), ClaimVerdict::WaitForParents);
+    // A move to triage or review ends the card's wait for its time, and
+    // says why and from where.
+    let due_later = CardState {
+        not_before: Some(NOW + 60),
+        ..card(TaskStatus::Scheduled)
+    };
+    for (t, kind) in [
+        (
+            rules::to_triage(&due_later, Some("unclear")).unwrap(),
+            "triaged",
+        ),
+        (
+            rules::to_review(&due_later, Some("unclear")).unwrap(),
+            "review",
+        ),
+    ] {
+        assert_eq!(t.not_before, Change::Clear, "{kind}");
+        assert_eq!(t.events.len(), 1);
+        assert_eq!(t.events[0].kind, kind);
+        assert_eq!(t.events[0].run_id, None);
+        assert_eq!(
+            t.events[0].payload,
+            serde_json::json!({"reason": "unclear", "was": "scheduled"})
+        );
+    }
     // Moves that clear a hold say so; those on a card with none keep it.
     let held_todo = CardState {
         held: true,
@@ -1825,4 +1862,94 @@ fn parked_and_reviewed_cards_keep_their_own_waits() {
         rules::archive(&card(TaskStatus::Todo)).unwrap().held,
         Change::Keep
     );
+}
+
+/// The seed system's typed blocks: a dependency waits in todo for the
+/// card's parents; any other kind is blocked for a person, until the card
+/// is blocked for the same kind twice in a row (unblocked between), when it
+/// goes to triage; a completion starts the count again.
+#[test]
+fn blocks_are_routed_by_their_kind_and_a_loop_goes_to_triage() {
+    use kanban_core::BlockKind;
+    let blocked_before = |kind: Option<&str>, recurrences| CardState {
+        block_kind: kind.map(str::to_owned),
+        block_recurrences: recurrences,
+        ..running()
+    };
+    let first = rules::block(
+        &running(),
+        &claim(),
+        "which region?",
+        Some(BlockKind::NeedsInput),
+    );
+    assert_eq!(first.status, Some(TaskStatus::Blocked));
+    assert_eq!(first.block_kind, Change::Set("needs_input".into()));
+    assert_eq!(first.block_recurrences, Some(1));
+    assert_eq!(first.events[0].kind, "blocked");
+    assert_eq!(first.events[0].payload["kind"], "needs_input");
+    assert_eq!(first.events[0].run_id, Some(7));
+    // The same kind again: the loop breaker sends it to triage.
+    let again = rules::block(
+        &blocked_before(Some("needs_input"), 1),
+        &claim(),
+        "which region?",
+        Some(BlockKind::NeedsInput),
+    );
+    assert_eq!(again.status, Some(TaskStatus::Triage));
+    assert!(again.release_claim && again.close_run.is_some());
+    assert_eq!(again.block_recurrences, Some(2));
+    assert_eq!(again.events[0].kind, "block_loop_detected");
+    assert_eq!(again.events[0].payload["recurrences"], 2);
+    assert_eq!(
+        again.events[0].payload["limit"],
+        rules::BLOCK_RECURRENCE_LIMIT
+    );
+    // Another kind starts the count again; untyped blocks count alike.
+    let other = rules::block(
+        &blocked_before(Some("needs_input"), 1),
+        &claim(),
+        "no access",
+        Some(BlockKind::Capability),
+    );
+    assert_eq!(
+        (other.status, other.block_recurrences),
+        (Some(TaskStatus::Blocked), Some(1))
+    );
+    let untyped = rules::block(&blocked_before(None, 1), &claim(), "stuck", None);
+    assert_eq!(untyped.status, Some(TaskStatus::Triage));
+    assert_eq!(untyped.block_kind, Change::Clear);
+    assert_eq!(untyped.events[0].payload["kind"], serde_json::Value::Null);
+    let first_untyped = rules::block(&running(), &claim(), "stuck", None);
+    assert_eq!(first_untyped.status, Some(TaskStatus::Blocked));
+    // A dependency waits for the card's parents, counts nothing.
+    let dependency = rules::block(
+        &blocked_before(Some("dependency"), 1),
+        &claim(),
+        "needs t_abc first",
+        Some(BlockKind::Dependency),
+    );
+    assert_eq!(dependency.status, Some(TaskStatus::Todo));
+    assert!(dependency.release_claim);
+    assert_eq!(dependency.close_run.unwrap().outcome, "blocked");
+    assert_eq!(dependency.block_kind, Change::Set("dependency".into()));
+    assert_eq!(dependency.block_recurrences, None);
+    assert_eq!(dependency.events[0].kind, "dependency_wait");
+    assert_eq!(dependency.not_before, Change::Clear);
+    // Done: the count starts again, the kind is kept.
+    let done = rules::complete(&claim(), "did it", None, NOW);
+    assert_eq!(
+        (done.block_recurrences, done.block_kind.clone()),
+        (Some(0), Change::Keep)
+    );
+    assert!(!done.only_records());
+    // Each kind by the seed system's name, and back.
+    for kind in BlockKind::ALL {
+        assert_eq!(BlockKind::parse(kind.as_str()), Some(kind));
+    }
+    let names: Vec<_> = BlockKind::ALL.iter().map(|kind| kind.as_str()).collect();
+    assert_eq!(
+        names,
+        ["dependency", "needs_input", "capability", "transient"]
+    );
+    assert_eq!(BlockKind::parse("needs input"), None);
 }

@@ -164,7 +164,7 @@ impl SimAgent {
                     .complete(&self.claim, "done in the simulation", None)
                     .await
             } else {
-                self.board.block(&self.claim, "needs a human").await
+                self.board.block(&self.claim, "needs a human", None).await
             };
             match &last {
                 Ok(()) => return last,

@@ -184,8 +184,13 @@ impl Board for SimBoard {
         )
         .await
     }
-    async fn block(&self, claim: &Claim, reason: &str) -> Result<(), BoardError> {
-        self.fenced(claim, "block", self.inner.block(claim, reason))
+    async fn block(
+        &self,
+        claim: &Claim,
+        reason: &str,
+        kind: Option<kanban_core::BlockKind>,
+    ) -> Result<(), BoardError> {
+        self.fenced(claim, "block", self.inner.block(claim, reason, kind))
             .await
     }
     async fn settle_overrun(
