@@ -134,6 +134,18 @@ fn each_system_reads_and_works_the_others_lanes() {
     assert!(parked_by_them.status.success(), "{}", said(&parked_by_them));
     let parent = create(&["their parent"]);
     let child = create(&["their child", "--parent", &parent]);
+    let asking = create(&["their card that asks a person"]);
+    let blocked_by_them = hermes(
+        &cli,
+        &seed_home,
+        None,
+        &["block", &asking, "which region?", "--kind", "needs_input"],
+    );
+    assert!(
+        blocked_by_them.status.success(),
+        "{}",
+        said(&blocked_by_them)
+    );
     let board = seed_home.join("kanban.db");
     let ours = |args: &[&str]| {
         let output = bench.on(&board).args(args).output().unwrap();
@@ -147,6 +159,7 @@ fn each_system_reads_and_works_the_others_lanes() {
         (&parked, "scheduled"),
         (&parent, "ready"),
         (&child, "todo"),
+        (&asking, "blocked (needs_input)"),
     ] {
         assert!(
             listed
@@ -177,8 +190,10 @@ fn each_system_reads_and_works_the_others_lanes() {
         (status(&parent), status(&child)),
         ("done".into(), "done".into())
     );
+    assert!(ours(&["ls", "--block-kind", "needs_input"]).contains(&asking));
     ours(&["promote", &triaged]);
     ours(&["unblock", &parked]);
+    ours(&["unblock", &asking]);
     dispatch();
     assert_eq!(
         (status(&triaged), status(&parked)),

@@ -1953,3 +1953,56 @@ fn blocks_are_routed_by_their_kind_and_a_loop_goes_to_triage() {
     );
     assert_eq!(BlockKind::parse("needs input"), None);
 }
+
+/// What a claim passes over: a card claimed, held or of an id no kanban
+/// writes, whatever claims it; a card not due yet or of another agent,
+/// only for a dispatcher (a claim by hand takes the card it names).
+#[test]
+fn a_claim_passes_over_what_it_must_not_take() {
+    let claim = |card: &ClaimCandidate, filter: &ClaimFilter, by_hand| {
+        rules::claim_verdict(card, NOW, filter, by_hand)
+    };
+    let any = ClaimFilter::any();
+    let others = ClaimFilter::only(["someone else".to_owned()]);
+    let ready = waiting_candidate(TaskStatus::Ready, false);
+    for by_hand in [false, true] {
+        assert_eq!(claim(&ready, &any, by_hand), ClaimVerdict::Claim);
+        for passed in [
+            ClaimCandidate {
+                claimed: true,
+                ..ready.clone()
+            },
+            ClaimCandidate {
+                held: true,
+                ..ready.clone()
+            },
+            ClaimCandidate {
+                task_id: "../x".into(),
+                ..ready.clone()
+            },
+        ] {
+            assert_eq!(
+                claim(&passed, &any, by_hand),
+                ClaimVerdict::Pass,
+                "{passed:?}"
+            );
+        }
+    }
+    let later = ClaimCandidate {
+        not_before: Some(NOW + 1),
+        ..ready.clone()
+    };
+    assert_eq!(claim(&later, &any, false), ClaimVerdict::Pass);
+    assert_eq!(claim(&later, &any, true), ClaimVerdict::Claim);
+    let due = ClaimCandidate {
+        not_before: Some(NOW),
+        ..ready.clone()
+    };
+    assert_eq!(
+        claim(&due, &any, false),
+        ClaimVerdict::Claim,
+        "due this second"
+    );
+    assert_eq!(claim(&ready, &others, false), ClaimVerdict::Pass);
+    assert_eq!(claim(&ready, &others, true), ClaimVerdict::Claim);
+}
