@@ -23,6 +23,9 @@ pub struct ModelTask {
     failures: u32,
     /// The run id holding the card and its lease expiry, while running.
     run: Option<(i64, i64)>,
+    /// Blocks in a row (all untyped, so all of one kind) since it was last
+    /// done: at the seed system's limit a block sends it to triage.
+    blocks: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -99,6 +102,7 @@ impl ReferenceStateMachine for Reference {
                 status: TaskStatus::Ready,
                 failures: 0,
                 run: None,
+                blocks: 0,
             }),
             Step::Claim(t) => {
                 if state.tasks[t].status == TaskStatus::Ready {
@@ -120,8 +124,11 @@ impl ReferenceStateMachine for Reference {
                 if state.live(k) {
                     let done = matches!(step, Step::Complete(_));
                     let task = &mut state.tasks[state.tokens[k].0];
+                    task.blocks = if done { 0 } else { task.blocks + 1 };
                     task.status = if done {
                         TaskStatus::Done
+                    } else if task.blocks >= kanban_core::rules::BLOCK_RECURRENCE_LIMIT {
+                        TaskStatus::Triage
                     } else {
                         TaskStatus::Blocked
                     };
