@@ -595,22 +595,10 @@ fn link_and_unlink_make_a_card_wait_and_stop_waiting() {
 #[test]
 fn triage_schedule_promote_and_review_from_the_terminal() {
     let bench = Bench::new();
-    let agent = bench.path().join("agent.sh");
-    kanban_testkit::write_executable(
-        &agent,
-        "#!/bin/sh\nkanban complete --summary \"done by $HERMES_KANBAN_TASK\"\n",
+    let dispatch = until_idle(
+        &bench,
+        "kanban complete --summary \"done by $HERMES_KANBAN_TASK\"",
     );
-    let dispatch = || {
-        let out = bench
-            .command()
-            .arg("--db")
-            .arg(&bench.db)
-            .args(["dispatch", "--until-idle", "--interval", "1", "--agent"])
-            .arg(&agent)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-    };
     let status = |id: &str| {
         bench.show(id)["task"]["status"]
             .as_str()
@@ -729,22 +717,10 @@ fn triage_schedule_promote_and_review_from_the_terminal() {
 #[test]
 fn an_agents_typed_block_is_shown_filtered_and_breaks_its_loop() {
     let bench = Bench::new();
-    let agent = bench.path().join("agent.sh");
-    kanban_testkit::write_executable(
-        &agent,
-        "#!/bin/sh\nkanban block --reason \"which region?\" --kind needs_input\n",
+    let dispatch = until_idle(
+        &bench,
+        "kanban block --reason \"which region?\" --kind needs_input",
     );
-    let dispatch = || {
-        let out = bench
-            .command()
-            .arg("--db")
-            .arg(&bench.db)
-            .args(["dispatch", "--until-idle", "--interval", "1", "--agent"])
-            .arg(&agent)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-    };
     let id = bench.add("ask a person", &[]);
     let other = bench.add("fine", &["--blocked"]);
     dispatch();
@@ -779,4 +755,22 @@ fn an_agents_typed_block_is_shown_filtered_and_breaks_its_loop() {
     let loop_event = bench.event(&id, "block_loop_detected");
     assert_eq!(loop_event["payload"]["recurrences"], 2);
     assert!(bench.ok(&["show", &id]).contains("triage (needs_input)"));
+}
+
+/// A dispatcher run until nothing is left to claim, whose agent runs the
+/// shell line `line`; it must end well.
+fn until_idle<'b>(bench: &'b Bench, line: &str) -> impl Fn() + 'b {
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(&agent, &format!("#!/bin/sh\n{line}\n"));
+    move || {
+        let out = bench
+            .command()
+            .arg("--db")
+            .arg(&bench.db)
+            .args(["dispatch", "--until-idle", "--interval", "1", "--agent"])
+            .arg(&agent)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
 }
