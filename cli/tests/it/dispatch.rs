@@ -1251,3 +1251,53 @@ fn a_relative_agent_command_is_read_from_the_agents_files_folder() {
     assert_eq!(card["task"]["status"], "done", "{card}");
     assert_eq!(runs(&card)[0]["summary"], "written in full", "{card}");
 }
+
+/// A running card parked by `kanban schedule` loses its claim: its
+/// dispatcher stops the worker and the agent, and claims it again only once
+/// it is back in line.
+#[test]
+fn scheduling_a_running_card_stops_its_agent_until_it_is_back_in_line() {
+    let bench = Bench::new();
+    let parked = bench.add("parked while it runs", &[]);
+    let agent_pids = bench.path().join("agent-pids");
+    let sleeper = bench.path().join("sleeper.sh");
+    write_executable(
+        &sleeper,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\necho $$ >> '{}'\nsleep 60\n",
+            agent_pids.display()
+        ),
+    );
+    let mut dispatcher = bench
+        .dispatch_command(&sleeper, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", || agent_pids.exists());
+    let said = bench.ok(&["schedule", &parked, "after", "lunch"]);
+    assert!(said.contains("scheduled"), "{said}");
+    let agent_pid: i32 = std::fs::read_to_string(&agent_pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("the parked card's agent to stop", || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid), None).is_err()
+            || reaped(agent_pid)
+    });
+    let card = bench.show(&parked);
+    assert_eq!(card["task"]["status"], "scheduled");
+    assert_eq!(runs(&card)[0]["outcome"], "scheduled");
+    assert_eq!(runs(&card).len(), 1, "not claimed while parked");
+    // Back in line: the same dispatcher claims it again.
+    bench.ok(&["unblock", &parked]);
+    wait_for("the card's second run", || {
+        runs(&bench.show(&parked)).len() == 2
+    });
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(dispatcher.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = dispatcher.wait();
+}

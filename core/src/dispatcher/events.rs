@@ -249,7 +249,7 @@ impl DispatchEvent {
 fn describe_booking(booking: &Booking) -> &'static str {
     match (booking.kind, booking.blocks) {
         (BookingKind::Settled, _) => {
-            "settled on the board before it exited (by its terminal call, or by a cancel or reclaim)"
+            "settled on the board before it exited (by its terminal call, or by an operator's cancel, reclaim or schedule)"
         }
         (BookingKind::ProtocolViolation, true) => {
             "protocol violation, the limit in a row: blocked for a human"
