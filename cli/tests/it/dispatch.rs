@@ -673,33 +673,10 @@ fn the_card_lifecycle_cancel_edit_archive_hold_release_not_before_every_prune() 
     let bench = Bench::new();
     // Cancel a running card: its dispatcher stops the worker and the agent.
     let long = bench.add("long", &[]);
-    let agent_pids = bench.path().join("agent-pids");
-    let sleeper = bench.path().join("sleeper.sh");
-    write_executable(
-        &sleeper,
-        &format!(
-            "#!/bin/sh\ncat > /dev/null\necho $$ >> '{}'\nsleep 60\n",
-            agent_pids.display()
-        ),
-    );
-    let mut dispatcher = bench
-        .dispatch_command(&sleeper, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("the agent to start", || agent_pids.exists());
+    let (mut dispatcher, agent_pid) = dispatch_a_sleeping_agent(&bench);
     let said = bench.ok(&["cancel", &long, "--reason", "not needed"]);
     assert!(said.contains("cancelled"), "{said}");
-    let agent_pid: i32 = std::fs::read_to_string(&agent_pids)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    wait_for("the cancelled card's agent to stop", || {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid), None).is_err()
-            || reaped(agent_pid)
-    });
+    wait_for("the cancelled card's agent to stop", || gone(agent_pid));
     let card = bench.show(&long);
     assert_eq!(card["task"]["status"], "archived");
     assert_eq!(runs(&card)[0]["outcome"], "cancelled");
@@ -1259,33 +1236,10 @@ fn a_relative_agent_command_is_read_from_the_agents_files_folder() {
 fn scheduling_a_running_card_stops_its_agent_until_it_is_back_in_line() {
     let bench = Bench::new();
     let parked = bench.add("parked while it runs", &[]);
-    let agent_pids = bench.path().join("agent-pids");
-    let sleeper = bench.path().join("sleeper.sh");
-    write_executable(
-        &sleeper,
-        &format!(
-            "#!/bin/sh\ncat > /dev/null\necho $$ >> '{}'\nsleep 60\n",
-            agent_pids.display()
-        ),
-    );
-    let mut dispatcher = bench
-        .dispatch_command(&sleeper, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("the agent to start", || agent_pids.exists());
+    let (mut dispatcher, agent_pid) = dispatch_a_sleeping_agent(&bench);
     let said = bench.ok(&["schedule", &parked, "after", "lunch"]);
     assert!(said.contains("scheduled"), "{said}");
-    let agent_pid: i32 = std::fs::read_to_string(&agent_pids)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    wait_for("the parked card's agent to stop", || {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid), None).is_err()
-            || reaped(agent_pid)
-    });
+    wait_for("the parked card's agent to stop", || gone(agent_pid));
     let card = bench.show(&parked);
     assert_eq!(card["task"]["status"], "scheduled");
     assert_eq!(runs(&card)[0]["outcome"], "scheduled");
@@ -1300,4 +1254,38 @@ fn scheduling_a_running_card_stops_its_agent_until_it_is_back_in_line() {
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = dispatcher.wait();
+}
+
+/// A dispatcher whose agent sleeps a minute, once its agent started: the
+/// dispatcher and the agent's pid.
+fn dispatch_a_sleeping_agent(bench: &Bench) -> (std::process::Child, i32) {
+    let agent_pids = bench.path().join("agent-pids");
+    let sleeper = bench.path().join("sleeper.sh");
+    write_executable(
+        &sleeper,
+        &format!(
+            "#!/bin/sh\ncat > /dev/null\necho $$ >> '{}'\nsleep 60\n",
+            agent_pids.display()
+        ),
+    );
+    let dispatcher = bench
+        .dispatch_command(&sleeper, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", || {
+        std::fs::read_to_string(&agent_pids).is_ok_and(|pids| pids.ends_with('\n'))
+    });
+    let agent_pid = std::fs::read_to_string(&agent_pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (dispatcher, agent_pid)
+}
+
+/// Whether process `pid` is gone (or only its zombie is left).
+fn gone(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() || reaped(pid)
 }
