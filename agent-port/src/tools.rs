@@ -1,10 +1,17 @@
-//! The board as tools: the same four fenced writes (and a read of the
-//! worker's own card) for function-calling models and for MCP clients.
+//! The board as tools: the worker's fenced writes (its terminal calls,
+//! heartbeat, comment and fan-out) and reads of the board, for
+//! function-calling models and for MCP clients.
 
 use std::sync::Arc;
 
-use kanban_core::{Board, BoardAdmin, BoardError, Claim};
+use kanban_core::rules::Start;
+use kanban_core::{Board, BoardAdmin, BoardError, Claim, Handoff, NewTask, TaskStatus};
 use serde_json::{Value, json};
+
+/// The most cards `kanban_list` returns at once.
+const LIST_LIMIT: usize = 200;
+/// What `kanban_list` returns when no limit is asked.
+const LIST_DEFAULT: usize = 50;
 
 /// A board a tool can write to and read from.
 pub trait ToolBoard: Board + BoardAdmin {}
@@ -30,7 +37,12 @@ pub fn board_tool_specs(with_show: bool) -> Vec<ToolSpec> {
             name: "kanban_complete",
             description: "Finish your card: the work is done. This is a terminal call; make it once, at the end.",
             schema: object(
-                json!({"summary": {"type": "string", "description": "one line on what was done"}, "result": {"type": "string", "description": "the result, if there is one to hand over"}}),
+                json!({
+                    "summary": {"type": "string", "description": "one line on what was done"},
+                    "result": {"type": "string", "description": "the result, if there is one to hand over"},
+                    "metadata": {"type": "object", "description": "facts for whoever reads the run: changed_files, tests_run… (at most 64 KiB of JSON)"},
+                    "created_cards": {"type": "array", "items": {"type": "string"}, "description": "the ids of the cards you made with kanban_create; an id you did not make refuses the call, changing nothing"}
+                }),
                 &["summary"],
             ),
         },
@@ -53,6 +65,7 @@ pub fn board_tool_specs(with_show: bool) -> Vec<ToolSpec> {
             schema: object(json!({"text": {"type": "string"}}), &["text"]),
         },
     ];
+    specs.extend(fan_out_tool_specs());
     if with_show {
         specs.push(ToolSpec {
             name: "kanban_show",
@@ -61,6 +74,56 @@ pub fn board_tool_specs(with_show: bool) -> Vec<ToolSpec> {
         });
     }
     specs
+}
+
+/// The tools of a run's fan-out, and a read of the board.
+fn fan_out_tool_specs() -> [ToolSpec; 4] {
+    [
+        ToolSpec {
+            name: "kanban_create",
+            description: "Fan out: make a new card for another agent. It waits for your card (and any parents you name) and becomes ready when they are done, so finish your own card with kanban_complete, naming it in created_cards. Returns its id.",
+            schema: object(
+                json!({
+                    "title": {"type": "string", "description": "what is to be done, in one line"},
+                    "assignee": {"type": "string", "description": "the agent that should do it"},
+                    "body": {"type": "string", "description": "the full spec and acceptance criteria"},
+                    "priority": {"type": "integer", "description": "higher is claimed first"},
+                    "parents": {"type": "array", "items": {"type": "string"}, "description": "cards it must also wait for (for example the cards a synthesizer gathers)"},
+                    "triage": {"type": "boolean", "description": "start in triage, for a person to shape first"},
+                    "idempotency_key": {"type": "string", "description": "a second call with the same key returns the first card"}
+                }),
+                &["title"],
+            ),
+        },
+        ToolSpec {
+            name: "kanban_link",
+            description: "Make child, a card you made, wait for parent too (a cycle is refused).",
+            schema: object(
+                json!({"parent_id": {"type": "string"}, "child_id": {"type": "string", "description": "a card you made with kanban_create"}}),
+                &["parent_id", "child_id"],
+            ),
+        },
+        ToolSpec {
+            name: "kanban_unblock",
+            description: "Move a blocked card you made back in line.",
+            schema: object(
+                json!({"task_id": {"type": "string", "description": "a card you made with kanban_create"}}),
+                &["task_id"],
+            ),
+        },
+        ToolSpec {
+            name: "kanban_list",
+            description: "List the board's cards (newest last), optionally of one assignee or status.",
+            schema: object(
+                json!({
+                    "assignee": {"type": "string"},
+                    "status": {"type": "string", "enum": ["triage", "todo", "scheduled", "ready", "running", "blocked", "review", "done", "archived"]},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT, "description": "at most this many (default 50)"}
+                }),
+                &[],
+            ),
+        },
+    ]
 }
 
 /// What a tool call did.
@@ -138,10 +201,54 @@ fn check_arguments(name: &str, arguments: &Value) -> Result<(), ToolOutcome> {
                 .join(", ")
         };
         return Err(ToolOutcome::error(format!(
-            "unknown argument `{unknown}` for {name}: it acts on your own card only; its arguments are {accepted}"
+            "unknown argument `{unknown}` for {name}: it acts on your own card and the cards it made only; its arguments are {accepted}"
         )));
     }
     Ok(())
+}
+
+/// A list of ids: an array of strings, or one string.
+fn ids_argument(arguments: &Value, name: &str) -> Result<Vec<String>, ToolOutcome> {
+    let invalid = || {
+        ToolOutcome::error(format!(
+            "invalid arguments: `{name}` must be an array of card ids"
+        ))
+    };
+    match arguments.get(name) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(id)) => Ok(vec![id.trim().to_owned()]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(|id| id.trim().to_owned())
+                    .ok_or_else(invalid)
+            })
+            .filter(|id| !matches!(id, Ok(id) if id.is_empty()))
+            .collect(),
+        Some(_) => Err(invalid()),
+    }
+}
+
+fn integer_argument(arguments: &Value, name: &str) -> Result<Option<i64>, ToolOutcome> {
+    match arguments.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value.as_i64().map(Some).ok_or_else(|| {
+            ToolOutcome::error(format!(
+                "invalid arguments: `{name}` must be a whole number, not {value}"
+            ))
+        }),
+    }
+}
+
+fn flag_argument(arguments: &Value, name: &str) -> Result<bool, ToolOutcome> {
+    match arguments.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(flag)) => Ok(*flag),
+        Some(other) => Err(ToolOutcome::error(format!(
+            "invalid arguments: `{name}` must be true or false, not {other}"
+        ))),
+    }
 }
 
 fn required<'a>(arguments: &'a Value, name: &str) -> Result<&'a str, ToolOutcome> {
@@ -171,6 +278,134 @@ impl std::fmt::Debug for BoardTools {
 }
 
 impl BoardTools {
+    /// `kanban_complete`: the terminal call with its handoff.
+    async fn complete(&self, arguments: &Value) -> Result<ToolOutcome, ToolOutcome> {
+        let claim = &self.claim;
+        let summary = required(arguments, "summary")?;
+        let result = text_argument(arguments, "result")?.map(str::to_owned);
+        let metadata = match arguments.get("metadata") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(metadata)) => Some(metadata.clone()),
+            Some(other) => {
+                return Err(ToolOutcome::error(format!(
+                    "invalid arguments: `metadata` must be a JSON object, not {other}"
+                )));
+            }
+        };
+        let handoff = Handoff {
+            summary: summary.to_owned(),
+            result,
+            metadata,
+            created_cards: ids_argument(arguments, "created_cards")?,
+        };
+        Ok(match self.board.hand_off(claim, &handoff).await {
+            Ok(()) => ToolOutcome::ok(
+                json!({"ok": true, "task_id": claim.task_id, "run_id": claim.run_id}).to_string(),
+                true,
+            ),
+            Err(error) => refused(error),
+        })
+    }
+
+    /// The fan-out tools (`name` is one of them) and the board listing.
+    async fn fan_out(&self, name: &str, arguments: &Value) -> Result<ToolOutcome, ToolOutcome> {
+        let claim = &self.claim;
+        Ok(match name {
+            "kanban_create" => {
+                let task = NewTask {
+                    title: required(arguments, "title")?.trim().to_owned(),
+                    assignee: text_argument(arguments, "assignee")?.map(str::to_owned),
+                    body: text_argument(arguments, "body")?.map(str::to_owned),
+                    priority: integer_argument(arguments, "priority")?.unwrap_or(0),
+                    parents: ids_argument(arguments, "parents")?,
+                    start: if flag_argument(arguments, "triage")? {
+                        Start::Triage
+                    } else {
+                        Start::InLine
+                    },
+                    idempotency_key: text_argument(arguments, "idempotency_key")?
+                        .map(str::to_owned),
+                    ..NewTask::default()
+                };
+                match self.board.create_child(claim, &task).await {
+                    Ok(id) => ToolOutcome::ok(
+                        json!({"ok": true, "task_id": id, "parent": claim.task_id}).to_string(),
+                        false,
+                    ),
+                    Err(error) => refused(error),
+                }
+            }
+            "kanban_link" => {
+                let parent = required(arguments, "parent_id")?;
+                let child = required(arguments, "child_id")?;
+                match self.board.link_child(claim, parent, child).await {
+                    Ok(linked) => ToolOutcome::ok(
+                        json!({"ok": true, "parent_id": parent, "child_id": child, "new": linked})
+                            .to_string(),
+                        false,
+                    ),
+                    Err(error) => refused(error),
+                }
+            }
+            "kanban_unblock" => {
+                let task_id = required(arguments, "task_id")?;
+                match self.board.unblock_child(claim, task_id).await {
+                    Ok(()) => {
+                        ToolOutcome::ok(json!({"ok": true, "task_id": task_id}).to_string(), false)
+                    }
+                    Err(error) => refused(error),
+                }
+            }
+            _ => self.list(arguments).await?,
+        })
+    }
+
+    async fn list(&self, arguments: &Value) -> Result<ToolOutcome, ToolOutcome> {
+        let status = match text_argument(arguments, "status")? {
+            None => None,
+            Some(raw) => Some(TaskStatus::parse(raw).ok_or_else(|| {
+                ToolOutcome::error(format!(
+                    "invalid arguments: unknown `status` {raw:?}: use triage, todo, scheduled, ready, running, blocked, review, done or archived"
+                ))
+            })?),
+        };
+        let assignee = text_argument(arguments, "assignee")?;
+        let limit = match integer_argument(arguments, "limit")? {
+            None => LIST_DEFAULT,
+            Some(limit) => usize::try_from(limit)
+                .ok()
+                .filter(|limit| (1..=LIST_LIMIT).contains(limit))
+                .ok_or_else(|| {
+                    ToolOutcome::error(format!(
+                        "invalid arguments: `limit` is 1 to {LIST_LIMIT}, not {limit}"
+                    ))
+                })?,
+        };
+        let tasks = match self.board.list_tasks(status).await {
+            Ok(tasks) => tasks,
+            Err(error) => return Ok(refused(error)),
+        };
+        let matching: Vec<_> = tasks
+            .iter()
+            .filter(|task| assignee.is_none() || task.assignee.as_deref() == assignee)
+            .filter(|task| status.is_some() || task.status.known() != Some(TaskStatus::Archived))
+            .collect();
+        let shown: Vec<Value> = matching
+            .iter()
+            .rev()
+            .take(limit)
+            .rev()
+            .map(|task| {
+                json!({"id": task.id, "title": task.title, "assignee": task.assignee, "status": task.status.as_str(), "priority": task.priority, "created_by": task.created_by})
+            })
+            .collect();
+        Ok(ToolOutcome::ok(
+            json!({"tasks": shown, "count": shown.len(), "truncated": matching.len() > limit})
+                .to_string(),
+            false,
+        ))
+    }
+
     pub fn new(board: Arc<dyn ToolBoard>, claim: Claim, author: impl Into<String>) -> Self {
         Self {
             board,
@@ -209,18 +444,7 @@ impl BoardTools {
         check_arguments(name, arguments)?;
         let claim = &self.claim;
         Ok(match name {
-            "kanban_complete" => {
-                let summary = required(arguments, "summary")?;
-                let result = text_argument(arguments, "result")?.map(str::to_owned);
-                match self.board.complete(claim, summary, result).await {
-                    Ok(()) => ToolOutcome::ok(
-                        json!({"ok": true, "task_id": claim.task_id, "run_id": claim.run_id})
-                            .to_string(),
-                        true,
-                    ),
-                    Err(error) => refused(error),
-                }
-            }
+            "kanban_complete" => self.complete(arguments).await?,
             "kanban_block" => {
                 let reason = required(arguments, "reason")?;
                 let kind = match text_argument(arguments, "kind")? {
@@ -255,6 +479,9 @@ impl BoardTools {
                     Ok(()) => ToolOutcome::ok(json!({"ok": true}).to_string(), false),
                     Err(error) => refused(error),
                 }
+            }
+            "kanban_create" | "kanban_link" | "kanban_unblock" | "kanban_list" => {
+                self.fan_out(name, arguments).await?
             }
             "kanban_show" => match self.board.show_task(&claim.task_id).await {
                 Ok(view) => {

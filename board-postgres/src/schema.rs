@@ -12,10 +12,10 @@ use kanban_board::TxResult;
 use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Migration N (1-based) brings a board from version N-1 to N.
-pub const MIGRATIONS: [&str; 2] = [
+pub const MIGRATIONS: [&str; 3] = [
     r#"
 CREATE TABLE tasks (
     id                   TEXT PRIMARY KEY,
@@ -110,6 +110,12 @@ CREATE INDEX idx_runs_task         ON task_runs(task_id, id);
 UPDATE tasks SET status = 'scheduled' WHERE status IN ('ready', 'todo') AND held_reason IS NOT NULL;
 ALTER TABLE tasks ADD COLUMN block_kind TEXT;
 ALTER TABLE tasks ADD COLUMN block_recurrences BIGINT NOT NULL DEFAULT 0;
+"#,
+    // 3: who made a card (a worker's fan-out names its card's assignee),
+    // and what a run handed over besides its summary.
+    r#"
+ALTER TABLE tasks ADD COLUMN created_by TEXT;
+ALTER TABLE task_runs ADD COLUMN metadata JSONB;
 "#,
 ];
 

@@ -48,6 +48,25 @@ pub(crate) async fn insert_task(tx: &mut Tx<'_>, new: &NewTask, now: i64) -> TxR
     Ok(id)
 }
 
+/// Makes `child` wait for `parent` inside the caller's transaction, as
+/// core's [`rules::link`] says; false when it waited for it already.
+pub(crate) async fn link_cards(
+    tx: &mut Tx<'_>,
+    parent: &str,
+    child: &str,
+    now: i64,
+) -> TxResult<bool> {
+    let links = tx.links_to_change().await?;
+    let parent_card = existing_card(tx, parent).await?;
+    let child_card = existing_card(tx, child).await?;
+    let Some(transition) = rules::link(&parent_card, &child_card, &links)? else {
+        return Ok(false);
+    };
+    tx.insert_link(parent, child).await?;
+    apply(tx, child, &transition, now).await?;
+    Ok(true)
+}
+
 /// The next occurrence of a recurring card that just completed, created in
 /// the same transaction: one card at a time, due one period after this one
 /// was ([`rules::next_occurrence`]).
@@ -339,18 +358,7 @@ impl<E: Engine> StoredBoard<E> {
         self.engine
             .write(Durability::Synced, move |sql, now| {
                 let (parent, child) = (parent.clone(), child.clone());
-                Box::pin(async move {
-                    let tx = &mut Tx::new(sql);
-                    let links = tx.links_to_change().await?;
-                    let parent_card = existing_card(tx, &parent).await?;
-                    let child_card = existing_card(tx, &child).await?;
-                    let Some(transition) = rules::link(&parent_card, &child_card, &links)? else {
-                        return Ok(false);
-                    };
-                    tx.insert_link(&parent, &child).await?;
-                    apply(tx, &child, &transition, now).await?;
-                    Ok(true)
-                })
+                Box::pin(async move { link_cards(&mut Tx::new(sql), &parent, &child, now).await })
             })
             .await
     }

@@ -174,13 +174,34 @@ macro_rules! board_ports {
             ) -> Result<i64, ::kanban_core::BoardError> {
                 (**self).heartbeat(claim, note).await
             }
-            async fn complete(
+            async fn hand_off(
                 &self,
                 claim: &::kanban_core::Claim,
-                summary: &str,
-                result: Option<String>,
+                handoff: &::kanban_core::Handoff,
             ) -> Result<(), ::kanban_core::BoardError> {
-                (**self).complete(claim, summary, result).await
+                (**self).hand_off(claim, handoff).await
+            }
+            async fn create_child(
+                &self,
+                claim: &::kanban_core::Claim,
+                task: &::kanban_core::NewTask,
+            ) -> Result<String, ::kanban_core::BoardError> {
+                (**self).create_child(claim, task).await
+            }
+            async fn link_child(
+                &self,
+                claim: &::kanban_core::Claim,
+                parent: &str,
+                child: &str,
+            ) -> Result<bool, ::kanban_core::BoardError> {
+                (**self).link_child(claim, parent, child).await
+            }
+            async fn unblock_child(
+                &self,
+                claim: &::kanban_core::Claim,
+                task_id: &str,
+            ) -> Result<(), ::kanban_core::BoardError> {
+                (**self).unblock_child(claim, task_id).await
             }
             async fn block(
                 &self,

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use kanban_core::lease::{LeaseView, RunLease, TaskLease};
-use kanban_core::rules::{CardState, Change, ClaimCandidate, NewEvent, RunRow, Transition};
+use kanban_core::rules::{
+    CardState, Change, ClaimCandidate, MadeCard, NewEvent, RunRow, Transition,
+};
 use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
     BoardError, BoardStats, CardStatus, Claim, ClaimFilter, CommentRecord, EventRecord, NewTask,
@@ -21,9 +23,9 @@ use crate::engine::{Param, Row, Sql, Turns, TxResult};
 const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
     consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds, \
-    held_reason, every_seconds, block_kind";
+    held_reason, every_seconds, block_kind, created_by";
 const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
-    started_at, ended_at, outcome, summary, error, worker_started_at";
+    started_at, ended_at, outcome, summary, error, worker_started_at, metadata";
 const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
 const WALL_COLUMNS: &str =
     "scope, kind, route, since, until, reason, source, hits, failed_probes, probe_run";
@@ -140,6 +142,7 @@ fn task_at(row: &Row, at: usize) -> TxResult<TaskRecord> {
         held_reason: row.opt_text(at + 20)?,
         every_seconds: row.opt_int(at + 21)?,
         block_kind: row.opt_text(at + 22)?,
+        created_by: row.opt_text(at + 23)?,
     })
 }
 
@@ -161,6 +164,7 @@ fn run(row: &Row) -> TxResult<RunRecord> {
         summary: row.opt_text(9)?,
         error: row.opt_text(10)?,
         worker_started_at: row.opt_int(11)?,
+        metadata: row.json(12)?,
     })
 }
 
@@ -1057,9 +1061,10 @@ impl Tx<'_> {
         if let Some(close) = &transition.close_run {
             self.sql
                 .execute(
-                    "UPDATE task_runs SET ended_at = $1, status = $2, outcome = $3, summary = $4, error = $5
-                      WHERE id = (SELECT current_run_id FROM tasks WHERE id = $6) AND ended_at IS NULL",
-                    args![now, &close.status, &close.outcome, close.summary.as_deref(), close.error.as_deref(), task_id],
+                    "UPDATE task_runs SET ended_at = $1, status = $2, outcome = $3, summary = $4, error = $5,
+                                          metadata = $6
+                      WHERE id = (SELECT current_run_id FROM tasks WHERE id = $7) AND ended_at IS NULL",
+                    args![now, &close.status, &close.outcome, close.summary.as_deref(), close.error.as_deref(), close.metadata.as_ref(), task_id],
                 )
                 .await?;
         }
@@ -1191,8 +1196,8 @@ impl Tx<'_> {
             .execute(
                 "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
                                     max_retries, goal_mode, goal_max_turns, max_runtime_seconds,
-                                    not_before, every_seconds, scheduled_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                                    not_before, every_seconds, scheduled_at, created_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 args![
                     id,
                     &new.title,
@@ -1209,6 +1214,7 @@ impl Tx<'_> {
                     new.not_before,
                     new.every_seconds,
                     scheduled_at,
+                    new.created_by.as_deref(),
                 ],
             )
             .await?;
@@ -1227,6 +1233,50 @@ impl Tx<'_> {
             )
             .await?;
         Ok(())
+    }
+
+    /// Whether `child` waits for `parent` directly.
+    pub(crate) async fn waits_on(&mut self, parent: &str, child: &str) -> TxResult<bool> {
+        let row = self
+            .one(
+                "SELECT 1 FROM task_links WHERE parent_id = $1 AND child_id = $2",
+                args![parent, child],
+            )
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// A card's assignee (none for a card with none, or none on the board).
+    pub(crate) async fn assignee_of(&mut self, task_id: &str) -> TxResult<Option<String>> {
+        let row = self
+            .one("SELECT assignee FROM tasks WHERE id = $1", args![task_id])
+            .await?;
+        row.map(|row| row.opt_text(0))
+            .transpose()
+            .map(Option::flatten)
+    }
+
+    /// Those of `ids` the board has, with their maker and whether they wait
+    /// for `task_id`.
+    pub(crate) async fn made_cards(
+        &mut self,
+        task_id: &str,
+        ids: &[String],
+    ) -> TxResult<Vec<MadeCard>> {
+        let query = format!(
+            "SELECT t.id, t.created_by,
+                    EXISTS (SELECT 1 FROM task_links l WHERE l.parent_id = $1 AND l.child_id = t.id)
+               FROM tasks t WHERE t.id {}",
+            (self.sql.dialect().any)(2)
+        );
+        let found = self.sql.rows(&query, args![task_id, ids]).await?;
+        rows(found, |row| {
+            Ok(MadeCard {
+                id: row.text(0)?,
+                created_by: row.opt_text(1)?,
+                child: row.flag(2)?,
+            })
+        })
     }
 
     /// Ends `child`'s wait for `parent`; whether it waited.

@@ -4,10 +4,10 @@
 use kanban_core::lease::evaluate_lease;
 use kanban_core::rules::{self, CardState, FailurePolicy, NewEvent, Overrun, Transition};
 use kanban_core::{
-    BlockKind, BoardError, Claim, NotLive, ProofIdentity, ProofRequest, RunStatus, WorkerResult,
-    events,
+    BlockKind, BoardError, Claim, Handoff, NewTask, NotLive, ProofIdentity, ProofRequest,
+    RunStatus, WorkerResult, events,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::StoredBoard;
 use crate::engine::{Durability, Engine, TxError, TxResult};
@@ -190,17 +190,101 @@ impl<E: Engine> StoredBoard<E> {
         summary: &str,
         result: Option<String>,
     ) -> Result<(), BoardError> {
-        let (claim, summary) = (claim.clone(), summary.to_owned());
+        self.hand_off(claim, &Handoff::new(summary, result)).await
+    }
+
+    pub async fn hand_off(&self, claim: &Claim, handoff: &Handoff) -> Result<(), BoardError> {
+        events::check_handoff(handoff)?;
+        let (claim, handoff) = (claim.clone(), handoff.clone());
         self.engine
             .write(Durability::Synced, move |sql, now| {
-                let (claim, summary, result) = (claim.clone(), summary.clone(), result.clone());
+                let (claim, handoff) = (claim.clone(), handoff.clone());
                 Box::pin(async move {
                     let tx = &mut Tx::new(sql);
                     fence(tx, &claim, "complete", now).await?;
-                    let transition = rules::complete(&claim, &summary, result.as_deref(), now);
+                    let verified = if handoff.created_cards.is_empty() {
+                        Vec::new()
+                    } else {
+                        let task_id = &claim.task_id;
+                        let found = tx.made_cards(task_id, &handoff.created_cards).await?;
+                        let assignee = tx.assignee_of(task_id).await?;
+                        rules::verify_created_cards(
+                            task_id,
+                            assignee.as_deref(),
+                            &handoff.created_cards,
+                            &found,
+                        )?
+                    };
+                    let transition = rules::complete(&claim, &handoff, &verified, now);
                     apply(tx, &claim.task_id, &transition, now).await?;
                     // A recurring card's next occurrence, in the same commit.
                     crate::admin::recur(tx, &claim.task_id, now).await
+                })
+            })
+            .await
+    }
+
+    pub async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError> {
+        events::check_new_task(task)?;
+        let (claim, task) = (claim.clone(), task.clone());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (claim, task) = (claim.clone(), task.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    fence(tx, &claim, "create", now).await?;
+                    let assignee = tx.assignee_of(&claim.task_id).await?;
+                    let child = rules::child_card(&claim, assignee.as_deref(), &task);
+                    let id = crate::admin::insert_task(tx, &child, now).await?;
+                    let event = rules::fanned_out(&claim, "created", json!({"task_id": id}));
+                    tx.append_event(&claim.task_id, &event, now).await?;
+                    Ok(id)
+                })
+            })
+            .await
+    }
+
+    pub async fn link_child(
+        &self,
+        claim: &Claim,
+        parent: &str,
+        child: &str,
+    ) -> Result<bool, BoardError> {
+        let (claim, parent, child) = (claim.clone(), parent.to_owned(), child.to_owned());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (claim, parent, child) = (claim.clone(), parent.clone(), child.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    fence(tx, &claim, "link", now).await?;
+                    let made = tx.waits_on(&claim.task_id, &child).await?;
+                    rules::check_fan_out_target(&claim.task_id, &child, made)?;
+                    let linked = crate::admin::link_cards(tx, &parent, &child, now).await?;
+                    if linked {
+                        let details = json!({"parent": parent, "child": child});
+                        let event = rules::fanned_out(&claim, "linked", details);
+                        tx.append_event(&claim.task_id, &event, now).await?;
+                    }
+                    Ok(linked)
+                })
+            })
+            .await
+    }
+
+    pub async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError> {
+        let (claim, target) = (claim.clone(), task_id.to_owned());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (claim, target) = (claim.clone(), target.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    fence(tx, &claim, "unblock", now).await?;
+                    let made = tx.waits_on(&claim.task_id, &target).await?;
+                    rules::check_fan_out_target(&claim.task_id, &target, made)?;
+                    let card = existing_card(tx, &target).await?;
+                    apply(tx, &target, &rules::unblock(&card)?, now).await?;
+                    let event = rules::fanned_out(&claim, "unblocked", json!({"task_id": target}));
+                    tx.append_event(&claim.task_id, &event, now).await
                 })
             })
             .await

@@ -6,7 +6,7 @@ use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::ExitCode;
 use kanban_core::rules::{Change, Start};
-use kanban_core::{Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
+use kanban_core::{Claim, Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
 
 use crate::agents_file::{agents_file_path, load, names};
@@ -82,8 +82,6 @@ pub(crate) fn add(
     env: &Environment,
     args: &AddArgs,
 ) -> anyhow::Result<ExitCode> {
-    let board = open_board(global, env)?;
-    check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let now = SystemClock.now();
     let not_before = args
         .not_before
@@ -111,7 +109,19 @@ pub(crate) fn add(
             Start::InLine
         },
         max_runtime_seconds: args.max_runtime,
+        created_by: None,
     };
+    // Inside an agent, a card is the run's fan-out: fenced by its claim,
+    // and it waits for the run's card.
+    if let Ok(claim) = Claim::from_env(env) {
+        let on_file = !claim.db.contains("://");
+        if let Some(folder) = std::path::Path::new(&claim.db).parent().filter(|_| on_file) {
+            check_assignee(global, env, folder, args.assignee.as_deref())?;
+        }
+        return crate::agent_calls::create(env, &claim, new, args.json);
+    }
+    let board = open_board(global, env)?;
+    check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
     let id = block_on(board.create_task(&new))?;
     if args.json {
         outln!("{}", json!({"id": id}));
@@ -660,6 +670,15 @@ pub(crate) fn show(
     }
     outln!("\nruns:");
     out!("{}", runs_table(&view.runs));
+    for run in &view.runs {
+        if let Some(metadata) = &run.metadata {
+            outln!(
+                "run {} metadata: {}",
+                run.id,
+                visible_line(&metadata.to_string())
+            );
+        }
+    }
     outln!("\nevents:");
     out!("{}", events_table(&view.events, now));
     if !view.comments.is_empty() {
@@ -687,6 +706,9 @@ fn whom_and_why(
     let mut lines = String::new();
     if let Some(assignee) = &task.assignee {
         lines.push_str(&format!("assignee: {}\n", visible_line(assignee)));
+    }
+    if let Some(maker) = &task.created_by {
+        lines.push_str(&format!("created by: {}\n", visible_line(maker)));
     }
     for (label, ids) in [("parents", &view.parents), ("children", &view.children)] {
         if ids.is_empty() {

@@ -99,12 +99,70 @@ pub(crate) fn complete(
     env: &Environment,
     summary: &str,
     result: Option<String>,
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    created_cards: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     let call = Call::Complete {
         summary: summary.to_owned(),
         result,
+        metadata,
+        created_cards,
     };
     fenced(env, &call, |claim, _| outln!("{} completed", claim.task_id))
+}
+
+/// Makes a card from inside the run; it waits for the run's card. A call
+/// retried after a lost answer finds the card the first one made: each
+/// call carries an idempotency key of its own when it names none.
+pub(crate) fn create(
+    env: &Environment,
+    claim: &Claim,
+    mut task: kanban_core::NewTask,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if task.idempotency_key.is_none() {
+        task.idempotency_key = Some(format!(
+            "{}#{}:{}",
+            claim.task_id,
+            claim.run_id,
+            crate::supervisor::random_hex()
+        ));
+    }
+    let call = Call::Create { task };
+    fenced(env, &call, |claim, done| {
+        let id = done.created.unwrap_or_default();
+        if json {
+            outln!(
+                "{}",
+                serde_json::json!({"id": id, "parent": claim.task_id, "run_id": claim.run_id})
+            );
+        } else {
+            outln!("{id}");
+        }
+    })
+}
+
+/// Makes `child`, a card this run's card made, wait for `parent` too.
+pub(crate) fn link(env: &Environment, parent: &str, child: &str) -> anyhow::Result<ExitCode> {
+    let call = Call::Link {
+        parent: parent.to_owned(),
+        child: child.to_owned(),
+    };
+    fenced(env, &call, |_, done| {
+        if done.linked == Some(false) {
+            outln!("{child} already waits for {parent}");
+        } else {
+            outln!("{child} waits for {parent}");
+        }
+    })
+}
+
+/// Unblocks a card this run's card made.
+pub(crate) fn unblock(env: &Environment, task_id: &str) -> anyhow::Result<ExitCode> {
+    let call = Call::Unblock {
+        task_id: task_id.to_owned(),
+    };
+    fenced(env, &call, |_, _| outln!("{task_id} unblocked"))
 }
 
 pub(crate) fn block(

@@ -100,13 +100,21 @@ pub(crate) enum Command {
     ///
     /// Example: kanban --db ./kanban.db migrate
     Migrate,
-    /// Add a card; prints its id.
+    /// Add a card; prints its id. `create` is the seed system's name for it.
+    ///
+    /// Inside an agent (the claim carrier set), the card is the run's
+    /// fan-out: it waits for the run's card (and any --parent), names that
+    /// card's assignee as its maker, is recorded on the run's card, and is
+    /// made only while the run holds its claim. Hand its id to
+    /// `kanban complete --created-cards`.
     ///
     /// Example: kanban add "write the release notes" --priority 2 --body "cover 0.2"
+    #[command(visible_alias = "create")]
     Add(AddArgs),
     /// List cards, oldest first, with whom each is for and what it waits for.
     ///
     /// Example: kanban ls --status ready --assignee coder
+    #[command(visible_alias = "list")]
     Ls {
         /// Only cards with this status (triage, todo, scheduled, ready, running,
         /// blocked, review, done, archived).
@@ -173,6 +181,10 @@ pub(crate) enum Command {
     },
     /// Make a card wait for another: CHILD is claimed only once PARENT is
     /// done (a ready CHILD goes back to todo); a cycle is refused.
+    ///
+    /// Inside an agent (the claim carrier set), CHILD must be a card the
+    /// run's card made (one that waits for it); the link is fenced by the
+    /// claim and recorded on the run's card.
     ///
     /// Example: kanban link t_1a2b3c4d t_5e6f7a8b
     Link {
@@ -294,6 +306,9 @@ pub(crate) enum Command {
     /// Move a blocked or scheduled card back to ready (todo while a parent
     /// is open), now: its hold and its time end too.
     ///
+    /// Inside an agent (the claim carrier set), only a card the run's card
+    /// made; fenced by the claim and recorded on the run's card.
+    ///
     /// Example: kanban unblock t_1a2b3c4d
     Unblock {
         /// The card's id (as `ls` lists it).
@@ -367,7 +382,7 @@ pub(crate) enum Command {
     },
     /// Complete the worker's card (inside an agent; reads the claim carrier).
     ///
-    /// Example: kanban complete --summary "notes written" --result "see NOTES.md"
+    /// Example: kanban complete --summary "notes written" --result "see NOTES.md" --metadata '{"changed_files": ["NOTES.md"]}'
     Complete {
         /// What was done, in a line or two.
         #[arg(long)]
@@ -375,6 +390,15 @@ pub(crate) enum Command {
         /// The result itself, when there is one to keep (a path, a link, a figure).
         #[arg(long)]
         result: Option<String>,
+        /// Facts for whoever reads the run, as one JSON object (at most 64 KiB):
+        /// changed files, tests run… Kept on the run; `show` and `runs` print it.
+        #[arg(long, value_name = "JSON", value_parser = json_object)]
+        metadata: Option<serde_json::Map<String, serde_json::Value>>,
+        /// The cards this run made (`kanban create` inside it), comma-separated
+        /// or repeated: each is checked, and an id the run did not make
+        /// refuses the completion, changing nothing.
+        #[arg(long, value_name = "ID,…", value_delimiter = ',')]
+        created_cards: Vec<String>,
     },
     /// Block the worker's card (inside an agent; reads the claim carrier).
     ///
@@ -749,6 +773,17 @@ fn block_kind(raw: &str) -> Result<kanban_core::BlockKind, String> {
             .collect();
         format!("unknown kind {raw:?}: use one of {}", names.join(", "))
     })
+}
+
+/// A JSON object, as `--metadata` takes it.
+fn json_object(raw: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(object)) => Ok(object),
+        Ok(_) => Err("not a JSON object: give one like '{\"tests_run\": 12}'".to_owned()),
+        Err(error) => Err(format!(
+            "not JSON ({error}): give an object like '{{\"tests_run\": 12}}'"
+        )),
+    }
 }
 
 #[cfg(test)]

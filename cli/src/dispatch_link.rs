@@ -36,8 +36,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kanban_core::rules::{FailurePolicy, Overrun};
 use kanban_core::{
-    BlockKind, Board, BoardError, Claim, Clock, Environment, NotLive, ProofIdentity, RunStatus,
-    TaskView, WorkerResult,
+    BlockKind, Board, BoardError, Claim, Clock, Environment, Handoff, NewTask, NotLive,
+    ProofIdentity, RunStatus, TaskView, WorkerResult,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -84,8 +84,7 @@ enum LinkCall {
         note: Option<String>,
     },
     Complete {
-        summary: String,
-        result: Option<String>,
+        handoff: Handoff,
     },
     Block {
         reason: String,
@@ -331,9 +330,7 @@ async fn perform<B: WorkersBoard + ?Sized>(board: &B, claim: &Claim, call: LinkC
             Ok(at) => LinkAnswer::Expires { at },
             Err(error) => LinkAnswer::Failed { error },
         },
-        LinkCall::Complete { summary, result } => {
-            done(board.complete(claim, &summary, result).await)
-        }
+        LinkCall::Complete { handoff } => done(board.hand_off(claim, &handoff).await),
         LinkCall::Block { reason, kind } => done(board.block(claim, &reason, kind).await),
         LinkCall::SettleOverrun { overrun, policy } => {
             done(board.settle_overrun(claim, &overrun, &policy).await)
@@ -609,15 +606,28 @@ impl Board for LinkedBoard {
         }
     }
 
-    async fn complete(
+    async fn hand_off(&self, claim: &Claim, handoff: &Handoff) -> Result<(), BoardError> {
+        let handoff = handoff.clone();
+        self.write(claim, LinkCall::Complete { handoff }).await
+    }
+
+    // A run's fan-out is rare: it is made on the worker's own connection
+    // to the board, through the same fenced write, never over the link.
+    async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError> {
+        self.own().await?.create_child(claim, task).await
+    }
+
+    async fn link_child(
         &self,
         claim: &Claim,
-        summary: &str,
-        result: Option<String>,
-    ) -> Result<(), BoardError> {
-        let summary = summary.to_owned();
-        self.write(claim, LinkCall::Complete { summary, result })
-            .await
+        parent: &str,
+        child: &str,
+    ) -> Result<bool, BoardError> {
+        self.own().await?.link_child(claim, parent, child).await
+    }
+
+    async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError> {
+        self.own().await?.unblock_child(claim, task_id).await
     }
 
     async fn block(
@@ -1092,8 +1102,7 @@ mod tests {
         let request = LinkRequest {
             claim: claim.clone(),
             call: LinkCall::Complete {
-                summary: "cut".into(),
-                result: None,
+                handoff: Handoff::new("cut", None),
             },
         };
         let name = socket.trim_start_matches('@');

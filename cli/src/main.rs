@@ -236,6 +236,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Archive { id } => admin::operate(global, env, &id, Operation::Archive),
         Command::Hold { id, reason } => admin::operate(global, env, &id, Operation::Hold(&reason)),
         Command::Release { id } => admin::operate(global, env, &id, Operation::Release),
+        Command::Link { parent, child } if in_run(env) => agent_calls::link(env, &parent, &child),
         Command::Link { parent, child } => admin::link(global, env, &parent, &child, true),
         Command::Unlink { parent, child } => admin::link(global, env, &parent, &child, false),
         Command::Prune {
@@ -265,6 +266,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Show { id, json } => admin::show(global, env, &id, json),
         Command::Events { id, json } => admin::events(global, env, &id, json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
+        Command::Unblock { id } if in_run(env) => agent_calls::unblock(env, &id),
         Command::Unblock { id } => admin::unblock(global, env, &id),
         Command::Schedule {
             id,
@@ -285,7 +287,12 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             admin::operate(global, env, &id, Operation::Review(&reason.join(" ")))
         }
         Command::Reclaim { id, reason } => admin::reclaim(global, env, &id, &reason),
-        Command::Complete { summary, result } => agent_calls::complete(env, &summary, result),
+        Command::Complete {
+            summary,
+            result,
+            metadata,
+            created_cards,
+        } => agent_calls::complete(env, &summary, result, metadata, created_cards),
         Command::Block { reason, kind } => agent_calls::block(env, &reason, kind),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
         Command::Comment { words, author } => match words.as_slice() {
@@ -355,6 +362,12 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             Ok(ExitCode::Success)
         }
     }
+}
+
+/// Inside an agent: the claim carrier names a claimed card, and the
+/// commands that change cards act as the run's fenced fan-out.
+fn in_run(env: &Environment) -> bool {
+    kanban_core::Claim::from_env(env).is_ok()
 }
 
 #[cfg(test)]

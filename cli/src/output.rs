@@ -29,6 +29,7 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "held_reason": task.held_reason,
         "every_seconds": task.every_seconds,
         "block_kind": task.block_kind,
+        "created_by": task.created_by,
     })
 }
 
@@ -45,6 +46,7 @@ pub(crate) fn run_json(run: &RunRecord) -> Value {
         "outcome": run.outcome,
         "summary": run.summary,
         "error": run.error,
+        "metadata": run.metadata,
     })
 }
 

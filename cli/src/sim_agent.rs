@@ -33,7 +33,7 @@ fn failure(reason: &str, error: &str) -> Value {
 }
 
 fn finish(env: &Environment, summary: &str) -> Value {
-    match agent_calls::complete(env, summary, None) {
+    match agent_calls::complete(env, summary, None, None, Vec::new()) {
         Ok(ExitCode::Success) => json!({"completed": true, "final_response": summary}),
         // The board failed, not the card: a transient failure, as the agent
         // protocol asks.

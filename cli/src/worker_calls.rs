@@ -47,6 +47,21 @@ pub(crate) enum Call {
     Complete {
         summary: String,
         result: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metadata: Option<serde_json::Map<String, serde_json::Value>>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        created_cards: Vec<String>,
+    },
+    /// A card made from inside the run: it waits for the run's card.
+    Create {
+        task: kanban_core::NewTask,
+    },
+    Link {
+        parent: String,
+        child: String,
+    },
+    Unblock {
+        task_id: String,
     },
     Block {
         reason: String,
@@ -84,10 +99,16 @@ struct Request {
 }
 
 /// What a call did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Done {
     /// The new end of the lease, after a heartbeat.
     pub(crate) lease_expires: Option<i64>,
+    /// The card a create made (or found, for a repeated idempotency key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) created: Option<String>,
+    /// Whether a link was new.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) linked: Option<bool>,
 }
 
 /// Why a call did not go through.
@@ -147,8 +168,38 @@ pub(crate) async fn perform(
     call: &Call,
 ) -> Result<Done, CallError> {
     let done = match call {
-        Call::Complete { summary, result } => board
-            .complete(claim, summary, result.clone())
+        Call::Complete {
+            summary,
+            result,
+            metadata,
+            created_cards,
+        } => {
+            let handoff = kanban_core::Handoff {
+                summary: summary.clone(),
+                result: result.clone(),
+                metadata: metadata.clone(),
+                created_cards: created_cards.clone(),
+            };
+            board
+                .hand_off(claim, &handoff)
+                .await
+                .map(|()| Done::default())
+        }
+        Call::Create { task } => board.create_child(claim, task).await.map(|id| Done {
+            created: Some(id),
+            ..Done::default()
+        }),
+        Call::Link { parent, child } => {
+            board
+                .link_child(claim, parent, child)
+                .await
+                .map(|linked| Done {
+                    linked: Some(linked),
+                    ..Done::default()
+                })
+        }
+        Call::Unblock { task_id } => board
+            .unblock_child(claim, task_id)
             .await
             .map(|()| Done::default()),
         Call::Block { reason, kind } => board
@@ -161,6 +212,7 @@ pub(crate) async fn perform(
                 .await
                 .map(|expires| Done {
                     lease_expires: Some(expires),
+                    ..Done::default()
                 })
         }
         Call::Comment { author, text } => board
@@ -453,6 +505,8 @@ mod tests {
                 let complete = Call::Complete {
                     summary: "done".into(),
                     result: None,
+                    metadata: None,
+                    created_cards: Vec::new(),
                 };
                 let proof = |claim: &Claim| ProofRequest {
                     task_id: Some(claim.task_id.clone()),

@@ -45,7 +45,8 @@ pub fn heartbeat_interval_seconds(ttl_seconds: i64) -> u64 {
 }
 
 /// A card to create.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct NewTask {
     pub title: String,
     pub body: Option<String>,
@@ -66,7 +67,42 @@ pub struct NewTask {
     /// Recurs: when it is done, the next card is due one period after this
     /// one was (never two at once).
     pub every_seconds: Option<i64>,
+    /// Who made it: a worker's card made from inside its run names the
+    /// run card's assignee (the seed system's `created_by`).
+    pub created_by: Option<String>,
 }
+
+/// What a worker hands over when it completes its card.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Handoff {
+    /// What was done, in a line or two.
+    pub summary: String,
+    /// The result itself, when there is one to keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Facts for whoever reads the run (changed files, tests run…), kept
+    /// on the run as the seed system keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The cards the run says it made: each must be one it did make
+    /// ([`crate::rules::verify_created_cards`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_cards: Vec<String>,
+}
+
+impl Handoff {
+    /// A handoff of a summary and a result only.
+    pub fn new(summary: impl Into<String>, result: Option<String>) -> Self {
+        Self {
+            summary: summary.into(),
+            result,
+            ..Self::default()
+        }
+    }
+}
+
+/// The largest run metadata a board takes, as JSON text.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 /// A claim just taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +151,10 @@ pub struct TaskRecord {
     /// stored; none for an untyped block.
     #[serde(default)]
     pub block_kind: Option<String>,
+    /// Who made it: for a card a worker made from inside its run, the
+    /// assignee of the run's card.
+    #[serde(default)]
+    pub created_by: Option<String>,
 }
 
 /// A run (one claim of a card) as stored.
@@ -133,6 +173,10 @@ pub struct RunRecord {
     pub outcome: Option<String>,
     pub summary: Option<String>,
     pub error: Option<String>,
+    /// What the worker handed over besides its summary
+    /// ([`Handoff::metadata`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// An event as stored.

@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::board::{MAX_COMMENT_BYTES, NewTask};
+use crate::board::{MAX_COMMENT_BYTES, MAX_METADATA_BYTES, NewTask};
 use crate::booking::SignalReason;
 use crate::data::{BoardError, Claim, NewEvent, NotLive};
 
@@ -112,6 +112,20 @@ pub fn check_new_task(new: &NewTask) -> Result<(), BoardError> {
         return Err(BoardError::InvalidInput(
             "a recurring card's period (--every) is at least one second".to_owned(),
         ));
+    }
+    Ok(())
+}
+
+/// What a board refuses of a worker's handoff, before it opens a
+/// transaction: metadata past [`MAX_METADATA_BYTES`].
+pub fn check_handoff(handoff: &crate::Handoff) -> Result<(), BoardError> {
+    if let Some(metadata) = &handoff.metadata {
+        let size = serde_json::to_string(metadata).map_or(usize::MAX, |text| text.len());
+        if size > MAX_METADATA_BYTES {
+            return Err(BoardError::InvalidInput(format!(
+                "run metadata is at most {MAX_METADATA_BYTES} bytes of JSON ({size} given); put long facts in a file and name its path"
+            )));
+        }
     }
     Ok(())
 }

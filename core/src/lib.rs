@@ -32,8 +32,8 @@ mod worker;
 
 pub use board::{
     BoardAdmin, BoardStats, COMMENTS_SHOWN, ClaimGrant, CommentRecord, DEFAULT_CLAIM_TTL_SECONDS,
-    EventRecord, MAX_CLAIM_TTL_SECONDS, MAX_COMMENT_BYTES, NewTask, RunRecord, TaskPage,
-    TaskRecord, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
+    EventRecord, Handoff, MAX_CLAIM_TTL_SECONDS, MAX_COMMENT_BYTES, MAX_METADATA_BYTES, NewTask,
+    RunRecord, TaskPage, TaskRecord, TaskView, claim_ttl_seconds, heartbeat_interval_seconds,
 };
 pub use booking::{
     Booking, BookingInput, BookingKind, DEFAULT_FAILURE_LIMIT, ExitWitness,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::board::{Handoff, NewTask};
 use crate::data::{
     BoardError, Claim, FailurePolicy, NotLive, Overrun, ProofIdentity, RunStatus, WorkerResult,
 };
@@ -61,13 +62,33 @@ pub trait Board: Send + Sync {
     async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError>;
     /// Extends the lease; returns the new expiry.
     async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError>;
-    /// Completes the task and closes the run.
+    /// Completes the task with a summary and a result, and closes the run.
     async fn complete(
         &self,
         claim: &Claim,
         summary: &str,
         result: Option<String>,
-    ) -> Result<(), BoardError>;
+    ) -> Result<(), BoardError> {
+        self.hand_off(claim, &Handoff::new(summary, result)).await
+    }
+    /// Completes the task with all `handoff` says, and closes the run: the
+    /// metadata is kept on the run, and every card it says the run made is
+    /// checked ([`crate::rules::verify_created_cards`]) before anything changes.
+    async fn hand_off(&self, claim: &Claim, handoff: &Handoff) -> Result<(), BoardError>;
+    /// Makes a card from inside the run: it waits for the claim's card
+    /// ([`crate::rules::child_card`]); its id (the existing card's for a
+    /// repeated idempotency key). Recorded on the claim's card.
+    async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError>;
+    /// Makes `child`, a card the claim's card made, wait for `parent` too;
+    /// false when it did already ([`crate::rules::check_fan_out_target`]).
+    async fn link_child(
+        &self,
+        claim: &Claim,
+        parent: &str,
+        child: &str,
+    ) -> Result<bool, BoardError>;
+    /// Unblocks `task_id`, a card the claim's card made.
+    async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError>;
     /// Blocks the task and closes the run; `kind` routes it
     /// ([`crate::rules::block`]).
     async fn block(
@@ -113,13 +134,22 @@ impl<B: Board + ?Sized> Board for Arc<B> {
     async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError> {
         (**self).heartbeat(claim, note).await
     }
-    async fn complete(
+    async fn hand_off(&self, claim: &Claim, handoff: &Handoff) -> Result<(), BoardError> {
+        (**self).hand_off(claim, handoff).await
+    }
+    async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError> {
+        (**self).create_child(claim, task).await
+    }
+    async fn link_child(
         &self,
         claim: &Claim,
-        summary: &str,
-        result: Option<String>,
-    ) -> Result<(), BoardError> {
-        (**self).complete(claim, summary, result).await
+        parent: &str,
+        child: &str,
+    ) -> Result<bool, BoardError> {
+        (**self).link_child(claim, parent, child).await
+    }
+    async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError> {
+        (**self).unblock_child(claim, task_id).await
     }
     async fn block(
         &self,

@@ -9,6 +9,7 @@
 
 use serde_json::{Value, json};
 
+use crate::board::Handoff;
 use crate::data::{BoardError, Claim, RunStatus, TaskStatus};
 // Part of the rules' own words, kept here for their callers.
 use crate::booking::{
@@ -66,6 +67,8 @@ pub struct RunClose {
     pub outcome: String,
     pub summary: Option<String>,
     pub error: Option<String>,
+    /// What the worker handed over besides its summary.
+    pub metadata: Option<Value>,
 }
 
 /// A card's result once it is done.
@@ -280,7 +283,8 @@ pub fn requeue_landing(open_parents: bool) -> TaskStatus {
 }
 
 /// How a new card asks to start.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Start {
     /// In line: ready, or todo while a parent is open.
     #[default]
@@ -426,6 +430,7 @@ fn counted_failure(
             outcome: outcome.to_owned(),
             summary: None,
             error: Some(error.clone()),
+            metadata: None,
         }),
         release_claim: true,
         status: Some(if blocks {
@@ -658,6 +663,7 @@ fn uncounted_exit(
             outcome: booking.kind.as_str().to_owned(),
             summary: None,
             error: Some(error.clone()),
+            metadata: None,
         }),
         release_claim: true,
         status: Some(if booking.blocks {
@@ -722,6 +728,7 @@ pub fn release_claim(
                 outcome: "released".to_owned(),
                 summary: None,
                 error: Some(reason.clone()),
+                metadata: None,
             }),
             release_claim: true,
             status: Some(requeue_landing(card.open_parents)),
@@ -753,6 +760,7 @@ fn uncounted_stale_release(
             outcome: "reclaimed".to_owned(),
             summary: None,
             error: Some(error),
+            metadata: None,
         }),
         release_claim: true,
         status: Some(requeue_landing(card.open_parents)),
@@ -788,7 +796,18 @@ pub fn settle_overrun(
 }
 
 /// The worker's terminal `complete`.
-pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) -> Transition {
+pub fn complete(
+    claim: &Claim,
+    handoff: &Handoff,
+    verified_cards: &[String],
+    now: i64,
+) -> Transition {
+    let summary = handoff.summary.as_str();
+    let mut payload = json!({"summary": summary});
+    if !verified_cards.is_empty() {
+        // The seed system's name for the cards a completion vouches for.
+        payload["verified_cards"] = json!(verified_cards);
+    }
     Transition {
         walls: Vec::new(),
         held: Change::Keep,
@@ -798,6 +817,7 @@ pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) ->
             outcome: "completed".to_owned(),
             summary: Some(summary.to_owned()),
             error: None,
+            metadata: handoff.metadata.clone().map(Value::Object),
         }),
         release_claim: true,
         status: Some(TaskStatus::Done),
@@ -805,19 +825,99 @@ pub fn complete(claim: &Claim, summary: &str, result: Option<&str>, now: i64) ->
         last_failure_error: Change::Clear,
         not_before: Change::Clear,
         completion: Some(Completion {
-            result: result.unwrap_or(summary).to_owned(),
+            result: handoff.result.as_deref().unwrap_or(summary).to_owned(),
             completed_at: now,
         }),
-        events: vec![NewEvent::new(
-            "completed",
-            Some(claim.run_id),
-            json!({"summary": summary}),
-        )],
+        events: vec![NewEvent::new("completed", Some(claim.run_id), payload)],
         // Done: the unblock-loop counter starts again, as the seed
         // system's does.
         block_kind: Change::Keep,
         block_recurrences: Some(0),
     }
+}
+
+/// A card a completing run says it made, as the board found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MadeCard {
+    pub id: String,
+    /// Its `created_by`.
+    pub created_by: Option<String>,
+    /// It waits for the completing card.
+    pub child: bool,
+}
+
+/// The cards of a handoff's `created_cards` that the completing card
+/// (`task_id`, assigned to `assignee`) did make, in the order given, once
+/// each; `found` holds those the board has. A card counts as made when it
+/// waits for the completing card, or names the card or its assignee as its
+/// maker (the seed system's three tests). Any other id (not on the board,
+/// or somebody else's) refuses the completion, which changes nothing.
+pub fn verify_created_cards(
+    task_id: &str,
+    assignee: Option<&str>,
+    claimed: &[String],
+    found: &[MadeCard],
+) -> Result<Vec<String>, BoardError> {
+    let mut verified = Vec::new();
+    let mut phantom = Vec::new();
+    for id in claimed {
+        if verified.contains(id) || phantom.contains(id) {
+            continue;
+        }
+        let made = found.iter().any(|card| {
+            card.id == *id
+                && (card.child
+                    || card.created_by.as_deref() == Some(task_id)
+                    || (assignee.is_some() && card.created_by.as_deref() == assignee))
+        });
+        if made {
+            verified.push(id.clone());
+        } else {
+            phantom.push(id.clone());
+        }
+    }
+    if phantom.is_empty() {
+        return Ok(verified);
+    }
+    Err(BoardError::InvalidInput(format!(
+        "created_cards names cards {task_id} did not make: {} (not on the board, or made by somebody else); the card is still yours and unchanged: complete again without them",
+        phantom.join(", ")
+    )))
+}
+
+/// What a run's fan-out may change: the cards its own card made, which
+/// wait for it (`child`). Any other card is another worker's or a
+/// person's, out of a worker's reach.
+pub fn check_fan_out_target(task_id: &str, target: &str, child: bool) -> Result<(), BoardError> {
+    if child {
+        return Ok(());
+    }
+    Err(BoardError::InvalidInput(format!(
+        "{target} does not wait for {task_id}: a run changes only the cards its own card made (create them with `kanban create`, or ask a person)"
+    )))
+}
+
+/// The card a worker makes from inside its run on `claim`'s card, whose
+/// assignee is `assignee`: it waits for that card (and any parents it
+/// names), and names the card's assignee as its maker, as the seed
+/// system's `kanban_create` does.
+pub fn child_card(claim: &Claim, assignee: Option<&str>, new: &crate::NewTask) -> crate::NewTask {
+    let mut child = new.clone();
+    if !child.parents.contains(&claim.task_id) {
+        child.parents.insert(0, claim.task_id.clone());
+    }
+    child.created_by = Some(assignee.unwrap_or(&claim.task_id).to_owned());
+    child
+}
+
+/// A run's fan-out, recorded on its own card: `action` (created, linked,
+/// unblocked) and what it touched.
+pub fn fanned_out(claim: &Claim, action: &str, details: Value) -> NewEvent {
+    let mut payload = json!({"action": action});
+    if let (Value::Object(payload), Value::Object(details)) = (&mut payload, details) {
+        payload.extend(details);
+    }
+    NewEvent::new("fanned_out", Some(claim.run_id), payload)
 }
 
 /// The worker's terminal `block`, routed by its kind as the seed system
@@ -837,6 +937,7 @@ pub fn block(
         outcome: "blocked".to_owned(),
         summary: Some(reason.to_owned()),
         error: None,
+        metadata: None,
     });
     let named = kind.map(crate::BlockKind::as_str);
     let block_kind = Change::to(named.map(str::to_owned));
@@ -912,6 +1013,7 @@ pub fn reclaim(card: &CardState, reason: &str, now: i64) -> Result<Transition, B
             outcome: "reclaimed".to_owned(),
             summary: None,
             error: Some(format!("manual_reclaim: {reason}")),
+            metadata: None,
         }),
         release_claim: true,
         status: Some(landing),
@@ -1030,6 +1132,7 @@ pub fn schedule(
             outcome: "scheduled".to_owned(),
             summary: reason.map(str::to_owned),
             error: None,
+            metadata: None,
         }),
         release_claim: running,
         status: Some(TaskStatus::Scheduled),
@@ -1328,6 +1431,7 @@ pub fn cancel(card: &CardState, reason: &str) -> Result<Transition, BoardError> 
             outcome: "cancelled".to_owned(),
             summary: None,
             error: Some(format!("cancelled: {reason}")),
+            metadata: None,
         }),
         release_claim: running,
         status: Some(TaskStatus::Archived),

@@ -62,6 +62,8 @@ macro_rules! board_contract_tests {
             held_and_delayed_cards_wait,
             triage_schedule_promote_and_review,
             typed_blocks_route_and_a_loop_goes_to_triage,
+            a_run_fans_out_to_cards_of_its_own_only,
+            a_handoff_keeps_metadata_and_vouches_only_for_cards_the_run_made,
             one_probe_per_wall,
             lifting_a_wall_frees_the_card_that_met_it,
             text_with_nul_is_stored_with_its_stand_in
@@ -1438,6 +1440,170 @@ pub fn typed_blocks_route_and_a_loop_goes_to_triage<B: BoardAdmin + DispatchBoar
     assert_eq!(last_kind(board, &waiting), "dependency_wait");
     assert_eq!(block_on(board.promote_ready()).unwrap(), 1);
     assert_eq!(status(board, &waiting), TaskStatus::Ready);
+}
+
+/// A run's fan-out: a card made from inside a run waits for the run's card
+/// and names its assignee as its maker; the run links and unblocks only the
+/// cards its card made; each is fenced by the claim (a refused one changes
+/// nothing) and recorded on the run's card.
+pub fn a_run_fans_out_to_cards_of_its_own_only<B: Board + BoardAdmin>(board: &B, _: &VirtualClock) {
+    let lead = create(
+        board,
+        &NewTask {
+            assignee: Some("lead".into()),
+            ..task("plan the release")
+        },
+    );
+    let other = create(board, &task("somebody else's card"));
+    let run = claim(board, &lead, "lock-lead");
+    let notes = NewTask {
+        assignee: Some("writer".into()),
+        ..task("write the notes")
+    };
+    let first = block_on(board.create_child(&run, &notes)).unwrap();
+    let view = block_on(board.show_task(&first)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Todo, "it waits for the lead");
+    assert_eq!(view.parents, vec![lead.clone()]);
+    assert_eq!(view.task.created_by.as_deref(), Some("lead"));
+    assert_eq!(view.task.assignee.as_deref(), Some("writer"));
+    let recorded = block_on(board.show_task(&lead)).unwrap();
+    let fanned = recorded.events.last().unwrap();
+    assert_eq!(fanned.kind, "fanned_out");
+    assert_eq!(fanned.run_id, Some(run.run_id));
+    assert_eq!(fanned.payload["action"], "created");
+    assert_eq!(fanned.payload["task_id"], first.as_str());
+    // A second card that gathers the first.
+    let gather = NewTask {
+        parents: vec![first.clone()],
+        ..task("gather")
+    };
+    let second = block_on(board.create_child(&run, &gather)).unwrap();
+    let mut parents = block_on(board.show_task(&second)).unwrap().parents;
+    parents.sort();
+    let mut expected = vec![lead.clone(), first.clone()];
+    expected.sort();
+    assert_eq!(parents, expected);
+
+    // Another card is out of the run's reach, and nothing changes.
+    let refused = block_on(board.link_child(&run, &first, &other));
+    assert!(
+        matches!(refused, Err(BoardError::InvalidInput(_))),
+        "{refused:?}"
+    );
+    assert!(
+        block_on(board.show_task(&other))
+            .unwrap()
+            .parents
+            .is_empty()
+    );
+    assert_eq!(status(board, &other), TaskStatus::Ready);
+    block_on(board.schedule(&other, None, None)).unwrap();
+    let refused = block_on(board.unblock_child(&run, &other));
+    assert!(
+        matches!(refused, Err(BoardError::InvalidInput(_))),
+        "{refused:?}"
+    );
+    assert_eq!(status(board, &other), TaskStatus::Scheduled);
+    // Its own card may wait for another, once; a cycle is refused.
+    assert!(block_on(board.link_child(&run, &other, &second)).unwrap());
+    assert!(!block_on(board.link_child(&run, &other, &second)).unwrap());
+    let cycle = block_on(board.link_child(&run, &second, &first));
+    assert!(
+        matches!(cycle, Err(BoardError::InvalidInput(_))),
+        "{cycle:?}"
+    );
+    let last = block_on(board.show_task(&lead)).unwrap().events;
+    let linked = last.last().unwrap();
+    assert_eq!(linked.payload["action"], "linked");
+    assert_eq!(linked.payload["child"], second.as_str());
+    // And its own blocked card back in line.
+    block_on(board.schedule(&first, None, None)).unwrap();
+    block_on(board.unblock_child(&run, &first)).unwrap();
+    assert_eq!(status(board, &first), TaskStatus::Todo);
+    assert_eq!(last_kind(board, &lead), "fanned_out");
+
+    // Fenced: once the run is over, nothing more is made.
+    block_on(board.complete(&run, "planned", None)).unwrap();
+    assert_eq!(
+        status(board, &first),
+        TaskStatus::Ready,
+        "freed at completion"
+    );
+    assert_fan_out_fenced(board, &run, &notes, [&lead, &first, &other]);
+}
+
+/// Once `run` is over, its fan-out is refused and changes nothing: no card
+/// made, none unblocked, no link added between `first` and `other`.
+fn assert_fan_out_fenced<B: Board + BoardAdmin>(
+    board: &B,
+    run: &Claim,
+    notes: &NewTask,
+    [lead, first, other]: [&String; 3],
+) {
+    let cards = block_on(board.list_tasks(None)).unwrap().len();
+    assert_lease_lost(
+        block_on(board.create_child(run, notes)),
+        "create after the run",
+    );
+    assert_lease_lost(
+        block_on(board.unblock_child(run, first)),
+        "unblock after the run",
+    );
+    assert_lease_lost(
+        block_on(board.link_child(run, other, first)),
+        "link after the run",
+    );
+    assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), cards);
+    assert!(block_on(board.show_task(first)).unwrap().parents == vec![lead.clone()]);
+}
+
+/// A completion's handoff: its metadata is kept on the run, and the cards
+/// it names are vouched for only when the run's card made them; one it did
+/// not make refuses the whole completion, which changes nothing.
+pub fn a_handoff_keeps_metadata_and_vouches_only_for_cards_the_run_made<B: Board + BoardAdmin>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    use kanban_core::Handoff;
+    let lead = create(board, &task("split the work"));
+    let stranger = create(board, &task("made by a person"));
+    let run = claim(board, &lead, "lock-lead");
+    let made = block_on(board.create_child(&run, &task("a part"))).unwrap();
+    let metadata = serde_json::json!({"changed_files": ["NOTES.md"], "tests_run": 12});
+    let handoff = |cards: &[&str]| Handoff {
+        summary: "split in two".into(),
+        result: None,
+        metadata: metadata.as_object().cloned(),
+        created_cards: cards.iter().map(|id| (*id).to_owned()).collect(),
+    };
+    for phantom in [stranger.as_str(), "t_deadbeefcafe"] {
+        let refused = block_on(board.hand_off(&run, &handoff(&[made.as_str(), phantom])));
+        match refused {
+            Err(BoardError::InvalidInput(message)) => {
+                assert!(message.contains(phantom), "{message}");
+                assert!(!message.contains(made.as_str()), "{message}");
+            }
+            other => panic!("a card the run did not make: {other:?}"),
+        }
+        assert_eq!(status(board, &lead), TaskStatus::Running, "nothing changed");
+    }
+    block_on(board.hand_off(&run, &handoff(&[made.as_str(), made.as_str()]))).unwrap();
+    let view = block_on(board.show_task(&lead)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Done);
+    assert_eq!(view.runs[0].metadata.as_ref(), Some(&metadata));
+    let completed = view.events.iter().rfind(|e| e.kind == "completed").unwrap();
+    assert_eq!(
+        completed.payload["verified_cards"],
+        serde_json::json!([made])
+    );
+    // A plain completion keeps no metadata and vouches for nothing.
+    let plain = create(board, &task("plain"));
+    let run = claim(board, &plain, "lock-plain");
+    block_on(board.complete(&run, "done", None)).unwrap();
+    let view = block_on(board.show_task(&plain)).unwrap();
+    assert_eq!(view.runs[0].metadata, None);
+    let completed = view.events.iter().rfind(|e| e.kind == "completed").unwrap();
+    assert!(completed.payload.get("verified_cards").is_none());
 }
 
 /// Walls: one probe at a time. A probe starts only once the wall's reset

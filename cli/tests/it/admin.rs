@@ -757,6 +757,96 @@ fn an_agents_typed_block_is_shown_filtered_and_breaks_its_loop() {
     assert!(bench.ok(&["show", &id]).contains("triage (needs_input)"));
 }
 
+#[test]
+fn an_agent_fans_out_from_the_terminal_and_its_cards_run_after_it() {
+    let bench = Bench::new();
+    let lead = bench.add("plan the release", &[]);
+    let other = bench.add("a person's card", &["--triage"]);
+    // The lead's agent makes three cards (the third gathers the other two),
+    // is refused what is not its own, and hands them over; every other
+    // card's agent just completes it.
+    let dispatch = until_idle(
+        &bench,
+        &format!(
+            r#"if [ "$KANBAN_TASK" != "{lead}" ]; then exec kanban complete --summary "did $KANBAN_TASK"; fi
+a=$(kanban create "part a" --body "the first half") || exit 1
+b=$(kanban create "part b") || exit 1
+s=$(kanban create "gather" --parent "$a") || exit 1
+kanban link "$b" "$s" || exit 1
+kanban list --json > "{dir}/listed.json" || exit 1
+kanban link "$a" "{other}" 2> "{dir}/refused-link.txt" && exit 3
+kanban unblock "{other}" 2> "{dir}/refused-unblock.txt" && exit 3
+kanban complete --summary early --created-cards "$a,{other}" 2> "{dir}/refused-complete.txt" && exit 3
+kanban complete --summary "split in three" --metadata '{{"parts": 2}}' --created-cards "$a,$b" --created-cards "$s"
+"#,
+            dir = bench.path().display()
+        ),
+    );
+    dispatch();
+    let card = bench.show(&lead);
+    assert_eq!(card["task"]["status"], "done", "{card}");
+    assert_eq!(card["runs"][0]["metadata"], serde_json::json!({"parts": 2}));
+    let children: Vec<String> = card["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(children.len(), 3, "{card}");
+    let verified = &bench.event(&lead, "completed")["payload"]["verified_cards"];
+    assert_eq!(verified.as_array().unwrap().len(), 3, "{verified}");
+    let fanned: Vec<&Value> = card["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["kind"] == "fanned_out")
+        .collect();
+    let actions: Vec<&str> = fanned
+        .iter()
+        .map(|event| event["payload"]["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["created", "created", "created", "linked"]);
+    assert!(
+        fanned
+            .iter()
+            .all(|event| event["run_id"] == card["runs"][0]["id"])
+    );
+    // Each made card ran after the lead; the gatherer after both parts.
+    for child in &children {
+        let made = bench.show(child);
+        assert_eq!(made["task"]["status"], "done", "{made}");
+        assert_eq!(made["task"]["created_by"], lead.as_str());
+    }
+    let gather = children
+        .iter()
+        .find(|id| bench.show(id)["task"]["title"] == "gather")
+        .unwrap();
+    assert_eq!(bench.show(gather)["parents"].as_array().unwrap().len(), 3);
+    // What was refused says why, and left the person's card alone.
+    for (file, words) in [
+        ("refused-link.txt", "does not wait for"),
+        ("refused-unblock.txt", "does not wait for"),
+        ("refused-complete.txt", "did not make"),
+    ] {
+        let said = std::fs::read_to_string(bench.path().join(file)).unwrap();
+        assert!(
+            said.contains(words) && said.contains(&other),
+            "{file}: {said}"
+        );
+    }
+    let person = bench.show(&other);
+    assert_eq!(person["task"]["status"], "triage");
+    assert_eq!(person["parents"], serde_json::json!([]));
+    let listed: Value =
+        serde_json::from_str(&std::fs::read_to_string(bench.path().join("listed.json")).unwrap())
+            .unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 5, "{listed}");
+    let shown = bench.ok(&["show", &lead]);
+    assert!(shown.contains("metadata: {\"parts\":2}"), "{shown}");
+    let part = bench.ok(&["show", &children[0]]);
+    assert!(part.contains(&format!("created by: {lead}")), "{part}");
+}
+
 /// A dispatcher run until nothing is left to claim, whose agent runs the
 /// shell line `line`; it must end well.
 fn until_idle<'b>(bench: &'b Bench, line: &str) -> impl Fn() + 'b {

@@ -637,3 +637,91 @@ fn kanban_mcp_survives_an_oversized_line_and_bytes_that_are_not_utf8() {
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn kanban_mcp_fans_out_lists_and_hands_over_what_the_run_made() {
+    let bench = Bench::new();
+    let lead = bench.add("split the work", &[]);
+    let other = bench.add("a person's card", &[]);
+    let carrier = bench.claim(&lead, None);
+    let mut client = McpClient::start(&bench, &carrier);
+    client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}));
+    let listed = client.request("tools/list", json!({}));
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    for tool in [
+        "kanban_create",
+        "kanban_link",
+        "kanban_unblock",
+        "kanban_list",
+    ] {
+        assert!(names.contains(&tool), "{names:?}");
+    }
+    let call = |client: &mut McpClient, name: &str, arguments: serde_json::Value| {
+        let answer = client.request("tools/call", json!({"name": name, "arguments": arguments}));
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (answer["result"]["isError"] == true, text)
+    };
+    let (failed, made) = call(
+        &mut client,
+        "kanban_create",
+        json!({"title": "a part", "body": "the first half", "priority": 3}),
+    );
+    assert!(!failed, "{made}");
+    let made: serde_json::Value = serde_json::from_str(&made).unwrap();
+    let part = made["task_id"].as_str().unwrap().to_owned();
+    let card = bench.show(&part);
+    assert_eq!(card["task"]["status"], "todo");
+    assert_eq!(card["task"]["priority"], 3);
+    assert_eq!(card["parents"], json!([lead]));
+    // A person's card is out of reach; bad arguments are named.
+    let (failed, text) = call(
+        &mut client,
+        "kanban_link",
+        json!({"parent_id": part, "child_id": other}),
+    );
+    assert!(failed && text.contains("does not wait for"), "{text}");
+    let (failed, text) = call(
+        &mut client,
+        "kanban_create",
+        json!({"title": "x", "parents": 3}),
+    );
+    assert!(failed && text.contains("`parents`"), "{text}");
+    let (failed, text) = call(&mut client, "kanban_list", json!({"limit": 0}));
+    assert!(failed && text.contains("`limit`"), "{text}");
+    let (failed, text) = call(&mut client, "kanban_list", json!({"status": "todo"}));
+    assert!(!failed, "{text}");
+    let listing: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(listing["count"], 1, "{listing}");
+    assert_eq!(listing["tasks"][0]["id"], part.as_str());
+    assert_eq!(listing["tasks"][0]["created_by"], lead.as_str());
+    // A card it did not make refuses the completion; its own is vouched for.
+    let (failed, text) = call(
+        &mut client,
+        "kanban_complete",
+        json!({"summary": "split", "created_cards": [part, other]}),
+    );
+    assert!(failed && text.contains(&other), "{text}");
+    assert_eq!(bench.show(&lead)["task"]["status"], "running");
+    let (failed, text) = call(
+        &mut client,
+        "kanban_complete",
+        json!({"summary": "split", "created_cards": [part], "metadata": {"parts": 1}}),
+    );
+    assert!(!failed, "{text}");
+    let card = bench.show(&lead);
+    assert_eq!(card["task"]["status"], "done");
+    assert_eq!(card["runs"][0]["metadata"], json!({"parts": 1}));
+    assert_eq!(
+        bench.event(&lead, "completed")["payload"]["verified_cards"],
+        json!([part])
+    );
+    assert_eq!(bench.show(&part)["task"]["status"], "ready");
+}

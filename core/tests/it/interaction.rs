@@ -21,6 +21,10 @@ mock! {
         async fn run_status(&self, claim: &Claim) -> Result<RunStatus, BoardError>;
         async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError>;
         async fn complete(&self, claim: &Claim, summary: &str, result: Option<String>) -> Result<(), BoardError>;
+        async fn hand_off(&self, claim: &Claim, handoff: &kanban_core::Handoff) -> Result<(), BoardError>;
+        async fn create_child(&self, claim: &Claim, task: &kanban_core::NewTask) -> Result<String, BoardError>;
+        async fn link_child(&self, claim: &Claim, parent: &str, child: &str) -> Result<bool, BoardError>;
+        async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError>;
         async fn block(&self, claim: &Claim, reason: &str, kind: Option<kanban_core::BlockKind>) -> Result<(), BoardError>;
         async fn settle_overrun(&self, claim: &Claim, overrun: &kanban_core::rules::Overrun, policy: &kanban_core::rules::FailurePolicy) -> Result<(), BoardError>;
         async fn comment(&self, claim: &Claim, author: &str, text: &str) -> Result<(), BoardError>;

@@ -7,8 +7,8 @@ use kanban_core::rules::{
     RunRow, Transition,
 };
 use kanban_core::{
-    BoardError, BookingKind, Claim, ClaimFilter, ExitReport, ExitWitness, RunStatus, SignalReason,
-    TaskStatus,
+    BoardError, BookingKind, Claim, ClaimFilter, ExitReport, ExitWitness, Handoff, RunStatus,
+    SignalReason, TaskStatus,
 };
 
 const NOW: i64 = 1_000_000;
@@ -597,6 +597,7 @@ fn releasing_a_claim() {
     assert_eq!(t.consecutive_failures, None, "not counted");
     assert_eq!(t.not_before, Change::Keep, "not held back");
     assert_eq!(t.status, Some(TaskStatus::Ready));
+    assert!(t.release_claim, "the lock is let go with the run");
     assert_eq!(t.close_run.as_ref().unwrap().outcome, "released");
     assert_eq!(t.events[0].payload["counted"], false);
 }
@@ -691,12 +692,17 @@ fn an_overrun_settles_as_timed_out() {
 
 #[test]
 fn terminal_calls_and_operator_moves() {
-    let t = rules::complete(&claim(), "did it", None, NOW);
+    let t = rules::complete(&claim(), &Handoff::new("did it", None), &[], NOW);
     assert_eq!(t.status, Some(TaskStatus::Done));
     assert_eq!(t.consecutive_failures, Some(0));
     assert_eq!(t.completion.as_ref().unwrap().result, "did it");
     assert_eq!(t.completion.as_ref().unwrap().completed_at, NOW);
-    let t = rules::complete(&claim(), "did it", Some("the result"), NOW);
+    let t = rules::complete(
+        &claim(),
+        &Handoff::new("did it", Some("the result".into())),
+        &[],
+        NOW,
+    );
     assert_eq!(t.completion.unwrap().result, "the result");
     let t = rules::block(&running(), &claim(), "need a key", None);
     assert_eq!(t.status, Some(TaskStatus::Blocked));
@@ -1330,6 +1336,7 @@ fn only_a_change_that_adds_history_alone_is_a_record() {
                 outcome: "completed".into(),
                 summary: None,
                 error: None,
+                metadata: None,
             }),
             ..record.clone()
         },
@@ -1936,7 +1943,7 @@ fn blocks_are_routed_by_their_kind_and_a_loop_goes_to_triage() {
     assert_eq!(dependency.events[0].kind, "dependency_wait");
     assert_eq!(dependency.not_before, Change::Clear);
     // Done: the count starts again, the kind is kept.
-    let done = rules::complete(&claim(), "did it", None, NOW);
+    let done = rules::complete(&claim(), &Handoff::new("did it", None), &[], NOW);
     assert_eq!(
         (done.block_recurrences, done.block_kind.clone()),
         (Some(0), Change::Keep)
@@ -2005,4 +2012,112 @@ fn a_claim_passes_over_what_it_must_not_take() {
     );
     assert_eq!(claim(&ready, &others, false), ClaimVerdict::Pass);
     assert_eq!(claim(&ready, &others, true), ClaimVerdict::Claim);
+}
+
+#[test]
+fn a_handoff_vouches_only_for_cards_its_card_made() {
+    use kanban_core::rules::{MadeCard, verify_created_cards};
+    let made = |id: &str, created_by: Option<&str>, child: bool| MadeCard {
+        id: id.into(),
+        created_by: created_by.map(Into::into),
+        child,
+    };
+    let found = [
+        made("t_child", None, true),
+        made("t_by_card", Some("t_lead"), false),
+        made("t_by_agent", Some("planner"), false),
+        made("t_by_person", Some("alice"), false),
+        made("t_nobodys", None, false),
+    ];
+    let ids = |list: &[&str]| list.iter().map(|id| (*id).to_owned()).collect::<Vec<_>>();
+    // Each test of the three makes a card the card's own, once, in order.
+    assert_eq!(
+        verify_created_cards(
+            "t_lead",
+            Some("planner"),
+            &ids(&["t_by_agent", "t_child", "t_by_card", "t_child"]),
+            &found
+        )
+        .unwrap(),
+        ids(&["t_by_agent", "t_child", "t_by_card"])
+    );
+    assert_eq!(
+        verify_created_cards("t_lead", None, &[], &found).unwrap(),
+        Vec::<String>::new()
+    );
+    // Anything else refuses the completion, naming each stranger once.
+    for (assignee, claimed, strangers) in [
+        (
+            Some("planner"),
+            vec!["t_child", "t_by_person"],
+            "t_by_person",
+        ),
+        (Some("planner"), vec!["t_gone", "t_gone"], "t_gone"),
+        (Some("planner"), vec!["t_nobodys"], "t_nobodys"),
+        // With no assignee, a card with no maker is not the card's.
+        (
+            None,
+            vec!["t_nobodys", "t_by_agent"],
+            "t_nobodys, t_by_agent",
+        ),
+    ] {
+        match verify_created_cards("t_lead", assignee, &ids(&claimed), &found) {
+            Err(BoardError::InvalidInput(message)) => {
+                assert!(
+                    message.contains(&format!("did not make: {strangers} (")),
+                    "{message}"
+                );
+                assert!(!message.contains("t_child"), "{message}");
+            }
+            other => panic!("{claimed:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_run_fans_out_to_cards_of_its_own() {
+    use kanban_core::NewTask;
+    use kanban_core::rules::{check_fan_out_target, child_card, fanned_out};
+    assert_eq!(check_fan_out_target("t_lead", "t_child", true), Ok(()));
+    assert!(matches!(
+        check_fan_out_target("t_lead", "t_other", false),
+        Err(BoardError::InvalidInput(message)) if message.starts_with("t_other does not wait for t_lead")
+    ));
+    let run = claim();
+    let asked = NewTask {
+        title: "part".into(),
+        parents: vec!["t_other".into()],
+        ..NewTask::default()
+    };
+    let child = child_card(&run, Some("planner"), &asked);
+    assert_eq!(child.parents, vec![run.task_id.clone(), "t_other".into()]);
+    assert_eq!(child.created_by.as_deref(), Some("planner"));
+    assert_eq!(child.title, "part");
+    // Named already: once; no assignee: the card itself is the maker.
+    let again = child_card(&run, None, &child);
+    assert_eq!(again.parents, child.parents);
+    assert_eq!(again.created_by.as_deref(), Some(run.task_id.as_str()));
+    let event = fanned_out(
+        &run,
+        "linked",
+        serde_json::json!({"parent": "a", "child": "b"}),
+    );
+    assert_eq!(event.kind, "fanned_out");
+    assert_eq!(event.run_id, Some(run.run_id));
+    assert_eq!(
+        event.payload,
+        serde_json::json!({"action": "linked", "parent": "a", "child": "b"})
+    );
+    // A handoff's metadata rides on the run; its cards on the event.
+    let handoff = Handoff {
+        metadata: serde_json::json!({"tests_run": 3}).as_object().cloned(),
+        ..Handoff::new("did it", None)
+    };
+    let done = rules::complete(&run, &handoff, &["t_child".into()], NOW);
+    let close = done.close_run.unwrap();
+    assert_eq!(close.metadata, Some(serde_json::json!({"tests_run": 3})));
+    assert_eq!(
+        done.events[0].payload,
+        serde_json::json!({"summary": "did it", "verified_cards": ["t_child"]})
+    );
 }

@@ -171,18 +171,34 @@ impl Board for SimBoard {
         self.fenced(claim, "heartbeat", self.inner.heartbeat(claim, note))
             .await
     }
-    async fn complete(
+    async fn hand_off(
         &self,
         claim: &Claim,
-        summary: &str,
-        result: Option<String>,
+        handoff: &kanban_core::Handoff,
     ) -> Result<(), BoardError> {
-        self.fenced(
-            claim,
-            "complete",
-            self.inner.complete(claim, summary, result),
-        )
-        .await
+        self.fenced(claim, "complete", self.inner.hand_off(claim, handoff))
+            .await
+    }
+    async fn create_child(
+        &self,
+        claim: &Claim,
+        task: &kanban_core::NewTask,
+    ) -> Result<String, BoardError> {
+        self.fenced(claim, "create", self.inner.create_child(claim, task))
+            .await
+    }
+    async fn link_child(
+        &self,
+        claim: &Claim,
+        parent: &str,
+        child: &str,
+    ) -> Result<bool, BoardError> {
+        self.fenced(claim, "link", self.inner.link_child(claim, parent, child))
+            .await
+    }
+    async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError> {
+        self.fenced(claim, "unblock", self.inner.unblock_child(claim, task_id))
+            .await
     }
     async fn block(
         &self,
