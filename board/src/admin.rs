@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use kanban_core::rules::{self, CardEdit, CardState, Transition};
+use kanban_core::swarm::{self, Swarm, SwarmCards, Swarmed};
 use kanban_core::{
     BoardError, COMMENTS_SHOWN, CardStatus, Claim, ClaimFilter, ClaimGrant, EventRecord, ExitCode,
     NewTask, TaskPage, TaskRecord, TaskStatus, TaskView, events,
@@ -82,6 +83,60 @@ pub(crate) async fn recur(tx: &mut Tx<'_>, task_id: &str, now: i64) -> TxResult<
         .await
 }
 
+/// Makes a swarm inside the caller's transaction: the root, claimed and
+/// done at once, then its workers, verifier and synthesizer, and the
+/// topology note on the root. A repeated idempotency key finds the first
+/// swarm's cards in its root's note.
+async fn make_swarm(tx: &mut Tx<'_>, db: &str, swarm: &Swarm, now: i64) -> TxResult<Swarmed> {
+    if let Some(key) = &swarm.idempotency_key
+        && let Some(root) = tx.idempotent_card(key).await?
+    {
+        let notes = tx.swarm_notes(&root).await?;
+        return match swarm::recorded_topology(notes.iter().map(String::as_str)) {
+            Some(cards) => Ok(Swarmed { cards, made: false }),
+            None => Err(BoardError::InvalidInput(format!(
+                "idempotency key {key:?} belongs to card {root}, which is not a swarm's root; pick another key"
+            ))
+            .into()),
+        };
+    }
+    let root = insert_task(tx, &swarm.root(), now).await?;
+    let candidate = tx.claim_candidate(&root).await?;
+    let verdict = candidate
+        .as_ref()
+        .map(|card| rules::claim_verdict(card, now, &ClaimFilter::any(), true));
+    let grant = match (candidate, verdict) {
+        (Some(card), Some(verdict)) => claim_card(tx, db, &card, verdict, 1, "swarm", now).await?,
+        _ => None,
+    };
+    let Some(grant) = grant else {
+        return Err(BoardError::Storage(format!(
+            "the swarm's root {root} could not be claimed in its own transaction"
+        ))
+        .into());
+    };
+    let done = rules::complete(&grant.claim, &swarm.root_handoff(), &[], now);
+    apply(tx, &root, &done, now).await?;
+    let mut worker_ids = Vec::with_capacity(swarm.workers.len());
+    for card in swarm.worker_cards(&root) {
+        worker_ids.push(insert_task(tx, &card, now).await?);
+    }
+    let verifier_id = insert_task(tx, &swarm.verifier_card(&root, &worker_ids), now).await?;
+    let synthesizer = swarm.synthesizer_card(&root, &verifier_id);
+    let synthesizer_id = insert_task(tx, &synthesizer, now).await?;
+    let cards = SwarmCards {
+        root_id: root.clone(),
+        worker_ids,
+        verifier_id,
+        synthesizer_id,
+    };
+    tx.insert_comment(&root, &swarm.created_by, &swarm.topology_note(&cards), now)
+        .await?;
+    let event = events::commented(None, &swarm.created_by);
+    tx.append_event(&root, &event, now).await?;
+    Ok(Swarmed { cards, made: true })
+}
+
 impl<E: Engine> StoredBoard<E> {
     /// Applies one of core's operator rules to a card, in one transaction.
     async fn operate(
@@ -111,6 +166,19 @@ impl<E: Engine> StoredBoard<E> {
             .write(Durability::Synced, move |sql, now| {
                 let new = new.clone();
                 Box::pin(async move { insert_task(&mut Tx::new(sql), &new, now).await })
+            })
+            .await
+    }
+
+    /// Makes a swarm in one transaction ([`make_swarm`]).
+    pub async fn create_swarm(&self, swarm: &Swarm) -> Result<Swarmed, BoardError> {
+        swarm.check()?;
+        let swarm = swarm.clone();
+        let db = self.engine.name().to_owned();
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (swarm, db) = (swarm.clone(), db.clone());
+                Box::pin(async move { make_swarm(&mut Tx::new(sql), &db, &swarm, now).await })
             })
             .await
     }

@@ -322,6 +322,12 @@ macro_rules! board_ports {
             ) -> Result<(), ::kanban_core::BoardError> {
                 (**self).edit(task_id, edit).await
             }
+            async fn create_swarm(
+                &self,
+                swarm: &::kanban_core::swarm::Swarm,
+            ) -> Result<::kanban_core::swarm::Swarmed, ::kanban_core::BoardError> {
+                (**self).create_swarm(swarm).await
+            }
             async fn prune(
                 &self,
                 before: i64,

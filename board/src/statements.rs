@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use kanban_core::lease::{LeaseView, RunLease, TaskLease};
 use kanban_core::rules::{
-    CardState, Change, ClaimCandidate, MadeCard, NewEvent, RunRow, Transition,
+    CardEdit, CardState, Change, ClaimCandidate, MadeCard, NewEvent, RunRow, Transition,
 };
 use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
@@ -1041,6 +1041,9 @@ fn card_columns(transition: &Transition) -> Vec<Set<'_>> {
         change(&mut sets, "assignee", &edit.assignee);
         change(&mut sets, "max_retries", &edit.max_retries);
         change(&mut sets, "max_runtime_seconds", &edit.max_runtime_seconds);
+        if let Some(result) = &edit.result {
+            sets.push(("result", Param::Text(result)));
+        }
     }
     if let Some(completion) = &transition.completion {
         sets.push(("result", Param::Text(&completion.result)));
@@ -1067,6 +1070,9 @@ impl Tx<'_> {
                     args![now, &close.status, &close.outcome, close.summary.as_deref(), close.error.as_deref(), close.metadata.as_ref(), task_id],
                 )
                 .await?;
+        }
+        if let Some(edit) = transition.edit.as_ref() {
+            self.amend_handoff(task_id, edit).await?;
         }
         if transition.release_claim {
             self.sql
@@ -1099,6 +1105,23 @@ impl Tx<'_> {
         }
         for event in &transition.events {
             self.append_event(task_id, event, now).await?;
+        }
+        Ok(())
+    }
+
+    /// An edit's new summary and metadata, on the card's last completed
+    /// run (the handoff its children and the seed system read).
+    async fn amend_handoff(&mut self, task_id: &str, edit: &CardEdit) -> TxResult<()> {
+        const LAST_COMPLETED: &str =
+            "(SELECT MAX(id) FROM task_runs WHERE task_id = $2 AND outcome = 'completed')";
+        if let Some(summary) = &edit.summary {
+            let query = format!("UPDATE task_runs SET summary = $1 WHERE id = {LAST_COMPLETED}");
+            self.sql.execute(&query, args![summary, task_id]).await?;
+        }
+        if let Some(metadata) = &edit.metadata {
+            let metadata = serde_json::Value::Object(metadata.clone());
+            let query = format!("UPDATE task_runs SET metadata = $1 WHERE id = {LAST_COMPLETED}");
+            self.sql.execute(&query, args![&metadata, task_id]).await?;
         }
         Ok(())
     }
@@ -1277,6 +1300,19 @@ impl Tx<'_> {
                 child: row.flag(2)?,
             })
         })
+    }
+
+    /// The swarm notes on `root` (comments starting with the seed system's
+    /// blackboard prefix), newest first.
+    pub(crate) async fn swarm_notes(&mut self, root: &str) -> TxResult<Vec<String>> {
+        let found = self
+            .sql
+            .rows(
+                "SELECT body FROM task_comments WHERE task_id = $1 AND body LIKE $2 ORDER BY id DESC",
+                args![root, &format!("{}%", kanban_core::swarm::BLACKBOARD_PREFIX)],
+            )
+            .await?;
+        rows(found, |row| row.text(0))
     }
 
     /// Ends `child`'s wait for `parent`; whether it waited.

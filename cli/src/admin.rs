@@ -6,11 +6,12 @@ use anyhow::bail;
 use kanban_board_sqlite::{SqliteBoard, SystemClock};
 use kanban_core::ExitCode;
 use kanban_core::rules::{Change, Start};
+use kanban_core::swarm::{Swarm, Swarmed};
 use kanban_core::{Claim, Clock, Environment, NewTask, TaskStatus, claim_ttl_seconds, vars};
 use serde_json::json;
 
 use crate::agents_file::{agents_file_path, load, names};
-use crate::args::{AddArgs, EditArgs, GlobalArgs};
+use crate::args::{AddArgs, EditArgs, GlobalArgs, SwarmArgs};
 use crate::board_path::{
     OpenBoard, Schema, board_path, board_slug, open_board, open_board_for_reading, open_board_with,
     postgres_url,
@@ -269,6 +270,59 @@ pub(crate) fn promote(
 }
 
 /// `kanban link|unlink PARENT CHILD`.
+/// `kanban swarm GOAL --worker ASSIGNEE:TITLE … --verifier --synthesizer`.
+pub(crate) fn swarm(
+    global: &GlobalArgs,
+    env: &Environment,
+    args: &SwarmArgs,
+) -> anyhow::Result<ExitCode> {
+    if Claim::from_env(env).is_ok() {
+        bail!(
+            "kanban swarm makes cards outside any run, and this is inside one (the claim carrier is set); fan out with `kanban create` instead"
+        );
+    }
+    let created_by = args
+        .created_by
+        .as_deref()
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .or_else(|| env.get_trimmed("USER"))
+        .unwrap_or("human");
+    let swarm = Swarm {
+        goal: args.goal.clone(),
+        workers: args.workers.clone(),
+        verifier: args.verifier.clone(),
+        synthesizer: args.synthesizer.clone(),
+        created_by: created_by.to_owned(),
+        priority: args.priority,
+        idempotency_key: args.idempotency_key.clone(),
+    };
+    swarm.check()?;
+    let board = open_board(global, env)?;
+    let assignees = args.workers.iter().map(|w| w.assignee.as_str());
+    for assignee in assignees.chain([args.verifier.as_str(), args.synthesizer.as_str()]) {
+        check_assignee(global, env, &board.folder, Some(assignee))?;
+    }
+    let Swarmed { cards, made } = block_on(board.create_swarm(&swarm))?;
+    if args.json {
+        let mut shown = json!(cards);
+        shown["made"] = json!(made);
+        outln!("{shown}");
+        return Ok(ExitCode::Success);
+    }
+    if !made {
+        errln!(
+            "an earlier swarm has the key {:?}: its cards, nothing new made",
+            args.idempotency_key.as_deref().unwrap_or_default()
+        );
+    }
+    outln!("root: {} (done; the swarm's notes)", cards.root_id);
+    outln!("workers: {}", cards.worker_ids.join(", "));
+    outln!("verifier: {}", cards.verifier_id);
+    outln!("synthesizer: {}", cards.synthesizer_id);
+    Ok(ExitCode::Success)
+}
+
 pub(crate) fn link(
     global: &GlobalArgs,
     env: &Environment,
@@ -373,6 +427,9 @@ pub(crate) fn edit(
         }),
         max_retries: args.max_retries.map_or(Change::Keep, Change::Set),
         max_runtime_seconds: args.max_runtime.map_or(Change::Keep, Change::Set),
+        result: args.result.clone(),
+        summary: args.summary.clone(),
+        metadata: args.metadata.clone(),
     };
     block_on(board.edit(&id, &change))?;
     outln!("{id} edited: {}", change.fields().join(", "));
@@ -394,6 +451,13 @@ pub(crate) fn prune(
         for id in &ids {
             let log = crate::supervisor::log_path(&logs, id);
             let _ = std::fs::remove_file(&log);
+            // Our link where the seed system looks, not its own log.
+            if let Some(seed) = crate::supervisor::seed_logs(&logs) {
+                let link = crate::supervisor::log_path(&seed, id);
+                if std::fs::symlink_metadata(&link).is_ok_and(|meta| meta.is_symlink()) {
+                    let _ = std::fs::remove_file(link);
+                }
+            }
             let mut older = log.into_os_string();
             older.push(".1");
             let _ = std::fs::remove_file(older);

@@ -149,9 +149,13 @@ pub(crate) enum Command {
         reason: String,
     },
     /// Change a card's title, body, priority, assignee or limits (a running
-    /// run goes on; the next run reads the new fields).
+    /// run goes on; the next run reads the new fields), or a done card's
+    /// handoff: its result, and its last completed run's summary and
+    /// metadata.
     ///
     /// Example: kanban edit t_1a2b3c4d --priority 5 --assignee reviewer
+    ///
+    /// Example: kanban edit t_1a2b3c4d --result "shipped in 0.3" --metadata '{"tests_run": 12}'
     Edit(EditArgs),
     /// Archive a card nobody works (`ls --archived` shows it).
     ///
@@ -203,6 +207,18 @@ pub(crate) enum Command {
         /// The card that waits.
         child: String,
     },
+    /// Make a swarm in one transaction: a card per --worker, ready at once;
+    /// a verifier card that waits for every worker; a synthesizer card that
+    /// waits for the verifier; and a root card, done at once, that keeps
+    /// the swarm's notes (the seed system's graph, which either system's
+    /// `swarm` recognises by its key).
+    ///
+    /// With --idempotency-key, running it again prints the first swarm's
+    /// cards and makes nothing. Made outside any run: from inside one, fan
+    /// out with `kanban create`.
+    ///
+    /// Example: kanban swarm "ship the 0.3 notes" --worker writer:"draft the notes" --worker counter:"count the changes" --verifier checker --synthesizer editor
+    Swarm(SwarmArgs),
     /// Delete done and archived cards with no activity for a while, with
     /// their runs, events, comments and logs.
     ///
@@ -660,6 +676,16 @@ pub(crate) struct EditArgs {
     /// The longest one run may take (90s, 30m, 2h…).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
     pub(crate) max_runtime: Option<i64>,
+    /// A done card's result, backfilled (what `show` and its children read).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) result: Option<String>,
+    /// A done card's handoff summary (its last completed run's).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) summary: Option<String>,
+    /// A done card's handoff metadata, a JSON object that replaces its last
+    /// completed run's.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    pub(crate) metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Args)]
@@ -765,6 +791,41 @@ pub(crate) struct ProveArgs {
 }
 
 /// A block kind, by the seed system's names.
+/// `kanban swarm`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct SwarmArgs {
+    /// What the swarm is for: every card carries it, and the root's title
+    /// is its first line.
+    pub(crate) goal: String,
+    /// A parallel worker card: its assignee and title (repeat for each).
+    #[arg(long = "worker", value_name = "ASSIGNEE:TITLE", required = true, value_parser = swarm_worker)]
+    pub(crate) workers: Vec<kanban_core::swarm::SwarmWorker>,
+    /// Who verifies the workers' outputs (the card waits for every worker).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) verifier: String,
+    /// Who turns the verified outputs into the deliverable (the card waits
+    /// for the verifier).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) synthesizer: String,
+    /// The maker named on every card (default $USER, else `human`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) created_by: Option<String>,
+    /// Higher runs first, for every card of the swarm.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) priority: i64,
+    /// A second swarm with the same key prints the first one's cards.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) idempotency_key: Option<String>,
+    /// One JSON object: root_id, worker_ids, verifier_id, synthesizer_id,
+    /// and made (false when the key found an earlier swarm).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+fn swarm_worker(raw: &str) -> Result<kanban_core::swarm::SwarmWorker, String> {
+    kanban_core::swarm::SwarmWorker::parse(raw)
+}
+
 fn block_kind(raw: &str) -> Result<kanban_core::BlockKind, String> {
     kanban_core::BlockKind::parse(raw).ok_or_else(|| {
         let names: Vec<_> = kanban_core::BlockKind::ALL

@@ -235,6 +235,10 @@ pub(crate) fn run(
     };
     let exe = std::env::current_exe().context("cannot find the kanban binary to run workers")?;
     let board_name = board.name();
+    let seed_logs = match &board.engine {
+        Engine::Sqlite(sqlite) => crate::supervisor::seed_default_board(sqlite.path()),
+        Engine::Postgres(_) => false,
+    };
     let board = board.into_shared(Arc::new(TokioOffload));
     let worker_env = plan.worker_env.clone();
     // What no agent may read reaches a worker on its standard input.
@@ -265,6 +269,9 @@ pub(crate) fn run(
             secrets,
             agents: plan.agents.by_route.clone(),
             board_slug: plan.board_slug.clone(),
+            seed_logs: seed_logs
+                .then(|| crate::supervisor::seed_logs(&logs))
+                .flatten(),
             logs,
             watch,
         },

@@ -15,7 +15,7 @@ use crate::board_path::open_board_for_reading;
 use crate::out::{errln, out};
 use crate::output::visible;
 use crate::runtime::block_on;
-use crate::supervisor::{log_path, run_marker};
+use crate::supervisor::run_marker;
 
 /// How often `--follow` looks for more.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -53,7 +53,7 @@ pub(crate) fn logs(
     let task = &crate::admin::card_id(&board, task)?;
     let view = block_on(board.show_task(task))?;
     let folder = board.folder.join("logs");
-    let current = log_path(&folder, task);
+    let current = crate::supervisor::readable_log(&folder, task);
     let mut older = current.as_os_str().to_owned();
     older.push(".1");
     let older = PathBuf::from(older);

@@ -137,6 +137,7 @@ fn json_requested(command: &Command) -> bool {
         | Command::Claim { json, .. }
         | Command::Walls { json, .. } => *json,
         Command::Add(args) => args.json,
+        Command::Swarm(args) => args.json,
         Command::Prove(args) => args.json,
         _ => false,
     }
@@ -238,6 +239,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Release { id } => admin::operate(global, env, &id, Operation::Release),
         Command::Link { parent, child } if in_run(env) => agent_calls::link(env, &parent, &child),
         Command::Link { parent, child } => admin::link(global, env, &parent, &child, true),
+        Command::Swarm(args) => admin::swarm(global, env, &args),
         Command::Unlink { parent, child } => admin::link(global, env, &parent, &child, false),
         Command::Prune {
             older_than,

@@ -573,7 +573,7 @@ async fn lanes_fragment(State(app): State<Shared>) -> Result<Html<String>, Failu
 fn log_tail(logs: &Path, id: &str) -> String {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL_BYTES: u64 = 256 * 1024;
-    let path = crate::supervisor::log_path(logs, id);
+    let path = crate::supervisor::readable_log(logs, id);
     let Ok(mut file) = std::fs::File::open(path) else {
         return String::new();
     };

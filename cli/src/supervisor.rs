@@ -75,6 +75,68 @@ pub(crate) fn log_path(logs: &Path, task_id: &str) -> PathBuf {
     }
 }
 
+/// Where the seed system looks for the worker logs of a board whose logs
+/// are in `logs` (`logs/` beside the board): `kanban/logs/` beside it, as
+/// for its default board (`HOME/kanban.db`, its logs in
+/// `HOME/kanban/logs/`). Its other boards keep their logs in `logs/`
+/// beside the board file, where ours are.
+pub(crate) fn seed_logs(logs: &Path) -> Option<PathBuf> {
+    logs.parent()
+        .map(|folder| folder.join("kanban").join("logs"))
+}
+
+/// Whether the seed system opens the SQLite board at `path` as its default
+/// board, whose logs it looks for in `kanban/logs/` beside it: a
+/// `kanban.db` with the seed system's `kanban.db.init.lock` beside it, not
+/// in a `boards/` folder (where both systems keep logs in `logs/`).
+pub(crate) fn seed_default_board(path: &Path) -> bool {
+    let in_boards = path
+        .parent()
+        .and_then(Path::parent)
+        .is_some_and(|boards| boards.file_name() == Some("boards".as_ref()));
+    path.file_name() == Some("kanban.db".as_ref())
+        && !in_boards
+        && std::fs::symlink_metadata(path.with_file_name("kanban.db.init.lock")).is_ok()
+}
+
+/// The log to read of a card: ours, else the one the seed system's worker
+/// wrote for it (a plain file only: a link there is not followed).
+pub(crate) fn readable_log(logs: &Path, task_id: &str) -> PathBuf {
+    let ours = log_path(logs, task_id);
+    if std::fs::symlink_metadata(&ours).is_ok() {
+        return ours;
+    }
+    seed_logs(logs)
+        .map(|seed| log_path(&seed, task_id))
+        .filter(|theirs| std::fs::symlink_metadata(theirs).is_ok_and(|meta| meta.is_file()))
+        .unwrap_or(ours)
+}
+
+/// Links a card's log where the seed system looks for it (`seed`), so that
+/// `hermes kanban log ID` shows our worker's: a link relative to the board's
+/// folder, made once; a log of the seed system's own there is left alone.
+/// The link is a courtesy to the other system: without it our log is whole,
+/// so a folder that cannot be made costs the card nothing.
+fn link_for_seed(seed: &Path, task_id: &str) {
+    use std::os::unix::fs::DirBuilderExt;
+    let link = log_path(seed, task_id);
+    if std::fs::symlink_metadata(&link).is_ok() {
+        return;
+    }
+    let Some(name) = link.file_name() else {
+        return;
+    };
+    let target = Path::new("../../logs").join(name);
+    let made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(seed)
+        .and_then(|()| std::os::unix::fs::symlink(&target, &link));
+    if let Err(error) = made {
+        tracing::debug!("no link to {task_id}'s log for the seed system: {error}");
+    }
+}
+
 /// A card's log past this size is moved to `TASK.log.1` (replacing the one
 /// before) when its next run starts: a card's logs never hold more than
 /// about twice this plus one run.
@@ -260,6 +322,8 @@ pub(crate) struct ProcessSupervisor {
     host: String,
     exe: PathBuf,
     logs: PathBuf,
+    /// Where the seed system looks for this board's logs, when it does.
+    seed_logs: Option<PathBuf>,
     worker_args: Vec<String>,
     worker_env: Vec<(String, String)>,
     /// Sent on each worker's standard input, never in its environment.
@@ -321,6 +385,9 @@ pub(crate) struct WorkerCommand {
     pub(crate) agents: BTreeMap<String, AgentCommand>,
     pub(crate) board_slug: String,
     pub(crate) logs: PathBuf,
+    /// Where the seed system looks for the logs, on a board it opens as
+    /// its default one: each card's log is linked there.
+    pub(crate) seed_logs: Option<PathBuf>,
     /// The board's commits, watched between ticks.
     pub(crate) watch: Option<BoardWatch>,
 }
@@ -335,6 +402,7 @@ impl ProcessSupervisor {
             host: hostname(),
             exe: command.exe,
             logs: command.logs,
+            seed_logs: command.seed_logs,
             worker_args: command.args,
             worker_env: command.env,
             worker_secrets: command.secrets,
@@ -512,6 +580,9 @@ impl Supervisor for ProcessSupervisor {
         };
         let log = self.log_path(&claim.task_id);
         let (stdout, file) = open_run_log(&log, claim.run_id)?;
+        if let Some(seed) = &self.seed_logs {
+            link_for_seed(seed, &claim.task_id);
+        }
         let seal = random_hex();
         let mut command = self.worker_command(claim, agent, goal_mode, (stdout, file));
         let mut child = command.spawn().map_err(|error| {

@@ -270,6 +270,12 @@ pub trait BoardAdmin: Send + Sync {
     async fn review(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError>;
     /// Edits a card's fields ([`crate::rules::edit`]).
     async fn edit(&self, task_id: &str, edit: &crate::rules::CardEdit) -> Result<(), BoardError>;
+    /// Makes a swarm ([`crate::swarm`]) in one transaction; its cards, or
+    /// the first swarm's for a repeated idempotency key.
+    async fn create_swarm(
+        &self,
+        swarm: &crate::swarm::Swarm,
+    ) -> Result<crate::swarm::Swarmed, BoardError>;
     /// Deletes done and archived cards whose last event is older than
     /// `before`, with their runs, events, comments and links; returns their
     /// ids (their logs are the caller's to remove). `dry_run` deletes nothing.

@@ -119,7 +119,15 @@ pub fn check_new_task(new: &NewTask) -> Result<(), BoardError> {
 /// What a board refuses of a worker's handoff, before it opens a
 /// transaction: metadata past [`MAX_METADATA_BYTES`].
 pub fn check_handoff(handoff: &crate::Handoff) -> Result<(), BoardError> {
-    if let Some(metadata) = &handoff.metadata {
+    check_metadata(handoff.metadata.as_ref())
+}
+
+/// What a board refuses of run metadata: more than [`MAX_METADATA_BYTES`]
+/// of JSON.
+pub fn check_metadata(
+    metadata: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<(), BoardError> {
+    if let Some(metadata) = metadata {
         let size = serde_json::to_string(metadata).map_or(usize::MAX, |text| text.len());
         if size > MAX_METADATA_BYTES {
             return Err(BoardError::InvalidInput(format!(

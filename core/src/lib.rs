@@ -24,6 +24,7 @@ mod ports;
 mod recovery;
 pub mod rules;
 pub mod shapes;
+pub mod swarm;
 pub mod tables;
 mod turn;
 mod turns;

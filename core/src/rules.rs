@@ -197,9 +197,21 @@ pub struct CardEdit {
     pub assignee: Change<String>,
     pub max_retries: Change<u32>,
     pub max_runtime_seconds: Change<i64>,
+    /// A done card's result (the card's `result`).
+    pub result: Option<String>,
+    /// A done card's handoff summary (its last completed run's).
+    pub summary: Option<String>,
+    /// A done card's handoff metadata (its last completed run's).
+    pub metadata: Option<serde_json::Map<String, Value>>,
 }
 
 impl CardEdit {
+    /// Whether it changes a done card's handoff: its result, or its last
+    /// completed run's summary or metadata.
+    pub fn changes_handoff(&self) -> bool {
+        self.result.is_some() || self.summary.is_some() || self.metadata.is_some()
+    }
+
     /// The names of the fields it changes, for the `edited` event.
     pub fn fields(&self) -> Vec<&'static str> {
         [
@@ -209,6 +221,9 @@ impl CardEdit {
             ("assignee", !self.assignee.is_keep()),
             ("max_retries", !self.max_retries.is_keep()),
             ("max_runtime_seconds", !self.max_runtime_seconds.is_keep()),
+            ("result", self.result.is_some()),
+            ("summary", self.summary.is_some()),
+            ("metadata", self.metadata.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))
@@ -1518,7 +1533,9 @@ pub fn release_hold(card: &CardState, now: i64) -> Result<Transition, BoardError
 }
 
 /// An operator's edit of a card that is not archived (a running card's
-/// run goes on; the next run reads the new fields).
+/// run goes on; the next run reads the new fields). A handoff's result,
+/// summary and metadata change only on a done card, as the seed system's
+/// `edit` backfills them.
 pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError> {
     if card.status == TaskStatus::Archived {
         return Err(refuse(card, "edit"));
@@ -1526,10 +1543,18 @@ pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError>
     let fields = edit.fields();
     if fields.is_empty() {
         return Err(BoardError::InvalidInput(
-            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --max-retries, --max-runtime"
+            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --max-retries, --max-runtime, --result, --summary, --metadata"
                 .to_owned(),
         ));
     }
+    if edit.changes_handoff() && card.status != TaskStatus::Done {
+        return Err(BoardError::InvalidInput(format!(
+            "--result, --summary and --metadata change a done card's handoff, and {} is {}; the run that completes it sets them",
+            card.task_id,
+            card.status.as_str()
+        )));
+    }
+    crate::events::check_metadata(edit.metadata.as_ref())?;
     if edit
         .title
         .as_deref()

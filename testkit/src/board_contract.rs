@@ -64,6 +64,8 @@ macro_rules! board_contract_tests {
             typed_blocks_route_and_a_loop_goes_to_triage,
             a_run_fans_out_to_cards_of_its_own_only,
             a_handoff_keeps_metadata_and_vouches_only_for_cards_the_run_made,
+            a_swarm_is_made_whole_and_once_per_key,
+            a_done_card_s_handoff_is_edited_on_its_last_completed_run,
             one_probe_per_wall,
             lifting_a_wall_frees_the_card_that_met_it,
             text_with_nul_is_stored_with_its_stand_in
@@ -1555,6 +1557,174 @@ fn assert_fan_out_fenced<B: Board + BoardAdmin>(
     );
     assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), cards);
     assert!(block_on(board.show_task(first)).unwrap().parents == vec![lead.clone()]);
+}
+
+/// A swarm: its root done at once with the seed system's metadata and
+/// topology note, its workers ready, its verifier waiting for every worker
+/// and its synthesizer for the verifier; a repeated key makes nothing new,
+/// and a key of a card that is no swarm's root is refused.
+pub fn a_swarm_is_made_whole_and_once_per_key<B: Board + BoardAdmin>(board: &B, _: &VirtualClock) {
+    use kanban_core::swarm::{Swarm, SwarmWorker};
+    let worker = |assignee: &str, title: &str| SwarmWorker {
+        assignee: assignee.into(),
+        title: title.into(),
+    };
+    let swarm = Swarm {
+        goal: "ship the release notes\nwith a changelog".into(),
+        workers: vec![
+            worker("writer", "draft the notes"),
+            worker("counter", "count the changes"),
+        ],
+        verifier: "checker".into(),
+        synthesizer: "editor".into(),
+        created_by: "lead".into(),
+        priority: 3,
+        idempotency_key: Some("notes-1".into()),
+    };
+    let made = block_on(board.create_swarm(&swarm)).unwrap();
+    assert!(made.made);
+    let cards = made.cards;
+    assert_swarm_graph(board, &cards);
+
+    // The same key again: the first swarm, nothing new.
+    let count = block_on(board.list_tasks(None)).unwrap().len();
+    assert_eq!(count, 5);
+    let again = block_on(board.create_swarm(&swarm)).unwrap();
+    assert_eq!((again.made, &again.cards), (false, &cards));
+    // A key some plain card holds is refused, and nothing is made.
+    let plain = create(
+        board,
+        &NewTask {
+            idempotency_key: Some("plain".into()),
+            ..task("a plain card")
+        },
+    );
+    let other_key = Swarm {
+        idempotency_key: Some("plain".into()),
+        ..swarm.clone()
+    };
+    match block_on(board.create_swarm(&other_key)) {
+        Err(BoardError::InvalidInput(message)) => assert!(message.contains(&plain), "{message}"),
+        other => panic!("a plain card's key: {other:?}"),
+    }
+    let no_workers = Swarm {
+        workers: Vec::new(),
+        idempotency_key: None,
+        ..swarm
+    };
+    assert!(matches!(
+        block_on(board.create_swarm(&no_workers)),
+        Err(BoardError::InvalidInput(_))
+    ));
+    assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), count + 1);
+}
+
+/// The cards of a swarm the contract made: a done root with the seed
+/// system's metadata and topology note, two ready workers, a verifier
+/// waiting for both and a synthesizer waiting for it.
+fn assert_swarm_graph<B: BoardAdmin>(board: &B, cards: &kanban_core::swarm::SwarmCards) {
+    use kanban_core::swarm::recorded_topology;
+    let root = block_on(board.show_task(&cards.root_id)).unwrap();
+    assert_eq!(root.task.status, TaskStatus::Done);
+    assert_eq!(root.task.title, "Swarm: ship the release notes");
+    assert_eq!(root.runs.len(), 1);
+    let metadata = root.runs[0].metadata.as_ref().unwrap();
+    assert_eq!(metadata["kind"], "kanban_swarm_v1");
+    assert_eq!(metadata["worker_count"], 2);
+    let notes: Vec<&str> = root
+        .comments
+        .iter()
+        .rev()
+        .map(|c| c.body.as_str())
+        .collect();
+    assert_eq!(recorded_topology(notes).as_ref(), Some(cards));
+    assert_eq!(cards.worker_ids.len(), 2);
+    for (id, assignee) in cards.worker_ids.iter().zip(["writer", "counter"]) {
+        let view = block_on(board.show_task(id)).unwrap();
+        assert_eq!(view.task.status, TaskStatus::Ready, "{id} starts at once");
+        assert_eq!(view.task.assignee.as_deref(), Some(assignee));
+        assert_eq!(view.task.created_by.as_deref(), Some("lead"));
+        assert_eq!(view.task.priority, 3);
+        assert_eq!(view.parents, vec![cards.root_id.clone()]);
+    }
+    let verifier = block_on(board.show_task(&cards.verifier_id)).unwrap();
+    assert_eq!(verifier.task.status, TaskStatus::Todo);
+    assert_eq!(verifier.task.assignee.as_deref(), Some("checker"));
+    let mut parents = verifier.parents.clone();
+    parents.sort();
+    let mut workers = cards.worker_ids.clone();
+    workers.sort();
+    assert_eq!(parents, workers);
+    let synthesizer = block_on(board.show_task(&cards.synthesizer_id)).unwrap();
+    assert_eq!(synthesizer.task.status, TaskStatus::Todo);
+    assert_eq!(synthesizer.task.assignee.as_deref(), Some("editor"));
+    assert_eq!(synthesizer.parents, vec![cards.verifier_id.clone()]);
+}
+
+/// An edit of a done card's handoff: its result on the card, its summary
+/// and metadata on its last completed run (an earlier run keeps its own);
+/// a card that is not done is refused and keeps what it had.
+pub fn a_done_card_s_handoff_is_edited_on_its_last_completed_run<B: Board + BoardAdmin>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    use kanban_core::Handoff;
+    use kanban_core::rules::CardEdit;
+    let id = create(board, &task("write the notes"));
+    let first = claim(board, &id, "lock-1");
+    block_on(board.block(&first, "which version?", None)).unwrap();
+    let backfill = CardEdit {
+        result: Some("shipped in 0.3".into()),
+        summary: Some("notes for 0.3, checked".into()),
+        metadata: serde_json::json!({"tests_run": 12}).as_object().cloned(),
+        ..CardEdit::default()
+    };
+    assert!(matches!(
+        block_on(board.edit(&id, &backfill)),
+        Err(BoardError::InvalidInput(_))
+    ));
+    block_on(board.unblock(&id)).unwrap();
+    let second = claim(board, &id, "lock-2");
+    let handoff = Handoff {
+        metadata: serde_json::json!({"draft": true}).as_object().cloned(),
+        ..Handoff::new("draft notes", None)
+    };
+    block_on(board.hand_off(&second, &handoff)).unwrap();
+    let before = block_on(board.show_task(&id)).unwrap();
+    block_on(board.edit(&id, &backfill)).unwrap();
+    let after = block_on(board.show_task(&id)).unwrap();
+    assert_eq!(after.task.status, TaskStatus::Done);
+    assert_eq!(after.task.result.as_deref(), Some("shipped in 0.3"));
+    let run = |view: &kanban_core::TaskView, run_id: i64| {
+        view.runs
+            .iter()
+            .find(|run| run.id == run_id)
+            .cloned()
+            .unwrap()
+    };
+    let completed = run(&after, second.run_id);
+    assert_eq!(completed.summary.as_deref(), Some("notes for 0.3, checked"));
+    assert_eq!(
+        completed.metadata,
+        Some(serde_json::json!({"tests_run": 12}))
+    );
+    assert_eq!(run(&after, first.run_id), run(&before, first.run_id));
+    let edited = after.events.iter().rfind(|e| e.kind == "edited").unwrap();
+    assert_eq!(
+        edited.payload["fields"],
+        serde_json::json!(["result", "summary", "metadata"])
+    );
+    // Metadata alone: the rest stays.
+    let only = CardEdit {
+        metadata: serde_json::json!({"tests_run": 13}).as_object().cloned(),
+        ..CardEdit::default()
+    };
+    block_on(board.edit(&id, &only)).unwrap();
+    let last = block_on(board.show_task(&id)).unwrap();
+    let completed = run(&last, second.run_id);
+    assert_eq!(completed.summary.as_deref(), Some("notes for 0.3, checked"));
+    assert_eq!(completed.metadata.unwrap()["tests_run"], 13);
+    assert_eq!(last.task.result.as_deref(), Some("shipped in 0.3"));
 }
 
 /// A completion's handoff: its metadata is kept on the run, and the cards

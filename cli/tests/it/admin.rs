@@ -179,7 +179,9 @@ fn named_boards_live_under_the_kanban_home() {
 #[test]
 fn help_teaches_with_examples_and_version_answers() {
     let bench = Bench::new();
-    for command in ["worker", "prove", "claim", "add", "complete", "turn"] {
+    for command in [
+        "worker", "prove", "claim", "add", "complete", "turn", "swarm",
+    ] {
         for help in ["--help", "-h"] {
             let output = bench.command().args([command, help]).output().unwrap();
             assert!(output.status.success());
@@ -845,6 +847,137 @@ kanban complete --summary "split in three" --metadata '{{"parts": 2}}' --created
     assert!(shown.contains("metadata: {\"parts\":2}"), "{shown}");
     let part = bench.ok(&["show", &children[0]]);
     assert!(part.contains(&format!("created by: {lead}")), "{part}");
+}
+
+#[test]
+fn a_swarm_runs_its_workers_then_its_verifier_then_its_synthesizer() {
+    let bench = Bench::new();
+    let swarm = [
+        "swarm",
+        "ship the notes",
+        "--worker",
+        "writer:draft the notes",
+        "--worker",
+        "counter:count the changes",
+        "--verifier",
+        "checker",
+        "--synthesizer",
+        "editor",
+        "--idempotency-key",
+        "notes",
+    ];
+    let said = bench.ok(&swarm);
+    assert!(said.starts_with("root: t_"), "{said}");
+    let mut json = swarm.to_vec();
+    json.push("--json");
+    let cards: Value = serde_json::from_str(&bench.ok(&json)).unwrap();
+    assert_eq!(cards["made"], false, "the key found the first swarm");
+    assert!(
+        said.contains(cards["verifier_id"].as_str().unwrap()),
+        "{said}"
+    );
+    let ids = |key: &str| -> Vec<String> {
+        let value = &cards[key];
+        let all = value
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| vec![value.clone()]);
+        all.iter()
+            .map(|id| id.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (workers, verifier, synthesizer) =
+        (ids("worker_ids"), ids("verifier_id"), ids("synthesizer_id"));
+    assert_eq!(workers.len(), 2);
+    assert_eq!(
+        bench.ok(&["ls"]).lines().count(),
+        1 + 5,
+        "a header and five cards"
+    );
+    until_idle(
+        &bench,
+        r#"exec kanban complete --summary "did $KANBAN_TASK""#,
+    )();
+    let run_of = |id: &String| {
+        let card = bench.show(id);
+        assert_eq!(card["task"]["status"], "done", "{card}");
+        card["runs"][0]["id"].as_i64().unwrap()
+    };
+    let verified = run_of(&verifier[0]);
+    assert!(workers.iter().all(|id| run_of(id) < verified));
+    assert!(verified < run_of(&synthesizer[0]));
+    // Refused before anything is written: a worker with skills, no worker.
+    let bad = bench.run(&[
+        "swarm",
+        "g",
+        "--worker",
+        "a:b:review",
+        "--verifier",
+        "v",
+        "--synthesizer",
+        "s",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("skills"),
+        "{}",
+        text(&bad.stderr)
+    );
+    bench.refused(
+        &[
+            "swarm",
+            " ",
+            "--worker",
+            "a:b",
+            "--verifier",
+            "v",
+            "--synthesizer",
+            "s",
+        ],
+        "non-blank goal",
+    );
+    assert_eq!(bench.ok(&["ls"]).lines().count(), 1 + 5);
+}
+
+#[test]
+fn a_done_card_s_handoff_is_backfilled_by_edit() {
+    let bench = Bench::new();
+    let id = bench.add("write the notes", &[]);
+    bench.refused(
+        &["edit", &id, "--result", "shipped"],
+        "change a done card's handoff",
+    );
+    until_idle(&bench, "exec kanban complete --summary draft")();
+    let said = bench.ok(&[
+        "edit",
+        &id,
+        "--result",
+        "shipped in 0.3",
+        "--summary",
+        "notes for 0.3",
+        "--metadata",
+        r#"{"tests_run": 12}"#,
+    ]);
+    assert_eq!(
+        said.trim(),
+        format!("{id} edited: result, summary, metadata")
+    );
+    let card = bench.show(&id);
+    assert_eq!(card["task"]["result"], "shipped in 0.3");
+    assert_eq!(card["runs"][0]["summary"], "notes for 0.3");
+    assert_eq!(
+        card["runs"][0]["metadata"],
+        serde_json::json!({"tests_run": 12})
+    );
+    let shown = bench.ok(&["show", &id]);
+    assert!(shown.contains(r#"metadata: {"tests_run":12}"#), "{shown}");
+    let bad = bench.run(&["edit", &id, "--metadata", "[1]"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("not a JSON object"),
+        "{}",
+        text(&bad.stderr)
+    );
 }
 
 /// A dispatcher run until nothing is left to claim, whose agent runs the

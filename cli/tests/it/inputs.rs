@@ -310,6 +310,17 @@ fn hostile_values_for_every_subcommand_never_panic() {
         ("watch", &["--interval"]),
         ("heartbeat", &["--note"]),
         ("turn", &["--agent"]),
+        (
+            "swarm",
+            &[
+                "--worker",
+                "--verifier",
+                "--synthesizer",
+                "--created-by",
+                "--priority",
+                "--idempotency-key",
+            ],
+        ),
     ];
     let mut tried = 0;
     for (command, flags) in options {
@@ -335,6 +346,18 @@ fn hostile_values_for_every_subcommand_never_panic() {
                 }
                 if *command == "watch" {
                     args.push(OsStr::new("--once"));
+                }
+                if *command == "swarm" {
+                    args.insert(1, OsStr::new("a goal"));
+                    for (required, given) in [
+                        ("--worker", "writer:draft"),
+                        ("--verifier", "checker"),
+                        ("--synthesizer", "editor"),
+                    ] {
+                        if *flag != required {
+                            args.extend([OsStr::new(required), OsStr::new(given)]);
+                        }
+                    }
                 }
                 attempts.push(args);
             }

@@ -199,6 +199,29 @@ fn each_system_reads_and_works_the_others_lanes() {
         (status(&triaged), status(&parked)),
         ("done".into(), "done".into())
     );
+    // Each finds the other's worker logs: the seed system ours, linked
+    // where it looks, and ours the one its worker wrote, where its own code
+    // puts it.
+    let theirs = hermes(&cli, &seed_home, None, &["log", &parent]);
+    assert!(
+        text(&theirs.stdout).contains("[kanban-dispatch] run "),
+        "{}",
+        said(&theirs)
+    );
+    let python = cli.with_file_name("python");
+    let where_theirs = Command::new(&python)
+        .env("HERMES_HOME", &seed_home)
+        .args(["-c", "import sys; from hermes_cli.kanban_db import worker_log_path; print(worker_log_path(sys.argv[1]))"])
+        .arg(&child)
+        .output()
+        .unwrap();
+    assert!(where_theirs.status.success(), "{}", said(&where_theirs));
+    let their_log = PathBuf::from(text(&where_theirs.stdout).trim());
+    assert!(std::fs::symlink_metadata(&their_log).unwrap().is_symlink());
+    std::fs::remove_file(&their_log).unwrap();
+    std::fs::remove_file(seed_home.join("logs").join(format!("{child}.log"))).unwrap();
+    std::fs::write(&their_log, "their worker was here\n").unwrap();
+    assert!(ours(&["logs", &child]).contains("their worker was here"));
     // And the seed system reads what ours wrote, after our migration.
     let seen = hermes(&cli, &seed_home, None, &["ls", "--json"]);
     assert!(seen.status.success(), "{}", said(&seen));
@@ -206,4 +229,52 @@ fn each_system_reads_and_works_the_others_lanes() {
     for card in cards.as_array().unwrap() {
         assert_eq!(card["status"], "done", "{card}");
     }
+    swarms_are_found_by_either_system(&cli, &home, &bench);
+}
+
+/// A swarm either system made is the one the other's `swarm` returns for
+/// the same idempotency key: the root's topology note is read by both.
+fn swarms_are_found_by_either_system(cli: &Path, home: &Path, bench: &Bench) {
+    let swarm = |key: &str| {
+        [
+            "swarm".to_owned(),
+            format!("the goal of {key}"),
+            "--worker".to_owned(),
+            "writer:draft".to_owned(),
+            "--worker".to_owned(),
+            "counter:count".to_owned(),
+            "--verifier".to_owned(),
+            "checker".to_owned(),
+            "--synthesizer".to_owned(),
+            "editor".to_owned(),
+            "--idempotency-key".to_owned(),
+            key.to_owned(),
+            "--json".to_owned(),
+        ]
+    };
+    let cards = |said: &str| -> Value {
+        let mut cards: Value = serde_json::from_str(said).unwrap();
+        cards.as_object_mut().unwrap().remove("made");
+        cards
+    };
+    let theirs = |key: &str| {
+        let args = swarm(key);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = hermes(cli, home, Some(&bench.db), &args);
+        assert!(output.status.success(), "{}", said(&output));
+        cards(&text(&output.stdout))
+    };
+    let ours = |key: &str| {
+        let args = swarm(key);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cards(&bench.ok(&args))
+    };
+    let made_by_us = ours("ours");
+    assert_eq!(theirs("ours"), made_by_us);
+    let made_by_them = theirs("theirs");
+    assert_eq!(ours("theirs"), made_by_them);
+    assert_ne!(made_by_us, made_by_them);
+    let verifier = bench.show(made_by_them["verifier_id"].as_str().unwrap());
+    assert_eq!(verifier["task"]["status"], "todo");
+    assert_eq!(verifier["parents"].as_array().unwrap().len(), 2);
 }

@@ -23,6 +23,7 @@ mod policy;
 mod properties;
 mod recovery;
 mod rules;
+mod swarm;
 mod tables;
 mod walls;
 

@@ -1269,6 +1269,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
         ..CardEdit::default()
     };
     assert!(edit(&running(), &blank).is_err());
+    let metadata = serde_json::json!({"tests_run": 12});
     let all = CardEdit {
         title: Some("t".into()),
         body: Some("b".into()),
@@ -1276,6 +1277,9 @@ fn operators_cancel_archive_hold_release_and_edit() {
         assignee: Change::Set("a".into()),
         max_retries: Change::Set(2),
         max_runtime_seconds: Change::Set(60),
+        result: Some("r".into()),
+        summary: Some("s".into()),
+        metadata: metadata.as_object().cloned(),
     };
     assert_eq!(
         all.fields(),
@@ -1285,9 +1289,81 @@ fn operators_cancel_archive_hold_release_and_edit() {
             "priority",
             "assignee",
             "max_retries",
-            "max_runtime_seconds"
+            "max_runtime_seconds",
+            "result",
+            "summary",
+            "metadata"
         ]
     );
+}
+
+#[test]
+fn only_a_done_card_s_handoff_is_edited() {
+    use kanban_core::rules::{CardEdit, edit};
+    let metadata = serde_json::json!({"tests_run": 12});
+    let handoffs = [
+        CardEdit {
+            result: Some("shipped".into()),
+            ..CardEdit::default()
+        },
+        CardEdit {
+            summary: Some("shipped".into()),
+            ..CardEdit::default()
+        },
+        CardEdit {
+            metadata: metadata.as_object().cloned(),
+            ..CardEdit::default()
+        },
+    ];
+    for change in &handoffs {
+        assert!(change.changes_handoff());
+        let t = edit(&card(TaskStatus::Done), change).unwrap();
+        assert_eq!(t.edit.as_ref(), Some(change));
+        assert_eq!(t.status, None, "it stays done");
+        assert_eq!(t.events[0].payload["fields"].as_array().unwrap().len(), 1);
+        for status in [TaskStatus::Ready, TaskStatus::Running, TaskStatus::Blocked] {
+            match edit(&card(status), change) {
+                Err(BoardError::InvalidInput(message)) => {
+                    assert!(message.contains("done card"), "{message}");
+                }
+                other => panic!("{status:?}: {other:?}"),
+            }
+        }
+    }
+    let fields = CardEdit {
+        title: Some("t".into()),
+        ..CardEdit::default()
+    };
+    assert!(!fields.changes_handoff());
+    let huge = serde_json::json!({"notes": "x".repeat(kanban_core::MAX_METADATA_BYTES)});
+    let too_big = CardEdit {
+        metadata: huge.as_object().cloned(),
+        ..CardEdit::default()
+    };
+    assert!(matches!(
+        edit(&card(TaskStatus::Done), &too_big),
+        Err(BoardError::InvalidInput(message)) if message.contains("at most")
+    ));
+    // The bound, to the byte: `{"n":"…"}` is eight bytes and the text.
+    let sized = |bytes: usize| {
+        let metadata = serde_json::json!({"n": "x".repeat(bytes - 8)});
+        metadata.as_object().cloned()
+    };
+    let limit = kanban_core::MAX_METADATA_BYTES;
+    assert_eq!(
+        kanban_core::events::check_metadata(sized(limit).as_ref()),
+        Ok(())
+    );
+    assert!(kanban_core::events::check_metadata(sized(limit + 1).as_ref()).is_err());
+    let handoff = |metadata| kanban_core::Handoff {
+        metadata,
+        ..kanban_core::Handoff::new("done", None)
+    };
+    assert_eq!(
+        kanban_core::events::check_handoff(&handoff(sized(limit))),
+        Ok(())
+    );
+    assert!(kanban_core::events::check_handoff(&handoff(sized(limit + 1))).is_err());
 }
 
 #[test]
