@@ -733,16 +733,7 @@ pub(crate) fn show(
         outln!("result: {}", short(result, 200));
     }
     outln!("\nruns:");
-    out!("{}", runs_table(&view.runs));
-    for run in &view.runs {
-        if let Some(metadata) = &run.metadata {
-            outln!(
-                "run {} metadata: {}",
-                run.id,
-                visible_line(&metadata.to_string())
-            );
-        }
-    }
+    print_runs(&view.runs);
     outln!("\nevents:");
     out!("{}", events_table(&view.events, now));
     if !view.comments.is_empty() {
@@ -851,6 +842,59 @@ fn events_table(events: &[kanban_core::EventRecord], now: i64) -> String {
         })
         .collect();
     table(&["EVENT", "AT", "RUN", "KIND", "PAYLOAD"], &rows)
+}
+
+/// The runs table, then each run's handoff metadata.
+fn print_runs(runs: &[kanban_core::RunRecord]) {
+    out!("{}", runs_table(runs));
+    for run in runs {
+        if let Some(metadata) = &run.metadata {
+            outln!(
+                "run {} metadata: {}",
+                run.id,
+                visible_line(&metadata.to_string())
+            );
+        }
+    }
+}
+
+/// `kanban runs ID [--status S] [--outcome O] [--json]`.
+pub(crate) fn runs(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    [status, outcome]: [Option<String>; 2],
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board_for_reading(global, env)?;
+    let id = &card_id(&board, id)?;
+    let view = block_on(board.show_task(id))?;
+    let runs: Vec<kanban_core::RunRecord> = view
+        .runs
+        .into_iter()
+        .filter(|run| status.as_ref().is_none_or(|wanted| &run.status == wanted))
+        .filter(|run| {
+            outcome
+                .as_ref()
+                .is_none_or(|wanted| run.outcome.as_ref() == Some(wanted))
+        })
+        .collect();
+    if as_json {
+        let runs: Vec<serde_json::Value> = runs.iter().map(run_json).collect();
+        outln!("{}", serde_json::Value::Array(runs));
+    } else if runs.is_empty() {
+        errln!(
+            "{id} has no runs{}",
+            if status.is_some() || outcome.is_some() {
+                " of that kind"
+            } else {
+                " yet"
+            }
+        );
+    } else {
+        print_runs(&runs);
+    }
+    Ok(ExitCode::Success)
 }
 
 pub(crate) fn events(

@@ -296,6 +296,23 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show a card's runs, oldest first: each one's status, outcome, claim
+    /// lock, summary (or error) and handoff metadata.
+    ///
+    /// Example: kanban runs t_1a2b3c4d --outcome completed --json
+    Runs {
+        /// The card's id (as `ls` lists it).
+        id: String,
+        /// Only runs with this status (running, done, blocked, failed…).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs with this outcome (completed, blocked, crashed…).
+        #[arg(long)]
+        outcome: Option<String>,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a card's events.
     ///
     /// Example: kanban events t_1a2b3c4d --json

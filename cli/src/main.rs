@@ -134,6 +134,7 @@ fn json_requested(command: &Command) -> bool {
         Command::Ls { json, .. }
         | Command::Show { json, .. }
         | Command::Events { json, .. }
+        | Command::Runs { json, .. }
         | Command::Claim { json, .. }
         | Command::Walls { json, .. } => *json,
         Command::Add(args) => args.json,
@@ -267,6 +268,12 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         },
         Command::Show { id, json } => admin::show(global, env, &id, json),
         Command::Events { id, json } => admin::events(global, env, &id, json),
+        Command::Runs {
+            id,
+            status,
+            outcome,
+            json,
+        } => admin::runs(global, env, &id, [status, outcome], json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
         Command::Unblock { id } if in_run(env) => agent_calls::unblock(env, &id),
         Command::Unblock { id } => admin::unblock(global, env, &id),

@@ -971,6 +971,18 @@ fn a_done_card_s_handoff_is_backfilled_by_edit() {
     );
     let shown = bench.ok(&["show", &id]);
     assert!(shown.contains(r#"metadata: {"tests_run":12}"#), "{shown}");
+    // `runs` lists them with their metadata, and filters them.
+    let listed = bench.ok(&["runs", &id]);
+    assert!(listed.contains("notes for 0.3"), "{listed}");
+    assert!(listed.contains(r#"metadata: {"tests_run":12}"#), "{listed}");
+    let runs: Value =
+        serde_json::from_str(&bench.ok(&["runs", &id, "--outcome", "completed", "--json"]))
+            .unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(runs[0]["metadata"]["tests_run"], 12);
+    let none: Value =
+        serde_json::from_str(&bench.ok(&["runs", &id, "--status", "blocked", "--json"])).unwrap();
+    assert_eq!(none, serde_json::json!([]));
     let bad = bench.run(&["edit", &id, "--metadata", "[1]"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(

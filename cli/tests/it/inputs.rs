@@ -288,6 +288,7 @@ fn hostile_values_for_every_subcommand_never_panic() {
         ("ls", &["--status"]),
         ("show", &[]),
         ("events", &[]),
+        ("runs", &["--status", "--outcome"]),
         ("claim", &["--ttl"]),
         ("unblock", &[]),
         ("reclaim", &["--reason"]),
@@ -330,7 +331,7 @@ fn hostile_values_for_every_subcommand_never_panic() {
                 let mut args = vec![OsStr::new(*command)];
                 if matches!(
                     *command,
-                    "show" | "events" | "claim" | "unblock" | "reclaim"
+                    "show" | "events" | "runs" | "claim" | "unblock" | "reclaim"
                 ) {
                     args.push(OsStr::new(&id));
                 }
