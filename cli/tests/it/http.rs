@@ -462,6 +462,10 @@ fn kanban_mcp_lists_the_tools_completes_the_card_and_refuses_a_stale_worker() {
             "kanban_block",
             "kanban_heartbeat",
             "kanban_comment",
+            "kanban_create",
+            "kanban_link",
+            "kanban_unblock",
+            "kanban_list",
             "kanban_show"
         ]
     );
