@@ -113,7 +113,7 @@ fn fan_out_tool_specs() -> [ToolSpec; 4] {
         },
         ToolSpec {
             name: "kanban_list",
-            description: "List the board's cards (newest last), optionally of one assignee or status.",
+            description: "List the board's cards, oldest first, optionally of one assignee or status; truncated says there are more.",
             schema: object(
                 json!({
                     "assignee": {"type": "string"},
@@ -381,27 +381,37 @@ impl BoardTools {
                     ))
                 })?,
         };
-        let tasks = match self.board.list_tasks(status).await {
-            Ok(tasks) => tasks,
-            Err(error) => return Ok(refused(error)),
-        };
-        let matching: Vec<_> = tasks
-            .iter()
-            .filter(|task| assignee.is_none() || task.assignee.as_deref() == assignee)
-            .filter(|task| status.is_some() || task.status.known() != Some(TaskStatus::Archived))
-            .collect();
-        let shown: Vec<Value> = matching
-            .iter()
-            .rev()
-            .take(limit)
-            .rev()
-            .map(|task| {
-                json!({"id": task.id, "title": task.title, "assignee": task.assignee, "status": task.status.as_str(), "priority": task.priority, "created_by": task.created_by})
-            })
-            .collect();
+        // Page by page, oldest first, so that a listing of a board of any
+        // size holds no more than a page and the cards it returns.
+        let mut shown: Vec<Value> = Vec::new();
+        let mut truncated = false;
+        let mut after = None;
+        'pages: loop {
+            let page = match self.board.list_page(status, after, LIST_LIMIT + 1).await {
+                Ok(page) => page,
+                Err(error) => return Ok(refused(error)),
+            };
+            let matching = page
+                .tasks
+                .iter()
+                .filter(|task| assignee.is_none() || task.assignee.as_deref() == assignee)
+                .filter(|task| {
+                    status.is_some() || task.status.known() != Some(TaskStatus::Archived)
+                });
+            for task in matching {
+                if shown.len() == limit {
+                    truncated = true;
+                    break 'pages;
+                }
+                shown.push(json!({"id": task.id, "title": task.title, "assignee": task.assignee, "status": task.status.as_str(), "priority": task.priority, "created_by": task.created_by}));
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
         Ok(ToolOutcome::ok(
-            json!({"tasks": shown, "count": shown.len(), "truncated": matching.len() > limit})
-                .to_string(),
+            json!({"tasks": shown, "count": shown.len(), "truncated": truncated}).to_string(),
             false,
         ))
     }

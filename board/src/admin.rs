@@ -83,6 +83,23 @@ pub(crate) async fn recur(tx: &mut Tx<'_>, task_id: &str, now: i64) -> TxResult<
         .await
 }
 
+/// Claims one card by hand inside the caller's transaction: whatever its
+/// time, if core's rule lets it.
+async fn claim_by_hand(
+    tx: &mut Tx<'_>,
+    db: &str,
+    task_id: &str,
+    ttl_seconds: i64,
+    claim_lock: &str,
+    now: i64,
+) -> TxResult<Option<ClaimGrant>> {
+    let Some(card) = tx.claim_candidate(task_id).await? else {
+        return Ok(None);
+    };
+    let verdict = rules::claim_verdict(&card, now, &ClaimFilter::any(), true);
+    claim_card(tx, db, &card, verdict, ttl_seconds, claim_lock, now).await
+}
+
 /// Makes a swarm inside the caller's transaction: the root, claimed and
 /// done at once, then its workers, verifier and synthesizer, and the
 /// topology note on the root. A repeated idempotency key finds the first
@@ -101,15 +118,7 @@ async fn make_swarm(tx: &mut Tx<'_>, db: &str, swarm: &Swarm, now: i64) -> TxRes
         };
     }
     let root = insert_task(tx, &swarm.root(), now).await?;
-    let candidate = tx.claim_candidate(&root).await?;
-    let verdict = candidate
-        .as_ref()
-        .map(|card| rules::claim_verdict(card, now, &ClaimFilter::any(), true));
-    let grant = match (candidate, verdict) {
-        (Some(card), Some(verdict)) => claim_card(tx, db, &card, verdict, 1, "swarm", now).await?,
-        _ => None,
-    };
-    let Some(grant) = grant else {
+    let Some(grant) = claim_by_hand(tx, db, &root, 1, "swarm", now).await? else {
         return Err(BoardError::Storage(format!(
             "the swarm's root {root} could not be claimed in its own transaction"
         ))
@@ -197,11 +206,7 @@ impl<E: Engine> StoredBoard<E> {
                 let (task_id, lock, db) = (task_id.clone(), claim_lock.clone(), db.clone());
                 Box::pin(async move {
                     let tx = &mut Tx::new(sql);
-                    let Some(card) = tx.claim_candidate(&task_id).await? else {
-                        return Ok(None);
-                    };
-                    let verdict = rules::claim_verdict(&card, now, &ClaimFilter::any(), true);
-                    claim_card(tx, &db, &card, verdict, ttl_seconds, &lock, now).await
+                    claim_by_hand(tx, &db, &task_id, ttl_seconds, &lock, now).await
                 })
             })
             .await

@@ -269,14 +269,13 @@ pub(crate) fn promote(
     Ok(ExitCode::Success)
 }
 
-/// `kanban link|unlink PARENT CHILD`.
 /// `kanban swarm GOAL --worker ASSIGNEE:TITLE … --verifier --synthesizer`.
 pub(crate) fn swarm(
     global: &GlobalArgs,
     env: &Environment,
     args: &SwarmArgs,
 ) -> anyhow::Result<ExitCode> {
-    if Claim::from_env(env).is_ok() {
+    if crate::in_run(env) {
         bail!(
             "kanban swarm makes cards outside any run, and this is inside one (the claim carrier is set); fan out with `kanban create` instead"
         );
@@ -323,6 +322,7 @@ pub(crate) fn swarm(
     Ok(ExitCode::Success)
 }
 
+/// `kanban link|unlink PARENT CHILD`.
 pub(crate) fn link(
     global: &GlobalArgs,
     env: &Environment,

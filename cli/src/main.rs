@@ -375,7 +375,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
 
 /// Inside an agent: the claim carrier names a claimed card, and the
 /// commands that change cards act as the run's fenced fan-out.
-fn in_run(env: &Environment) -> bool {
+pub(crate) fn in_run(env: &Environment) -> bool {
     kanban_core::Claim::from_env(env).is_ok()
 }
 

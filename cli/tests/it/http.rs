@@ -698,6 +698,18 @@ fn kanban_mcp_fans_out_lists_and_hands_over_what_the_run_made() {
         json!({"title": "x", "parents": 3}),
     );
     assert!(failed && text.contains("`parents`"), "{text}");
+    let (failed, text) = call(&mut client, "kanban_list", json!({"limit": 1}));
+    assert!(!failed, "{text}");
+    let listing: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (
+            &listing["count"],
+            &listing["truncated"],
+            &listing["tasks"][0]["id"]
+        ),
+        (&json!(1), &json!(true), &json!(lead)),
+        "the oldest card, and more to come: {listing}"
+    );
     let (failed, text) = call(&mut client, "kanban_list", json!({"limit": 0}));
     assert!(failed && text.contains("`limit`"), "{text}");
     let (failed, text) = call(&mut client, "kanban_list", json!({"status": "todo"}));
