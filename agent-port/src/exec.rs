@@ -21,6 +21,9 @@ use nix::unistd::Pid;
 
 use crate::activity::Activity;
 use crate::protocol::{AgentExit, ResultLine, parse_result_line, settle_turn};
+use crate::seed_worker::{
+    SeedWorkerTurn, seed_worker_args, seed_worker_session, settle_seed_worker,
+};
 
 /// The most of an agent's stdout a turn keeps: its result line is the last
 /// JSON line, so a bounded tail is all that is ever read, whatever it prints.
@@ -81,6 +84,19 @@ pub struct ExecAgentConfig {
     pub forward: Forward,
     /// A turn is stopped after this long.
     pub turn_timeout: Option<Duration>,
+    /// Set when the agent is the seed system's own worker: `command` is
+    /// then its program, started with the seed system's arguments and
+    /// settled from its exit code ([`crate::settle_seed_worker`]).
+    pub seed_worker: Option<SeedWorker>,
+}
+
+/// The seed system's worker, as an [`ExecAgent`] runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedWorker {
+    /// Its profile (`hermes -p PROFILE`), normalized.
+    pub profile: String,
+    /// Its working directory: the card's workspace.
+    pub workspace: std::path::PathBuf,
 }
 
 /// Runs the agent command once per turn, in its own process group.
@@ -94,6 +110,9 @@ pub struct ExecAgentConfig {
 pub struct ExecAgent {
     config: ExecAgentConfig,
     activity: Arc<Activity>,
+    /// The seed worker's session, as its last turn printed it: the next
+    /// turn resumes it.
+    seed_session: Option<String>,
 }
 
 /// The last bytes a pipe delivered.
@@ -302,6 +321,9 @@ impl ExecAgent {
                         ))
                     })
                 }
+                _ if self.config.seed_worker.is_some() => {
+                    settle_seed_worker(text, exit, &self.config.session_id)
+                }
                 _ => settle_turn(text, exit, &self.config.session_id),
             },
         }
@@ -309,15 +331,37 @@ impl ExecAgent {
 
     /// An agent that reports to, and is stopped through, `activity`.
     pub fn new(config: ExecAgentConfig, activity: Arc<Activity>) -> Self {
-        Self { config, activity }
+        Self {
+            config,
+            activity,
+            seed_session: None,
+        }
     }
 
     fn spawn(&self, input: &TurnInput) -> std::io::Result<Child> {
         let mut command = Command::new(shell());
+        command.kill_on_drop(false).arg("-c");
+        match &self.config.seed_worker {
+            // Through the shell as every agent, so that a program it cannot
+            // find is the same environment fault (127); `exec` leaves the
+            // seed worker itself the group's leader, its arguments unquoted.
+            Some(seed) => {
+                let turn = SeedWorkerTurn {
+                    profile: &seed.profile,
+                    task_id: &self.config.task.id,
+                    resume: self.seed_session.as_deref(),
+                };
+                command
+                    .current_dir(&seed.workspace)
+                    .arg("exec \"$0\" \"$@\"")
+                    .arg(&self.config.command)
+                    .args(seed_worker_args(&turn, input));
+            }
+            None => {
+                command.arg(&self.config.command);
+            }
+        }
         command
-            .kill_on_drop(false)
-            .arg("-c")
-            .arg(&self.config.command)
             .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .env("KANBAN_TURN", input.turn.to_string())
             .env("KANBAN_SESSION_ID", &self.config.session_id)
@@ -327,6 +371,11 @@ impl ExecAgent {
             .stderr(Stdio::piped());
         for name in &self.config.env_remove {
             command.env_remove(name);
+        }
+        if self.config.seed_worker.is_some() {
+            // As the seed system's dispatcher starts it: nothing on stdin.
+            command.stdin(Stdio::null());
+            return command.spawn();
         }
         let mut child = command.spawn()?;
         let request = serde_json::json!({
@@ -485,11 +534,16 @@ impl TurnRunner for ExecAgent {
         if group_alive(group) {
             let _ = killpg(group, Signal::SIGKILL);
         }
-        let text = stdout
-            .map(|(tail, _)| {
-                String::from_utf8_lossy(lock(&tail).bytes.make_contiguous()).into_owned()
-            })
-            .unwrap_or_default();
+        let text_of = |tail: &SharedTail| {
+            String::from_utf8_lossy(lock(tail).bytes.make_contiguous()).into_owned()
+        };
+        let text = stdout.map(|(tail, _)| text_of(&tail)).unwrap_or_default();
+        if self.config.seed_worker.is_some()
+            && let Some((tail, _)) = &stderr
+            && let Some(session) = seed_worker_session(&text_of(tail))
+        {
+            self.seed_session = Some(session);
+        }
         self.settle(stopped, exit, &text)
     }
 }

@@ -4,6 +4,8 @@
 //! reads its turn result back (the protocol is in `docs/agent-protocol.md`).
 //! [`HttpAgent`] speaks the OpenAI-compatible chat-completions API and
 //! offers the board as function tools ([`BoardTools`], shared with `kanban mcp`).
+//! The seed system's own worker (`hermes:PROFILE`) runs as an [`ExecAgent`]
+//! with a [`SeedWorker`].
 //! [`CommandJudge`] asks a judge command for a goal-mode verdict.
 
 mod activity;
@@ -12,12 +14,13 @@ mod http;
 mod judge;
 mod mcp;
 mod protocol;
+mod seed_worker;
 mod tools;
 
 pub use activity::Activity;
 pub use exec::{
     BRIEF_COMMENTS, EXIT_DRAIN, ExecAgent, ExecAgentConfig, FORWARD_LIMIT_BYTES, Forward,
-    ProcessStat, STDOUT_TAIL_BYTES, TaskBrief, own_children, process_stat,
+    ProcessStat, STDOUT_TAIL_BYTES, SeedWorker, TaskBrief, own_children, process_stat,
 };
 pub use http::{HttpAgent, HttpAgentConfig, parse_chat_completion, parse_chat_stream};
 pub use judge::{CommandJudge, parse_verdict};
@@ -26,4 +29,8 @@ pub use mcp::{
     unreadable_line_answer,
 };
 pub use protocol::{AgentExit, ResultLine, STDOUT_TAIL_CHARS, parse_result_line, settle_turn};
+pub use seed_worker::{
+    SEED_RATE_LIMIT_EXIT, SEED_WORKER_PREFIX, SeedWorkerTurn, seed_worker_args,
+    seed_worker_profile, seed_worker_session, settle_seed_worker,
+};
 pub use tools::{BoardTools, ToolBoard, ToolOutcome, ToolSpec, board_tool_specs};

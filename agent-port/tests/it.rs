@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use kanban_agent_port::Activity;
 use kanban_agent_port::{
-    AgentExit, BoardTools, ExecAgent, ExecAgentConfig, Forward, McpServer, ResultLine, TaskBrief,
-    parse_chat_completion, parse_chat_stream, parse_result_line, parse_verdict, settle_turn,
+    AgentExit, BoardTools, ExecAgent, ExecAgentConfig, Forward, McpServer, ResultLine, SeedWorker,
+    SeedWorkerTurn, TaskBrief, parse_chat_completion, parse_chat_stream, parse_result_line,
+    parse_verdict, seed_worker_args, seed_worker_session, settle_seed_worker, settle_turn,
 };
 use kanban_board_sqlite::SqliteBoard;
 use kanban_core::{
@@ -131,6 +132,7 @@ fn a_chatty_agent_cannot_deadlock_the_worker_on_its_pipes() {
             interrupt_grace: Duration::from_secs(1),
             forward: Forward::Neither,
             turn_timeout: None,
+            seed_worker: None,
         },
         activity(),
     );
@@ -155,6 +157,7 @@ fn an_agent_the_shell_cannot_find_is_the_environments_fault() {
             interrupt_grace: Duration::from_secs(1),
             forward: Forward::Neither,
             turn_timeout: None,
+            seed_worker: None,
         },
         activity(),
     );
@@ -184,6 +187,7 @@ fn an_agent_that_answers_before_exiting_127_is_judged_by_its_answer() {
             interrupt_grace: Duration::from_secs(1),
             forward: Forward::Neither,
             turn_timeout: None,
+            seed_worker: None,
         },
         activity(),
     );
@@ -356,6 +360,7 @@ fn exec_agent(
         interrupt_grace: Duration::from_secs(2),
         forward: Forward::Neither,
         turn_timeout: None,
+        seed_worker: None,
     };
     config(&mut settings);
     let activity = activity();
@@ -592,4 +597,181 @@ fn a_process_stat_tells_a_zombie_its_group_and_its_session() {
     assert_eq!(process_stat(pid).unwrap().session, me.session);
     child.wait().unwrap();
     assert_eq!(process_stat(pid), None, "reaped: gone");
+}
+
+/// A stand-in for the seed system's `hermes`: it records its arguments,
+/// working directory and standard input, prints a session line, and exits
+/// with the code in `HERMES_FAKE_EXIT`.
+fn fake_hermes(dir: &std::path::Path) -> std::path::PathBuf {
+    let program = dir.join("hermes");
+    write_executable(
+        &program,
+        "#!/bin/sh\n\
+         n=$(cat \"$HERMES_FAKE_LOG.count\" 2>/dev/null || echo 0); n=$((n+1)); echo $n > \"$HERMES_FAKE_LOG.count\"\n\
+         { printf '%s\\n' \"$@\"; echo \"cwd=$(pwd)\"; echo \"stdin=$(cat)\"; } > \"$HERMES_FAKE_LOG.$n\"\n\
+         echo '{\"completed\": false, \"failed\": true}'\n\
+         echo \"session_id: sess-$n\" >&2\n\
+         exit \"$HERMES_FAKE_EXIT\"\n",
+    );
+    program
+}
+
+fn seed_agent(dir: &std::path::Path, exit: i32) -> ExecAgent {
+    let workspace = dir.join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    ExecAgent::new(
+        ExecAgentConfig {
+            command: fake_hermes(dir).display().to_string(),
+            task: TaskBrief {
+                id: "t_1a2b".into(),
+                ..TaskBrief::default()
+            },
+            env: vec![
+                (
+                    "HERMES_FAKE_LOG".into(),
+                    dir.join("call").display().to_string(),
+                ),
+                ("HERMES_FAKE_EXIT".into(), exit.to_string()),
+            ],
+            env_remove: Vec::new(),
+            session_id: "t_1a2b-run1".into(),
+            interrupt_grace: Duration::from_secs(1),
+            forward: Forward::Neither,
+            turn_timeout: None,
+            seed_worker: Some(SeedWorker {
+                profile: "coder".into(),
+                workspace,
+            }),
+        },
+        activity(),
+    )
+}
+
+#[test]
+fn the_seed_worker_is_started_as_its_dispatcher_starts_it_and_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = seed_agent(dir.path(), 0);
+    let first = on_tokio(agent.run_turn(&TurnInput {
+        message: "work kanban task t_1a2b: our own words".into(),
+        kind: TurnKind::Initial,
+        turn: 1,
+    }))
+    .unwrap()
+    .unwrap();
+    // Exit 0 is a turn that ended: its JSON-looking prose is not a result.
+    assert_eq!(first.completed, Some(true), "{first:?}");
+    assert_eq!(first.failed, None);
+    let call = |n: u32| std::fs::read_to_string(dir.path().join(format!("call.{n}"))).unwrap();
+    let workspace = std::fs::canonicalize(dir.path().join("workspace")).unwrap();
+    assert_eq!(
+        call(1),
+        format!(
+            "-p\ncoder\n--cli\n--accept-hooks\nchat\n-q\nwork kanban task t_1a2b\n-Q\ncwd={}\nstdin=\n",
+            workspace.display()
+        )
+    );
+    on_tokio(agent.run_turn(&TurnInput {
+        message: "you did not complete; call kanban_complete".into(),
+        kind: TurnKind::StopNudge,
+        turn: 2,
+    }))
+    .unwrap()
+    .unwrap();
+    assert!(
+        call(2).starts_with(
+            "-p\ncoder\n--cli\n--accept-hooks\nchat\n--resume\nsess-1\n-q\nyou did not complete; call kanban_complete\n-Q\n"
+        ),
+        "{}",
+        call(2)
+    );
+}
+
+#[test]
+fn the_seed_workers_exits_are_booked_by_its_own_table() {
+    for (exit, reason) in [
+        (75, FailureReason::RateLimit),
+        (1, FailureReason::Unknown),
+        (2, FailureReason::Unknown),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut agent = seed_agent(dir.path(), exit);
+        let result = on_tokio(agent.run_turn(&TurnInput {
+            message: "go".into(),
+            kind: TurnKind::Initial,
+            turn: 1,
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (result.failure_reason.clone(), result.failure_retryable),
+            (Some(reason), Some(false)),
+            "exit {exit}"
+        );
+        assert_eq!(
+            kanban_core::outcome_exit_code(&Ok(Some(result.clone())), true).code(),
+            if exit == 75 { 75 } else { 1 },
+            "exit {exit}"
+        );
+    }
+    let killed = settle_seed_worker("", AgentExit::Signal(9), "s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(killed.failure_reason, Some(FailureReason::Unknown));
+    let stopped = settle_seed_worker("", AgentExit::Interrupted, "s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stopped.interrupted, Some(true));
+}
+
+#[test]
+fn a_seed_worker_that_cannot_be_found_is_the_environments_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = ExecAgent::new(
+        ExecAgentConfig {
+            command: dir.path().join("no-hermes-here").display().to_string(),
+            task: TaskBrief::default(),
+            env: Vec::new(),
+            env_remove: Vec::new(),
+            session_id: "s".into(),
+            interrupt_grace: Duration::from_secs(1),
+            forward: Forward::Neither,
+            turn_timeout: None,
+            seed_worker: Some(SeedWorker {
+                profile: "coder".into(),
+                workspace: dir.path().to_owned(),
+            }),
+        },
+        activity(),
+    );
+    let error = on_tokio(agent.run_turn(&TurnInput {
+        message: "go".into(),
+        kind: TurnKind::Initial,
+        turn: 1,
+    }))
+    .unwrap_err();
+    assert!(error.environment, "{error:?}");
+}
+
+#[test]
+fn the_seed_workers_session_line_is_read_only_when_plain() {
+    assert_eq!(
+        seed_worker_session("x\nsession_id: 20261206_abc-1\n\n"),
+        Some("20261206_abc-1".into())
+    );
+    assert_eq!(seed_worker_session("session_id: a b"), None);
+    assert_eq!(seed_worker_session("session_id: --evil;rm"), None);
+    assert_eq!(seed_worker_session("no session"), None);
+    let recovery = seed_worker_args(
+        &SeedWorkerTurn {
+            profile: "p",
+            task_id: "t",
+            resume: None,
+        },
+        &TurnInput {
+            message: "m".into(),
+            kind: TurnKind::Recovery,
+            turn: 2,
+        },
+    );
+    assert_eq!(recovery.join(" "), "-p p --cli --accept-hooks chat -q m -Q");
 }

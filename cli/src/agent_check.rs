@@ -162,8 +162,22 @@ pub(crate) fn validate_agent(
             .map(|_| ())
             .map_err(|error| format!("{key} {agent:?}: {error}"));
     }
-    let Some(program) = first_word(agent) else {
+    let seed_worker = kanban_agent_port::seed_worker_profile(agent);
+    if let Some(Err(problem)) = &seed_worker {
+        return Err(format!("{key} {agent:?}: {problem}"));
+    }
+    let program = match seed_worker {
+        // The seed system's worker: its program as its dispatcher finds it.
+        Some(_) => Some(env.get_trimmed("HERMES_BIN").unwrap_or("hermes").to_owned()),
+        None => first_word(agent),
+    };
+    let Some(program) = program else {
         return Err(format!("{key} {agent:?} names no command"));
+    };
+    let key = if seed_worker.is_some() {
+        "HERMES_BIN (or hermes_bin in the agents file)"
+    } else {
+        key
     };
     let executable = |path: &Path| {
         use std::os::unix::fs::PermissionsExt;

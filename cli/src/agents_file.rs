@@ -7,6 +7,8 @@
 //!
 //! [agents.coder]
 //! command = "./agents/coder.sh"      # or: http = "https://api.example/v1?model=m"
+//!                                    # or: hermes = "coder" (the seed system's worker,
+//!                                    #     `hermes -p coder`; hermes_bin = its program)
 //!                                    # (a relative program: from this file's folder)
 //! turn_timeout = "20m"
 //! recovery_delays = "15,45,90"
@@ -20,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use kanban_core::Environment;
 use serde::Deserialize;
+
+use kanban_agent_port::SEED_WORKER_PREFIX;
 
 use crate::agent_check::{anchor_program, is_agent_name, validate_agent};
 use crate::duration::parse_limit;
@@ -40,6 +44,8 @@ struct FileShape {
 struct EntryShape {
     command: Option<String>,
     http: Option<String>,
+    hermes: Option<String>,
+    hermes_bin: Option<String>,
     turn_timeout: Option<String>,
     recovery_delays: Option<String>,
     max_in_progress: Option<u32>,
@@ -54,6 +60,7 @@ impl std::fmt::Debug for EntryShape {
         f.debug_struct("EntryShape")
             .field("command", &self.command)
             .field("http", &self.http)
+            .field("hermes", &self.hermes)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -175,27 +182,21 @@ fn agent_of(
             "{where_}: {name:?} cannot name an agent: use letters, digits, '_', '-' and '.'"
         ));
     }
-    let key = if entry.http.is_some() {
-        "`http`"
-    } else {
-        "`command`"
+    let key = match (&entry.http, &entry.hermes) {
+        (Some(_), _) => "`http`",
+        (None, Some(_)) => "`hermes`",
+        (None, None) => "`command`",
     };
-    let spec = match (entry.command, entry.http) {
-        (Some(command), None) => anchor_program(&command, folder),
-        // `http:` before the URL, as `--agent` takes it, is allowed too.
-        (None, Some(http))
-            if http.starts_with("http:http://") || http.starts_with("http:https://") =>
-        {
-            http
-        }
-        (None, Some(http)) => format!("http:{http}"),
-        _ => {
-            return Err(problem(
-                "give exactly one of `command` (a command run once per turn) and `http` (an OpenAI-compatible endpoint)".to_owned(),
-            ));
-        }
-    };
-    validate_agent(Some(&spec), key, env).map_err(&problem)?;
+    let spec = spec_of(entry.command, entry.http, entry.hermes, folder).map_err(&problem)?;
+    let mut file_env = entry.env;
+    if let Some(program) = hermes_bin(entry.hermes_bin, &spec, folder).map_err(&problem)? {
+        file_env.insert("HERMES_BIN".to_owned(), program);
+    }
+    let mut checked_env = env.clone();
+    if let Some(program) = file_env.get("HERMES_BIN") {
+        checked_env.set("HERMES_BIN", program.clone());
+    }
+    validate_agent(Some(&spec), key, &checked_env).map_err(&problem)?;
     let mut args = Vec::new();
     if let Some(limit) = &entry.turn_timeout {
         parse_limit(limit).map_err(|error| problem(format!("turn_timeout: {error}")))?;
@@ -215,8 +216,7 @@ fn agent_of(
     if entry.max_in_progress == Some(0) {
         return Err(problem("max_in_progress is at least 1".to_owned()));
     }
-    if let Some((key, _)) = entry
-        .env
+    if let Some((key, _)) = file_env
         .iter()
         .find(|(key, value)| key.is_empty() || key.contains(['=', '\0']) || value.contains('\0'))
     {
@@ -240,12 +240,49 @@ fn agent_of(
     Ok(AgentCommand {
         spec,
         args,
-        env: entry.env.into_iter().collect(),
+        env: file_env.into_iter().collect(),
         max_in_progress: entry
             .max_in_progress
             .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
         provider: entry.provider.map(|provider| provider.trim().to_owned()),
     })
+}
+
+/// The `--agent` spec of an agent given by exactly one of its three keys.
+fn spec_of(
+    command: Option<String>,
+    http: Option<String>,
+    hermes: Option<String>,
+    folder: &Path,
+) -> Result<String, String> {
+    match (command, http, hermes) {
+        (Some(command), None, None) => Ok(anchor_program(&command, folder)),
+        // `http:` before the URL, as `--agent` takes it, is allowed too.
+        (None, Some(http), None)
+            if http.starts_with("http:http://") || http.starts_with("http:https://") =>
+        {
+            Ok(http)
+        }
+        (None, Some(http), None) => Ok(format!("http:{http}")),
+        (None, None, Some(profile)) => Ok(format!("{SEED_WORKER_PREFIX}{profile}")),
+        _ => Err("give exactly one of `command` (a command run once per turn), `http` (an OpenAI-compatible endpoint) and `hermes` (a profile of the seed system's own worker)".to_owned()),
+    }
+}
+
+/// `hermes_bin`, absolute (a relative one from the file's folder): only for
+/// the seed system's worker.
+fn hermes_bin(given: Option<String>, spec: &str, folder: &Path) -> Result<Option<String>, String> {
+    let Some(program) = given else {
+        return Ok(None);
+    };
+    if !spec.starts_with(SEED_WORKER_PREFIX) {
+        return Err(
+            "hermes_bin is for `hermes` agents: it names the seed system's program".to_owned(),
+        );
+    }
+    let program = std::path::absolute(folder.join(program.trim()))
+        .map_err(|error| format!("hermes_bin: {error}"))?;
+    Ok(Some(program.display().to_string()))
 }
 
 /// An agents file says what commands run: like ssh with its config, only

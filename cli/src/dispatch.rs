@@ -103,6 +103,7 @@ impl DispatchPlan {
             })?,
             (None, None) => Duration::from_secs(300),
         };
+        refuse_seed_workers_on_postgres(&db, &agents)?;
         Ok(Self {
             db,
             folder,
@@ -134,6 +135,22 @@ impl DispatchPlan {
             worker_env: Vec::new(),
             agents,
         })
+    }
+}
+
+/// The seed system's worker writes the board's SQLite file itself: no
+/// agent of a PostgreSQL board's dispatcher may be one.
+fn refuse_seed_workers_on_postgres(db: &Path, agents: &Agents) -> Result<(), String> {
+    let seed_worker = agents
+        .by_route
+        .iter()
+        .find(|(_, agent)| kanban_agent_port::seed_worker_profile(&agent.spec).is_some());
+    match seed_worker {
+        Some((route, _)) if crate::board_path::postgres_url(db).is_some() => Err(format!(
+            "agent {}: the seed system's worker writes the board's SQLite file itself, so it cannot work a PostgreSQL board; give the agent a `command` or `http` instead",
+            kanban_core::walls::route_label(route)
+        )),
+        _ => Ok(()),
     }
 }
 

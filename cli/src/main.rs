@@ -22,6 +22,7 @@ mod out;
 mod output;
 mod prove;
 mod runtime;
+mod seed_worker;
 mod serve;
 mod serve_net;
 mod serve_page;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kanban_agent_port::{
     Activity, BRIEF_COMMENTS, BoardTools, CommandJudge, ExecAgent, ExecAgentConfig, Forward,
-    HttpAgent, HttpAgentConfig, TaskBrief,
+    HttpAgent, HttpAgentConfig, SeedWorker, TaskBrief, seed_worker_profile,
 };
 use kanban_board_sqlite::SystemClock;
 use kanban_core::ExitCode;
@@ -25,6 +25,7 @@ use crate::board_path::{AnyBoard, open_board_for_reading, open_claim_board};
 use crate::dispatch_link::{LINK_VAR, LinkedBoard};
 use crate::out::{errln, outln_or_drop};
 use crate::runtime::{TokioOffload, block_on};
+use crate::seed_worker::{SeedWorkerPlace, seed_worker_place};
 use crate::worker_calls::CallServer;
 
 /// The variable a dispatcher hands its worker the secret seal in. The
@@ -229,7 +230,8 @@ async fn hold_board(
 }
 
 /// The agent of this worker's turns: an HTTP agent with the board's tools,
-/// or a command run once per turn, whose board calls come back here.
+/// or a command run once per turn, whose board calls come back here (the
+/// seed system's worker, with `seed`, makes its own).
 #[expect(clippy::too_many_arguments, reason = "the parts of one worker, named")]
 fn make_runner(
     agent: &str,
@@ -240,6 +242,7 @@ fn make_runner(
     brief: TaskBrief,
     session_id: String,
     activity: &Arc<Activity>,
+    seed: Option<(String, SeedWorkerPlace)>,
 ) -> anyhow::Result<Box<dyn TurnRunner>> {
     Ok(if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
@@ -259,6 +262,19 @@ fn make_runner(
     } else {
         let mut agent_vars = agent_env(Some(claim), env);
         let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
+        let mut command = agent.to_owned();
+        let seed_worker = match seed {
+            Some((profile, place)) => {
+                agent_vars.extend(place.env);
+                agent_env_remove.extend(place.env_remove);
+                command = place.program;
+                Some(SeedWorker {
+                    profile,
+                    workspace: place.workspace,
+                })
+            }
+            None => None,
+        };
         // The agent's board calls come back here, to the board this worker
         // holds open; without the socket they open the board themselves.
         match CallServer::bind() {
@@ -276,7 +292,7 @@ fn make_runner(
         }
         Box::new(ExecAgent::new(
             ExecAgentConfig {
-                command: agent.to_owned(),
+                command,
                 task: brief,
                 env: agent_vars,
                 env_remove: agent_env_remove,
@@ -284,6 +300,7 @@ fn make_runner(
                 interrupt_grace: args.grace,
                 forward: Forward::Both,
                 turn_timeout: Some(args.turn_timeout),
+                seed_worker,
             },
             activity.clone(),
         ))
@@ -436,6 +453,25 @@ pub(crate) fn turn_task(
     Ok((brief, message))
 }
 
+/// The seed system's worker `agent` names, with its place for `claim`;
+/// `None` for any other agent.
+fn seed_worker_of(
+    agent: &str,
+    claim: &Claim,
+    env: &Environment,
+) -> Result<Option<(String, SeedWorkerPlace)>, EnvironmentFault> {
+    match seed_worker_profile(agent) {
+        Some(Ok(profile)) => {
+            let place = seed_worker_place(&profile, claim, env)?;
+            Ok(Some((profile, place)))
+        }
+        Some(Err(problem)) => Err(EnvironmentFault::Configuration(format!(
+            "--agent {agent:?}: {problem}"
+        ))),
+        None => Ok(None),
+    }
+}
+
 async fn run_worker_process(
     env: &Environment,
     args: &WorkerArgs,
@@ -471,12 +507,24 @@ async fn run_worker_process(
         .or(args.max_runtime)
         .and_then(|seconds| u64::try_from(seconds).ok())
         .map(Duration::from_secs);
-    let setup = worker_setup(&claim, &view, pid, env, args);
+    let mut setup = worker_setup(&claim, &view, pid, env, args);
+    let seed = match seed_worker_of(&agent, &claim, env) {
+        Ok(seed) => seed,
+        Err(fault) => {
+            errln!("error: {fault}");
+            return Ok(WorkerEnd::fault(fault));
+        }
+    };
+    // The seed system's worker runs its own goal loop, judged by its own
+    // judge: ours would judge it twice.
+    if seed.is_some() {
+        setup.goal = None;
+    }
     let brief = brief_of(&view, Some(&claim));
     let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
     let mut runner = make_runner(
-        &agent, env, args, &held, &claim, brief, session_id, &activity,
+        &agent, env, args, &held, &claim, brief, session_id, &activity, seed,
     )?;
     let judge = judge_of(args, &claim, env);
     let sleeper = StoppableSleeper {
@@ -520,6 +568,11 @@ pub(crate) fn one_turn(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if seed_worker_profile(agent).is_some() {
+        anyhow::bail!(
+            "the seed system's worker ({agent}) works a card it was claimed for: run it under `kanban dispatch` or `kanban worker`"
+        );
+    }
     let activity = Activity::new(Arc::new(SystemClock), interrupt);
     let session_id = format!("turn-{}", std::process::id());
     let mut runner: Box<dyn TurnRunner> = if agent.starts_with("http:") {
@@ -544,6 +597,7 @@ pub(crate) fn one_turn(
                 interrupt_grace: Duration::from_secs(10),
                 forward: Forward::Stderr,
                 turn_timeout: None,
+                seed_worker: None,
             },
             activity,
         ))

@@ -33,6 +33,11 @@ pub mod vars {
     pub const HOME: &str = "HERMES_KANBAN_HOME";
     /// How long a card that hit a rate limit waits before its next worker.
     pub const RATE_LIMIT_COOLDOWN_SECONDS: &str = "HERMES_KANBAN_RATE_LIMIT_COOLDOWN_SECONDS";
+    /// The folder a worker works in (the seed system's scratch workspace
+    /// of the card, for its own worker).
+    pub const WORKSPACE: &str = "HERMES_KANBAN_WORKSPACE";
+    /// The folder under which the cards' scratch workspaces are made.
+    pub const WORKSPACES_ROOT: &str = "HERMES_KANBAN_WORKSPACES_ROOT";
     /// The claim's fencing token (its run id, which only grows per board):
     /// `kanban fence check` and side-effect hooks compare it.
     pub const FENCE_TOKEN: &str = "KANBAN_FENCE_TOKEN";
@@ -50,7 +55,7 @@ pub mod vars {
     ];
 
     /// Each seed-system name with the `KANBAN_*` name that stands for it.
-    pub const KANBAN_NAMES: [(&str, &str); 11] = [
+    pub const KANBAN_NAMES: [(&str, &str); 13] = [
         (TASK, "KANBAN_TASK"),
         (DB, "KANBAN_DB"),
         (RUN_ID, "KANBAN_RUN_ID"),
@@ -65,6 +70,8 @@ pub mod vars {
             RATE_LIMIT_COOLDOWN_SECONDS,
             "KANBAN_RATE_LIMIT_COOLDOWN_SECONDS",
         ),
+        (WORKSPACE, "KANBAN_WORKSPACE"),
+        (WORKSPACES_ROOT, "KANBAN_WORKSPACES_ROOT"),
     ];
 
     /// The `KANBAN_*` name of the seed-system variable `seed`.

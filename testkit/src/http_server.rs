@@ -21,6 +21,8 @@ pub enum Reply {
     Stream { events: Vec<String>, complete: bool },
     /// Close the connection without answering.
     Hangup,
+    /// The reply, after a wait (the server goes on taking requests meanwhile).
+    After(std::time::Duration, Box<Reply>),
 }
 
 impl Reply {
@@ -90,10 +92,20 @@ fn reason(status: u16) -> &'static str {
 /// One request as received: its headers (names lowercased) and JSON body.
 type Received = (Vec<(String, String)>, Value);
 
-fn read_request(stream: &TcpStream) -> Option<Received> {
+/// A request's method and path (`GET /v1/models`), and the request.
+fn read_request(stream: &TcpStream) -> Option<(String, Received)> {
     let mut reader = BufReader::new(stream);
     let mut length = 0usize;
     let mut headers = Vec::new();
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).ok()? == 0 {
+        return None;
+    }
+    let target = request_line
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).ok()? == 0 {
@@ -113,12 +125,20 @@ fn read_request(stream: &TcpStream) -> Option<Received> {
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    Some((headers, body))
+    Some((target, (headers, body)))
 }
 
 fn answer(mut stream: TcpStream, reply: &Reply) {
     let _ = match reply {
         Reply::Hangup => return,
+        Reply::After(wait, reply) => {
+            let (wait, reply) = (*wait, (**reply).clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(wait);
+                answer(stream, &reply);
+            });
+            return;
+        }
         Reply::Body {
             status,
             headers,
@@ -172,6 +192,12 @@ impl ScriptedHttpServer {
     /// with `script(n, body)`: for several agents at once, whose requests
     /// interleave.
     pub fn start_with(script: impl Fn(usize, &Value) -> Reply + Send + 'static) -> Self {
+        Self::start_routed(move |n, _, body| script(n, body))
+    }
+
+    /// Like [`ScriptedHttpServer::start_with`], the script also seeing the
+    /// request's method and path (`GET /v1/models`).
+    pub fn start_routed(script: impl Fn(usize, &str, &Value) -> Reply + Send + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -179,10 +205,10 @@ impl ScriptedHttpServer {
         std::thread::spawn(move || {
             for (n, stream) in listener.incoming().enumerate() {
                 let Ok(stream) = stream else { continue };
-                let Some(request) = read_request(&stream) else {
+                let Some((target, request)) = read_request(&stream) else {
                     continue;
                 };
-                let reply = script(n, &request.1);
+                let reply = script(n, &target, &request.1);
                 recorded.lock().unwrap().push(request);
                 answer(stream, &reply);
             }

@@ -976,3 +976,90 @@ fn a_seed_board_lists_its_lanes_and_statuses_we_do_not_know_as_they_are() {
         text(&refused.stderr)
     );
 }
+
+#[test]
+fn a_seed_worker_agent_is_checked_before_anything_runs() {
+    let bench = Bench::new();
+    let id = bench.add("for the seed worker", &["--assignee", "a"]);
+    let fake = bench.path().join("bin/hermes");
+    std::fs::create_dir_all(bench.path().join("bin")).unwrap();
+    kanban_testkit::write_executable(&fake, "#!/bin/sh\nexit 0\n");
+    let file = bench.path().join("kanban.toml");
+    let fake_bin = format!("hermes_bin = \"{}\"\n", fake.display());
+    for (entry, says) in [
+        (
+            format!("hermes = \"Bad Name\"\n{fake_bin}"),
+            "is not a profile of the seed system",
+        ),
+        (
+            format!("hermes = \"tmp\"\n{fake_bin}"),
+            "the seed system reserves the profile name \"tmp\"",
+        ),
+        (
+            format!("command = \"true\"\nhermes = \"coder\"\n{fake_bin}"),
+            "give exactly one of `command`",
+        ),
+        (
+            format!("command = \"true\"\n{fake_bin}"),
+            "hermes_bin is for `hermes` agents",
+        ),
+        (
+            "hermes = \"coder\"\nhermes_bin = \"bin/no-such-hermes\"\n".to_owned(),
+            "no-such-hermes does not exist",
+        ),
+    ] {
+        std::fs::write(&file, format!("[agents.a]\n{entry}")).unwrap();
+        let output = bench.run(&["dispatch", "--once"]);
+        assert_eq!(output.status.code(), Some(78), "{entry}");
+        assert!(
+            text(&output.stderr).contains(says),
+            "{entry}: {}",
+            text(&output.stderr)
+        );
+    }
+    // Without hermes_bin: HERMES_BIN, else `hermes` on PATH, as the seed
+    // system's dispatcher finds it.
+    std::fs::write(&file, "[agents.a]\nhermes = \"coder\"\n").unwrap();
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--once"])
+        .env("PATH", "/nonexistent")
+        .env_remove("HERMES_BIN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(78));
+    assert!(
+        text(&output.stderr).contains("hermes is not on PATH"),
+        "{}",
+        text(&output.stderr)
+    );
+    std::fs::remove_file(&file).unwrap();
+    let refused = bench.run(&["turn", "--agent", "hermes:coder", "hello"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("works a card it was claimed for"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(bench.show(&id)["task"]["status"], "ready");
+    assert!(crate::runs(&bench.show(&id)).is_empty());
+    // A PostgreSQL board has no file for it to write.
+    let pg = Bench::postgres();
+    let output = pg
+        .command()
+        .arg("--db")
+        .arg(&pg.db)
+        .args(["dispatch", "--once", "--agent"])
+        .arg("a=hermes:coder")
+        .env("HERMES_BIN", &fake)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(78), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("cannot work a PostgreSQL board"),
+        "{}",
+        text(&output.stderr)
+    );
+}

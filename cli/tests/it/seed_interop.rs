@@ -4,20 +4,42 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
-use serde_json::Value;
+use kanban_testkit::{Reply, ScriptedHttpServer};
+use serde_json::{Value, json};
 
-use crate::{Bench, text};
+use crate::{Bench, runs, text};
 
 /// The seed system's release, as its users install it.
 const SEED_RELEASE: &str = "hermes-agent==0.19.0";
 
-/// A venv of its own with the seed system installed; its `hermes`.
-fn seed_cli(dir: &Path) -> PathBuf {
-    let venv = dir.join("seed-venv");
+/// A venv of this test binary's own with the seed system installed; its
+/// `hermes`. Made once (the tests of one run share it) under Cargo's
+/// folder for test files, and kept there for the next run: a venv that
+/// was not finished is never used.
+fn seed_cli(_dir: &Path) -> PathBuf {
+    static VENV: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    VENV.get_or_init(|| {
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("seed-venv-hermes-agent-0.19.0");
+        let finished = venv.join("installed");
+        // A venv cannot move (its scripts name their interpreter by its
+        // path): it is made where it stays, and marked when whole.
+        if !finished.exists() {
+            let _ = std::fs::remove_dir_all(&venv);
+            install_seed(&venv);
+            std::fs::write(&finished, SEED_RELEASE).unwrap();
+        }
+        venv.join("bin/hermes")
+    })
+    .clone()
+}
+
+/// A venv at `venv` with the seed system installed from the registry.
+fn install_seed(venv: &Path) {
     let made = Command::new("python3")
         .args(["-m", "venv"])
-        .arg(&venv)
+        .arg(venv)
         .output()
         .expect("python3 runs the seed system: apt-get install python3-venv (.ci/run does)");
     assert!(
@@ -39,7 +61,6 @@ fn seed_cli(dir: &Path) -> PathBuf {
         "pip install {SEED_RELEASE} failed (this test needs the package registry): {}",
         text(&installed.stderr)
     );
-    venv.join("bin/hermes")
 }
 
 /// `hermes kanban ARGS…` on the board file `db`, its home in `home`.
@@ -277,4 +298,251 @@ fn swarms_are_found_by_either_system(cli: &Path, home: &Path, bench: &Bench) {
     let verifier = bench.show(made_by_them["verifier_id"].as_str().unwrap());
     assert_eq!(verifier["task"]["status"], "todo");
     assert_eq!(verifier["parents"].as_array().unwrap().len(), 2);
+}
+
+/// The model the seed system's worker talks to, on loopback: its probes for
+/// a local server's kind get 404, `GET /v1/models` names the one model, and
+/// each chat request gets `chat(request)`.
+fn seed_model(chat: impl Fn(&Value) -> Reply + Send + 'static) -> ScriptedHttpServer {
+    ScriptedHttpServer::start_routed(move |_, target, body| match target {
+        "GET /v1/models" => Reply::json(
+            200,
+            r#"{"object": "list", "data": [{"id": "lab-model", "object": "model", "owned_by": "test"}]}"#,
+        ),
+        "POST /v1/chat/completions" => chat(body),
+        _ => Reply::json(404, r#"{"error": "not found"}"#),
+    })
+}
+
+/// One streamed chat chunk.
+fn chunk(delta: &Value, finish: Option<&str>) -> String {
+    json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "lab-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+    })
+    .to_string()
+}
+
+/// A streamed answer (the worker streams) that calls `kanban_complete`,
+/// then a closing text once the tool answered.
+fn completes_the_card(request: &Value) -> Reply {
+    let after_tool = request["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .is_some_and(|last| last["role"] == "tool");
+    let events = if after_tool {
+        vec![
+            chunk(&json!({"role": "assistant", "content": "Done."}), None),
+            chunk(&json!({}), Some("stop")),
+        ]
+    } else {
+        vec![
+            chunk(
+                &json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "kanban_complete", "arguments": ""}
+                }]}),
+                None,
+            ),
+            chunk(
+                &json!({"tool_calls": [{"index": 0, "function": {
+                    "arguments": "{\"summary\": \"written by the seed worker\"}"
+                }}]}),
+                None,
+            ),
+            chunk(&json!({}), Some("tool_calls")),
+        ]
+    };
+    Reply::Stream {
+        events,
+        complete: true,
+    }
+}
+
+/// The seed system's home at `root` with a profile `coder` whose model is
+/// at `base_url`, set so that nothing the worker does leaves loopback: no
+/// update check (a fresh cache), no scanner download, no lazy installs, no
+/// model catalogue; one try per call.
+fn seed_home_for(root: &Path, base_url: &str) {
+    let profile = root.join("profiles/coder");
+    std::fs::create_dir_all(&profile).unwrap();
+    std::fs::write(
+        profile.join("config.yaml"),
+        format!(
+            "model:\n  provider: custom\n  default: lab-model\n  base_url: {base_url}\n  api_key: sk-test\n  context_length: 128000\nagent:\n  api_max_retries: 1\nsecurity:\n  tirith_enabled: false\n  allow_lazy_installs: false\nplatform_toolsets:\n  cli: [todo]\n"
+        ),
+    )
+    .unwrap();
+    let checked =
+        json!({"ts": crate::now(), "behind": null, "rev": null, "ver": "0.19.0"}).to_string();
+    std::fs::write(profile.join(".update_check"), checked).unwrap();
+    std::fs::create_dir_all(root.join("home")).unwrap();
+}
+
+/// Our dispatcher, with the seed system's worker (`hermes` at `cli`, its
+/// home `root`) as the agent `coder`, until the board is idle; what it said.
+fn dispatch_seed_worker(bench: &Bench, cli: &Path, root: &Path) -> String {
+    std::fs::write(
+        bench.path().join("kanban.toml"),
+        format!(
+            "[agents.coder]\nhermes = \"coder\"\nhermes_bin = \"{}\"\n",
+            cli.display()
+        ),
+    )
+    .unwrap();
+    let output = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--until-idle", "--interval", "0.2"])
+        .env("HERMES_HOME", root)
+        .env("HOME", root.join("home"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", said(&output));
+    said(&output)
+}
+
+#[test]
+fn the_seed_systems_own_worker_works_our_card_under_our_dispatcher() {
+    let bench = Bench::new();
+    let cli = seed_cli(bench.path());
+    let root = bench.path().join("hermes-root");
+    let model = seed_model(completes_the_card);
+    seed_home_for(&root, &model.base_url);
+    let card = bench.add("write the report", &["--assignee", "coder"]);
+    let said = dispatch_seed_worker(&bench, &cli, &root);
+    let shown = bench.show(&card);
+    assert_eq!(shown["task"]["status"], "done", "{said}\n{shown}");
+    let run = &runs(&shown)[0];
+    assert_eq!(run["outcome"], "completed", "{run}");
+    assert_eq!(run["summary"], "written by the seed worker", "{run}");
+    // Our dispatcher booked its worker's exit, by our table.
+    let exited = bench.event(&card, "worker_exited");
+    assert_eq!(exited["payload"]["exit_code"], 0, "{exited}");
+    // The model was asked for the card in the seed system's words, with
+    // the seed system's tools, and the card's log has the run.
+    let chats: Vec<Value> = model
+        .requests()
+        .into_iter()
+        .filter(|request| request["messages"].is_array())
+        .collect();
+    let asked = chats[0]["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .map(|message| message["content"].clone());
+    assert_eq!(asked, Some(json!(format!("work kanban task {card}"))));
+    assert!(
+        chats[0]["tools"]
+            .to_string()
+            .contains("\"kanban_complete\"")
+    );
+    assert!(bench.ok(&["logs", &card]).contains("session_id:"));
+}
+
+#[test]
+fn a_rate_limited_seed_worker_exits_75_and_walls_its_agent() {
+    let bench = Bench::new();
+    let cli = seed_cli(bench.path());
+    let root = bench.path().join("hermes-root");
+    let model = seed_model(|_| {
+        Reply::json(
+            429,
+            r#"{"error": {"message": "Rate limit reached for lab-model on requests per min (RPM): Limit 3, Used 3, Requested 1.", "type": "requests", "param": null, "code": "rate_limit_exceeded"}}"#,
+        )
+    });
+    seed_home_for(&root, &model.base_url);
+    let card = bench.add("write the report", &["--assignee", "coder"]);
+    let said = dispatch_seed_worker(&bench, &cli, &root);
+    assert!(
+        said.contains("a provider wall holds the cards of agent coder"),
+        "{said}"
+    );
+    let shown = bench.show(&card);
+    assert_eq!(shown["task"]["status"], "ready", "{said}\n{shown}");
+    assert_eq!(shown["task"]["consecutive_failures"], 0, "{shown}");
+    assert_eq!(runs(&shown)[0]["outcome"], "rate_limited");
+    let booked = bench.event(&card, "rate_limited");
+    assert_eq!(booked["payload"]["exit_code"], 75, "{booked}");
+    let walls: Value = serde_json::from_str(&bench.ok(&["walls", "--json"])).unwrap();
+    assert_eq!(walls.as_array().unwrap().len(), 1, "{walls}");
+    assert_eq!(walls[0]["agent"], "coder", "{walls}");
+}
+
+/// The pids of the seed system's workers started for `card`.
+fn seed_workers_of(card: &str) -> Vec<i32> {
+    let asked = format!("work kanban task {card}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            !crate::dead(*pid)
+                && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                    let words: Vec<&[u8]> = line.split(|b| *b == 0).collect();
+                    words.contains(&asked.as_bytes())
+                        && words.contains(&b"--accept-hooks".as_slice())
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn a_seed_worker_that_lost_its_claim_is_stopped_with_its_group() {
+    let bench = Bench::new();
+    let cli = seed_cli(bench.path());
+    let root = bench.path().join("hermes-root");
+    // The model thinks for a long while: the worker is busy when its
+    // claim goes.
+    let model = seed_model(|request| {
+        Reply::After(
+            Duration::from_secs(120),
+            Box::new(completes_the_card(request)),
+        )
+    });
+    seed_home_for(&root, &model.base_url);
+    let card = bench.add("write the report", &["--assignee", "coder"]);
+    std::fs::write(
+        bench.path().join("kanban.toml"),
+        format!(
+            "[agents.coder]\nhermes = \"coder\"\nhermes_bin = \"{}\"\n",
+            cli.display()
+        ),
+    )
+    .unwrap();
+    let dispatcher = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["dispatch", "--until-idle", "--interval", "0.2"])
+        .env("HERMES_HOME", &root)
+        .env("HOME", root.join("home"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::wait_for("the seed worker asks its model", || {
+        model
+            .requests()
+            .iter()
+            .any(|request| request["messages"].is_array())
+    });
+    let first = seed_workers_of(&card);
+    assert_eq!(first.len(), 1, "{first:?}");
+    bench.ok(&["reclaim", &card]);
+    crate::wait_for("the worker that lost its claim is gone", || {
+        crate::dead(first[0])
+    });
+    // The card goes to a new run; cancelling it ends that one too, and the
+    // dispatcher with it.
+    crate::wait_for("the next run's worker starts", || {
+        seed_workers_of(&card).iter().any(|pid| *pid != first[0])
+    });
+    bench.ok(&["cancel", &card]);
+    let output = dispatcher.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", said(&output));
+    crate::wait_for("no seed worker of the card lives", || {
+        seed_workers_of(&card).is_empty()
+    });
+    let shown = bench.show(&card);
+    assert_eq!(runs(&shown)[0]["outcome"], "reclaimed", "{shown}");
 }
