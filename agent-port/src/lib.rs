@@ -9,6 +9,7 @@
 //! [`CommandJudge`] asks a judge command for a goal-mode verdict.
 
 mod activity;
+mod attachment_store;
 mod exec;
 mod http;
 mod judge;
@@ -18,6 +19,7 @@ mod seed_worker;
 mod tools;
 
 pub use activity::Activity;
+pub use attachment_store::{checked_content_type, store_attachment};
 pub use exec::{
     BRIEF_COMMENTS, EXIT_DRAIN, ExecAgent, ExecAgentConfig, FORWARD_LIMIT_BYTES, Forward,
     ProcessStat, STDOUT_TAIL_BYTES, SeedWorker, TaskBrief, own_children, process_stat,

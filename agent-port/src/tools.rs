@@ -77,7 +77,7 @@ pub fn board_tool_specs(with_show: bool) -> Vec<ToolSpec> {
 }
 
 /// The tools of a run's fan-out, and a read of the board.
-fn fan_out_tool_specs() -> [ToolSpec; 4] {
+fn fan_out_tool_specs() -> [ToolSpec; 5] {
     [
         ToolSpec {
             name: "kanban_create",
@@ -90,7 +90,8 @@ fn fan_out_tool_specs() -> [ToolSpec; 4] {
                     "priority": {"type": "integer", "description": "higher is claimed first"},
                     "parents": {"type": "array", "items": {"type": "string"}, "description": "cards it must also wait for (for example the cards a synthesizer gathers)"},
                     "triage": {"type": "boolean", "description": "start in triage, for a person to shape first"},
-                    "idempotency_key": {"type": "string", "description": "a second call with the same key returns the first card"}
+                    "idempotency_key": {"type": "string", "description": "a second call with the same key returns the first card"},
+                    "tenant": {"type": "string", "description": "the namespace it belongs to (default: your card's)"}
                 }),
                 &["title"],
             ),
@@ -109,6 +110,18 @@ fn fan_out_tool_specs() -> [ToolSpec; 4] {
             schema: object(
                 json!({"task_id": {"type": "string", "description": "a card you made with kanban_create"}}),
                 &["task_id"],
+            ),
+        },
+        ToolSpec {
+            name: "kanban_attach",
+            description: "Attach a file to your own card, its bytes inline (base64), 25 MiB at most: a report, an image, an export the next worker or a person should be able to download.",
+            schema: object(
+                json!({
+                    "filename": {"type": "string", "description": "the name to store it under; folders are dropped"},
+                    "content_base64": {"type": "string", "description": "the file's bytes, base64"},
+                    "content_type": {"type": "string", "description": "its content type (default: guessed from the name)"}
+                }),
+                &["filename", "content_base64"],
             ),
         },
         ToolSpec {
@@ -267,6 +280,8 @@ pub struct BoardTools {
     board: Arc<dyn ToolBoard>,
     claim: Claim,
     author: String,
+    /// Where the board's attached files are kept on this host, when known.
+    attachments: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for BoardTools {
@@ -325,6 +340,7 @@ impl BoardTools {
                     },
                     idempotency_key: text_argument(arguments, "idempotency_key")?
                         .map(str::to_owned),
+                    tenant: text_argument(arguments, "tenant")?.map(str::to_owned),
                     ..NewTask::default()
                 };
                 match self.board.create_child(claim, &task).await {
@@ -421,7 +437,68 @@ impl BoardTools {
             board,
             claim,
             author: author.into(),
+            attachments: None,
         }
+    }
+
+    /// The same tools, `kanban_attach` keeping files under `root` (the
+    /// board's attachments folder on this host).
+    #[must_use]
+    pub fn with_attachments(mut self, root: std::path::PathBuf) -> Self {
+        self.attachments = Some(root);
+        self
+    }
+
+    /// `kanban_attach`: the file written, then recorded on the run's own
+    /// card, fenced; removed again when the fence refuses it.
+    async fn attach(&self, arguments: &Value) -> Result<ToolOutcome, ToolOutcome> {
+        use base64::Engine as _;
+        let Some(root) = &self.attachments else {
+            return Ok(ToolOutcome::error(
+                "this board's attachments folder is not known here: attach with `kanban attach` instead".to_owned(),
+            ));
+        };
+        let name = required(arguments, "filename")?;
+        let encoded = text_argument(arguments, "content_base64")?.unwrap_or("");
+        // Bounded before decoding: base64 is four characters per three bytes.
+        let bound = kanban_core::attachments::MAX_ATTACHMENT_BYTES / 3 * 4 + 8;
+        if encoded.len() as u64 > bound {
+            return Ok(ToolOutcome::error(format!(
+                "the file is larger than {} MiB: a card takes no more",
+                kanban_core::attachments::MAX_ATTACHMENT_BYTES >> 20
+            )));
+        }
+        let bytes = match base64::engine::general_purpose::STANDARD.decode(encoded.trim()) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                return Ok(ToolOutcome::error(format!(
+                    "invalid arguments: `content_base64` is not base64 ({error})"
+                )));
+            }
+        };
+        let content_type = text_argument(arguments, "content_type")?;
+        let stored = match crate::store_attachment(
+            root,
+            &self.claim.task_id,
+            name,
+            &bytes,
+            content_type,
+            &self.author,
+        ) {
+            Ok(stored) => stored,
+            Err(problem) => return Ok(ToolOutcome::error(problem)),
+        };
+        Ok(match self.board.attach(&self.claim, &stored).await {
+            Ok(id) => ToolOutcome::ok(
+                json!({"ok": true, "id": id, "filename": stored.filename, "size": stored.size})
+                    .to_string(),
+                false,
+            ),
+            Err(error) => {
+                let _ = std::fs::remove_file(&stored.stored_path);
+                refused(error)
+            }
+        })
     }
 
     /// Runs tool `name` with raw JSON `arguments`. Never panics: bad
@@ -493,6 +570,7 @@ impl BoardTools {
             "kanban_create" | "kanban_link" | "kanban_unblock" | "kanban_list" => {
                 self.fan_out(name, arguments).await?
             }
+            "kanban_attach" => self.attach(arguments).await?,
             "kanban_show" => match self.board.show_task(&claim.task_id).await {
                 Ok(view) => {
                     let runs: Vec<Value> = view

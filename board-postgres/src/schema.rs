@@ -12,10 +12,10 @@ use kanban_board::TxResult;
 use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration N (1-based) brings a board from version N-1 to N.
-pub const MIGRATIONS: [&str; 3] = [
+pub const MIGRATIONS: [&str; 4] = [
     r#"
 CREATE TABLE tasks (
     id                   TEXT PRIMARY KEY,
@@ -116,6 +116,23 @@ ALTER TABLE tasks ADD COLUMN block_recurrences BIGINT NOT NULL DEFAULT 0;
     r#"
 ALTER TABLE tasks ADD COLUMN created_by TEXT;
 ALTER TABLE task_runs ADD COLUMN metadata JSONB;
+"#,
+    // 4: the namespace a card belongs to, and the files attached to cards
+    // (the file itself in the board's attachments folder on this host).
+    r#"
+ALTER TABLE tasks ADD COLUMN tenant TEXT;
+CREATE INDEX idx_tasks_tenant ON tasks(tenant);
+CREATE TABLE task_attachments (
+    id           BIGSERIAL PRIMARY KEY,
+    task_id      TEXT NOT NULL,
+    filename     TEXT NOT NULL,
+    stored_path  TEXT NOT NULL,
+    content_type TEXT,
+    size         BIGINT NOT NULL DEFAULT 0,
+    uploaded_by  TEXT,
+    created_at   BIGINT NOT NULL
+);
+CREATE INDEX idx_attachments_task ON task_attachments(task_id, created_at);
 "#,
 ];
 

@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 7] = [
+pub const MIGRATIONS: [&str; 8] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -141,5 +141,21 @@ CREATE TABLE IF NOT EXISTS dispatcher_ticks (
     // system's claim took it).
     r#"
 UPDATE tasks SET status = 'scheduled' WHERE status IN ('ready', 'todo') AND held_reason IS NOT NULL;
+"#,
+    // 8: files attached to cards, as the seed system records them (the
+    // file itself in the board's attachments folder).
+    r#"
+CREATE TABLE IF NOT EXISTS task_attachments (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id      TEXT NOT NULL,
+    filename     TEXT NOT NULL,
+    stored_path  TEXT NOT NULL,
+    content_type TEXT,
+    size         INTEGER NOT NULL DEFAULT 0,
+    uploaded_by  TEXT,
+    created_at   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_attachments_task ON task_attachments(task_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_tasks_tenant ON tasks(tenant);
 "#,
 ];

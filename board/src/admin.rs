@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use kanban_core::attachments::{AttachmentRecord, NewAttachment};
 use kanban_core::rules::{self, CardEdit, CardState, Transition};
 use kanban_core::swarm::{self, Swarm, SwarmCards, Swarmed};
 use kanban_core::{
@@ -367,6 +368,67 @@ impl<E: Engine> StoredBoard<E> {
                         apply(tx, task_id, &transition, now).await?;
                     }
                     Ok(true)
+                })
+            })
+            .await
+    }
+
+    /// Records a file already written for `task_id` (event `attached`);
+    /// its id. A card the board does not have is refused.
+    pub async fn add_attachment(
+        &self,
+        task_id: &str,
+        new: &NewAttachment,
+    ) -> Result<i64, BoardError> {
+        let (task_id, new) = (task_id.to_owned(), new.clone());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (task_id, new) = (task_id.clone(), new.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    if tx.status_of(&task_id).await?.is_none() {
+                        return Err(BoardError::TaskNotFound(task_id).into());
+                    }
+                    let id = tx.insert_attachment(&task_id, &new, now).await?;
+                    tx.append_event(&task_id, &events::attached(None, &new), now)
+                        .await?;
+                    Ok(id)
+                })
+            })
+            .await
+    }
+
+    /// The files attached to `task_id`, oldest first (every card's, with none).
+    pub async fn attachments(
+        &self,
+        task_id: Option<&str>,
+    ) -> Result<Vec<AttachmentRecord>, BoardError> {
+        let task_id = task_id.map(str::to_owned);
+        self.engine
+            .read(move |sql| {
+                let task_id = task_id.clone();
+                Box::pin(async move { Tx::new(sql).attachments(task_id.as_deref()).await })
+            })
+            .await
+    }
+
+    /// Deletes attachment `id`'s row (event `attachment_removed`); the row
+    /// it was, whose file is the caller's to remove; `None` when there was none.
+    pub async fn remove_attachment(&self, id: i64) -> Result<Option<AttachmentRecord>, BoardError> {
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    let removed = tx.delete_attachment(id).await?;
+                    if let Some(removed) = &removed {
+                        let event = rules::NewEvent::new(
+                            "attachment_removed",
+                            None,
+                            serde_json::json!({"filename": removed.filename}),
+                        );
+                        tx.append_event(&removed.task_id, &event, now).await?;
+                    }
+                    Ok(removed)
                 })
             })
             .await

@@ -181,6 +181,13 @@ macro_rules! board_ports {
             ) -> Result<(), ::kanban_core::BoardError> {
                 (**self).hand_off(claim, handoff).await
             }
+            async fn attach(
+                &self,
+                claim: &::kanban_core::Claim,
+                new: &::kanban_core::attachments::NewAttachment,
+            ) -> Result<i64, ::kanban_core::BoardError> {
+                (**self).attach(claim, new).await
+            }
             async fn create_child(
                 &self,
                 claim: &::kanban_core::Claim,
@@ -337,6 +344,27 @@ macro_rules! board_ports {
             }
             async fn lift_wall(&self, scope: &str) -> Result<bool, ::kanban_core::BoardError> {
                 (**self).lift_wall(scope).await
+            }
+            async fn add_attachment(
+                &self,
+                task_id: &str,
+                new: &::kanban_core::attachments::NewAttachment,
+            ) -> Result<i64, ::kanban_core::BoardError> {
+                (**self).add_attachment(task_id, new).await
+            }
+            async fn attachments(
+                &self,
+                task_id: Option<&str>,
+            ) -> Result<Vec<::kanban_core::attachments::AttachmentRecord>, ::kanban_core::BoardError>
+            {
+                (**self).attachments(task_id).await
+            }
+            async fn remove_attachment(
+                &self,
+                id: i64,
+            ) -> Result<Option<::kanban_core::attachments::AttachmentRecord>, ::kanban_core::BoardError>
+            {
+                (**self).remove_attachment(id).await
             }
             async fn reclaim(
                 &self,

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use kanban_core::attachments::{AttachmentRecord, NewAttachment};
 use kanban_core::lease::{LeaseView, RunLease, TaskLease};
 use kanban_core::rules::{
     CardEdit, CardState, Change, ClaimCandidate, MadeCard, NewEvent, RunRow, Transition,
@@ -23,7 +24,7 @@ use crate::engine::{Param, Row, Sql, Turns, TxResult};
 const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
     consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds, \
-    held_reason, every_seconds, block_kind, created_by";
+    held_reason, every_seconds, block_kind, created_by, tenant";
 const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
     started_at, ended_at, outcome, summary, error, worker_started_at, metadata";
 const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
@@ -143,6 +144,7 @@ fn task_at(row: &Row, at: usize) -> TxResult<TaskRecord> {
         every_seconds: row.opt_int(at + 21)?,
         block_kind: row.opt_text(at + 22)?,
         created_by: row.opt_text(at + 23)?,
+        tenant: row.opt_text(at + 24)?,
     })
 }
 
@@ -762,6 +764,85 @@ impl<'t> Tx<'t> {
             .transpose()
     }
 
+    /// Records a file attached to `task_id`; its id.
+    pub(crate) async fn insert_attachment(
+        &mut self,
+        task_id: &str,
+        new: &NewAttachment,
+        now: i64,
+    ) -> TxResult<i64> {
+        self.sql
+            .insert_id(
+                "INSERT INTO task_attachments (task_id, filename, stored_path, content_type, size, uploaded_by, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                args![
+                    task_id,
+                    &new.filename,
+                    &new.stored_path,
+                    new.content_type.as_deref(),
+                    new.size,
+                    new.uploaded_by.as_deref(),
+                    now,
+                ],
+            )
+            .await
+    }
+
+    /// The files attached to `task_id` (every card's, with none), oldest first.
+    pub(crate) async fn attachments(
+        &mut self,
+        task_id: Option<&str>,
+    ) -> TxResult<Vec<AttachmentRecord>> {
+        let rows = self
+            .sql
+            .rows(
+                "SELECT id, task_id, filename, stored_path, content_type, size, uploaded_by, created_at
+                   FROM task_attachments WHERE CAST($1 AS TEXT) IS NULL OR task_id = $1
+                  ORDER BY created_at, id",
+                args![task_id],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AttachmentRecord {
+                    id: row.int(0)?,
+                    task_id: row.text(1)?,
+                    filename: row.text(2)?,
+                    stored_path: row.text(3)?,
+                    content_type: row.opt_text(4)?,
+                    size: row.opt_int(5)?.unwrap_or(0),
+                    uploaded_by: row.opt_text(6)?,
+                    created_at: row.int(7)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes attachment `id`'s row; the row it was.
+    pub(crate) async fn delete_attachment(
+        &mut self,
+        id: i64,
+    ) -> TxResult<Option<AttachmentRecord>> {
+        let row = self
+            .one(
+                "SELECT task_id FROM task_attachments WHERE id = $1",
+                args![id],
+            )
+            .await?;
+        let Some(task_id) = row.map(|row| row.text(0)).transpose()? else {
+            return Ok(None);
+        };
+        let found = self
+            .attachments(Some(&task_id))
+            .await?
+            .into_iter()
+            .find(|attachment| attachment.id == id);
+        self.sql
+            .execute("DELETE FROM task_attachments WHERE id = $1", args![id])
+            .await?;
+        Ok(found)
+    }
+
     /// Every card, or those of one status, oldest first.
     pub(crate) async fn tasks(&mut self, status: Option<TaskStatus>) -> TxResult<Vec<TaskRecord>> {
         let query = format!(
@@ -1219,8 +1300,8 @@ impl Tx<'_> {
             .execute(
                 "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
                                     max_retries, goal_mode, goal_max_turns, max_runtime_seconds,
-                                    not_before, every_seconds, scheduled_at, created_by)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                                    not_before, every_seconds, scheduled_at, created_by, tenant)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
                 args![
                     id,
                     &new.title,
@@ -1238,6 +1319,7 @@ impl Tx<'_> {
                     new.every_seconds,
                     scheduled_at,
                     new.created_by.as_deref(),
+                    new.tenant.as_deref(),
                 ],
             )
             .await?;
@@ -1271,12 +1353,25 @@ impl Tx<'_> {
 
     /// A card's assignee (none for a card with none, or none on the board).
     pub(crate) async fn assignee_of(&mut self, task_id: &str) -> TxResult<Option<String>> {
+        Ok(self.maker_of(task_id).await?.0)
+    }
+
+    /// A card's assignee and tenant: what a card made from inside its run
+    /// takes from it.
+    pub(crate) async fn maker_of(
+        &mut self,
+        task_id: &str,
+    ) -> TxResult<(Option<String>, Option<String>)> {
         let row = self
-            .one("SELECT assignee FROM tasks WHERE id = $1", args![task_id])
+            .one(
+                "SELECT assignee, tenant FROM tasks WHERE id = $1",
+                args![task_id],
+            )
             .await?;
-        row.map(|row| row.opt_text(0))
-            .transpose()
-            .map(Option::flatten)
+        match row {
+            Some(row) => Ok((row.opt_text(0)?, row.opt_text(1)?)),
+            None => Ok((None, None)),
+        }
     }
 
     /// Those of `ids` the board has, with their maker and whether they wait
@@ -1488,6 +1583,7 @@ impl Tx<'_> {
             "DELETE FROM task_events WHERE task_id = $1",
             "DELETE FROM task_comments WHERE task_id = $1",
             "DELETE FROM task_runs WHERE task_id = $1",
+            "DELETE FROM task_attachments WHERE task_id = $1",
             "DELETE FROM task_links WHERE child_id = $1 OR parent_id = $1",
             "DELETE FROM tasks WHERE id = $1",
         ] {

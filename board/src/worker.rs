@@ -1,6 +1,7 @@
 //! A worker's side of the board: the proof, and every write fenced by the
 //! claim inside its own transaction.
 
+use kanban_core::attachments::NewAttachment;
 use kanban_core::lease::evaluate_lease;
 use kanban_core::rules::{self, CardState, FailurePolicy, NewEvent, Overrun, Transition};
 use kanban_core::{
@@ -224,6 +225,25 @@ impl<E: Engine> StoredBoard<E> {
             .await
     }
 
+    /// Records a file a run attached to its own card, fenced like every
+    /// worker write; its id.
+    pub async fn attach(&self, claim: &Claim, new: &NewAttachment) -> Result<i64, BoardError> {
+        let (claim, new) = (claim.clone(), new.clone());
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let (claim, new) = (claim.clone(), new.clone());
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    fence(tx, &claim, "attach", now).await?;
+                    let id = tx.insert_attachment(&claim.task_id, &new, now).await?;
+                    let event = events::attached(Some(claim.run_id), &new);
+                    tx.append_event(&claim.task_id, &event, now).await?;
+                    Ok(id)
+                })
+            })
+            .await
+    }
+
     pub async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError> {
         events::check_new_task(task)?;
         let (claim, task) = (claim.clone(), task.clone());
@@ -233,8 +253,9 @@ impl<E: Engine> StoredBoard<E> {
                 Box::pin(async move {
                     let tx = &mut Tx::new(sql);
                     fence(tx, &claim, "create", now).await?;
-                    let assignee = tx.assignee_of(&claim.task_id).await?;
-                    let child = rules::child_card(&claim, assignee.as_deref(), &task);
+                    let (assignee, tenant) = tx.maker_of(&claim.task_id).await?;
+                    let child =
+                        rules::child_card(&claim, assignee.as_deref(), tenant.as_deref(), &task);
                     let id = crate::admin::insert_task(tx, &child, now).await?;
                     let event = rules::fanned_out(&claim, "created", json!({"task_id": id}));
                     tx.append_event(&claim.task_id, &event, now).await?;

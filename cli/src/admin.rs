@@ -110,7 +110,8 @@ pub(crate) fn add(
             Start::InLine
         },
         max_runtime_seconds: args.max_runtime,
-        created_by: None,
+        created_by: args.created_by.clone(),
+        tenant: args.tenant.clone(),
     };
     // Inside an agent, a card is the run's fan-out: fenced by its claim,
     // and it waits for the run's card.
@@ -485,6 +486,8 @@ pub(crate) struct ListFilter<'a> {
     pub(crate) archived: bool,
     /// Only cards whose last block was of this kind.
     pub(crate) block_kind: Option<kanban_core::BlockKind>,
+    /// Only the cards of this tenant.
+    pub(crate) tenant: Option<&'a str>,
 }
 
 pub(crate) fn list(
@@ -505,6 +508,9 @@ pub(crate) fn list(
     }
     if let Some(assignee) = filter.assignee {
         tasks.retain(|task| task.assignee.as_deref().unwrap_or("-") == assignee);
+    }
+    if let Some(tenant) = filter.tenant {
+        tasks.retain(|task| task.tenant.as_deref() == Some(tenant));
     }
     let links = block_on(board.links())?;
     if let Some(parent) = filter.parent {
@@ -527,6 +533,8 @@ pub(crate) fn list(
     let waits = open_parents(&board, &tasks, &links)?;
     // A card that is not running shows the run it ran last.
     let last_runs = block_on(board.last_runs())?;
+    // A board with tenants shows each card's; one without keeps its columns.
+    let tenants = tasks.iter().any(|t| t.tenant.is_some());
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
@@ -534,22 +542,30 @@ pub(crate) fn list(
             if let Some(parents) = waits.get(&t.id) {
                 status.push_str(&format!(", waits for {}", parents.join(", ")));
             }
-            vec![
+            let mut row = vec![
                 t.id.clone(),
                 status,
                 t.priority.to_string(),
                 short(t.assignee.as_deref().unwrap_or("-"), 20),
+            ];
+            if tenants {
+                row.push(short(t.tenant.as_deref().unwrap_or("-"), 20));
+            }
+            row.push(
                 t.current_run_id
                     .or_else(|| last_runs.get(&t.id).copied())
                     .map_or_else(|| "-".into(), |run| run.to_string()),
-                short(&t.title, 60),
-            ]
+            );
+            row.push(short(&t.title, 60));
+            row
         })
         .collect();
-    out!(
-        "{}",
-        table(&["ID", "STATUS", "PRIO", "ASSIGNEE", "RUN", "TITLE"], &rows)
-    );
+    let header: &[&str] = if tenants {
+        &["ID", "STATUS", "PRIO", "ASSIGNEE", "TENANT", "RUN", "TITLE"]
+    } else {
+        &["ID", "STATUS", "PRIO", "ASSIGNEE", "RUN", "TITLE"]
+    };
+    out!("{}", table(header, &rows));
     let walls = block_on(board.walls())?;
     let holding = walls.iter().filter(|wall| wall.until > now).count();
     if !walls.is_empty() {
@@ -648,6 +664,22 @@ pub(crate) fn comment(
     Ok(ExitCode::Success)
 }
 
+/// A card's files, one line each, as `show` lists them.
+fn print_attachments(id: &str, attachments: &[kanban_core::attachments::AttachmentRecord]) {
+    if attachments.is_empty() {
+        return;
+    }
+    outln!("attachments (kanban attachments {id}):");
+    for attachment in attachments {
+        outln!(
+            "  #{} {} ({} bytes)",
+            attachment.id,
+            visible_line(&attachment.filename),
+            attachment.size
+        );
+    }
+}
+
 /// `kanban walls --lift SCOPE`.
 pub(crate) fn lift_wall(
     global: &GlobalArgs,
@@ -690,8 +722,11 @@ pub(crate) fn show(
         .filter(|wall| wall.source.starts_with(&source))
         .collect();
     let linked = block_on(crate::serve::linked_statuses(&board, &view))?;
+    // A board of an older schema, read as it is, has no attachments yet.
+    let attachments = block_on(board.attachments(Some(id))).unwrap_or_default();
     if as_json {
         let value = json!({
+            "attachments": attachments.iter().map(crate::attach::attachment_json).collect::<Vec<_>>(),
             "task": task_json(&view.task),
             "parents": view.parents,
             "children": view.children,
@@ -713,6 +748,7 @@ pub(crate) fn show(
         task.consecutive_failures
     );
     out!("{}", whom_and_why(&view, &linked));
+    print_attachments(id, &attachments);
     if !met.is_empty() {
         outln!("met a provider wall (it holds every card of that provider; kanban walls):");
         out!("{}", walls_table(&met, now));
@@ -764,6 +800,9 @@ fn whom_and_why(
     }
     if let Some(maker) = &task.created_by {
         lines.push_str(&format!("created by: {}\n", visible_line(maker)));
+    }
+    if let Some(tenant) = &task.tenant {
+        lines.push_str(&format!("tenant: {}\n", visible_line(tenant)));
     }
     for (label, ids) in [("parents", &view.parents), ("children", &view.children)] {
         if ids.is_empty() {

@@ -142,6 +142,18 @@ pub(crate) fn create(
     })
 }
 
+/// Records a file this run attached to its own card (already written).
+pub(crate) fn attach(
+    env: &Environment,
+    new: kanban_core::attachments::NewAttachment,
+    done: impl FnOnce(i64),
+) -> anyhow::Result<ExitCode> {
+    let call = Call::Attach { new };
+    fenced(env, &call, |_, answer| {
+        done(answer.attached.unwrap_or_default())
+    })
+}
+
 /// Makes `child`, a card this run's card made, wait for `parent` too.
 pub(crate) fn link(env: &Environment, parent: &str, child: &str) -> anyhow::Result<ExitCode> {
     let call = Call::Link {

@@ -133,6 +133,9 @@ pub(crate) enum Command {
         /// needs_input, capability, transient).
         #[arg(long, value_name = "KIND", value_parser = block_kind)]
         block_kind: Option<kanban_core::BlockKind>,
+        /// Only the cards of this tenant.
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
         /// One JSON array.
         #[arg(long)]
         json: bool,
@@ -460,6 +463,48 @@ pub(crate) enum Command {
     /// it), or `comment TEXT` inside an agent (reads the claim carrier; fenced).
     ///
     /// Example: kanban comment t_1a2b3c4d "use the v2 API, not v1"
+    /// Attach a file to a card: copied into the board's attachments folder,
+    /// where the seed system keeps them too (`attachments/ID/` beside the
+    /// board; HERMES_KANBAN_ATTACHMENTS_ROOT moves it), 25 MiB at most.
+    /// Inside an agent, to the run's own card only, fenced.
+    ///
+    /// Example: kanban attach t_1a2b3c4d report.pdf --content-type application/pdf
+    Attach {
+        /// The card.
+        task: String,
+        /// The file to attach.
+        path: PathBuf,
+        /// The name to store it under (default: the file's own name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Its content type (default: guessed from its name, else none).
+        #[arg(long, value_name = "TYPE")]
+        content_type: Option<String>,
+        /// Who attached it (default: $HERMES_PROFILE, else $USER, else `user`).
+        #[arg(long)]
+        author: Option<String>,
+        /// Print the attachment as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a card's attachments: id, name, size, type, who attached it, and the file.
+    ///
+    /// Example: kanban attachments t_1a2b3c4d --json
+    Attachments {
+        task: String,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an attachment: its record, and its file from the board's
+    /// attachments folder.
+    ///
+    /// Example: kanban attach-rm 3
+    #[command(name = "attach-rm")]
+    AttachRm {
+        /// The attachment's number (`kanban attachments ID` lists them).
+        id: i64,
+    },
     Comment {
         /// [TASK] TEXT: the card (outside a worker) and the comment.
         #[arg(num_args = 1..=2, required = true, value_names = ["TASK", "TEXT"])]
@@ -666,6 +711,14 @@ pub(crate) struct AddArgs {
     /// period after this one was (30m, 1d…); never two at once.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_seconds)]
     pub(crate) every: Option<i64>,
+    /// The namespace it belongs to (the seed system's tenant): `ls
+    /// --tenant` lists one; a card made inside a run takes its card's.
+    #[arg(long, value_name = "NAME", value_parser = label)]
+    pub(crate) tenant: Option<String>,
+    /// Who made it, as `show` names them (inside a run: the run card's
+    /// assignee, whatever is given).
+    #[arg(long, value_name = "NAME", value_parser = label)]
+    pub(crate) created_by: Option<String>,
     /// Print `{"id": ...}`.
     #[arg(long)]
     pub(crate) json: bool,
@@ -841,6 +894,12 @@ pub(crate) struct SwarmArgs {
 
 fn swarm_worker(raw: &str) -> Result<kanban_core::swarm::SwarmWorker, String> {
     kanban_core::swarm::SwarmWorker::parse(raw)
+}
+
+/// A tenant or maker name, trimmed.
+fn label(raw: &str) -> Result<String, String> {
+    let name = raw.trim();
+    kanban_core::events::check_label(name).map(|()| name.to_owned())
 }
 
 fn block_kind(raw: &str) -> Result<kanban_core::BlockKind, String> {

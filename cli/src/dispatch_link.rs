@@ -613,6 +613,14 @@ impl Board for LinkedBoard {
 
     // A run's fan-out is rare: it is made on the worker's own connection
     // to the board, through the same fenced write, never over the link.
+    async fn attach(
+        &self,
+        claim: &Claim,
+        new: &kanban_core::attachments::NewAttachment,
+    ) -> Result<i64, BoardError> {
+        self.own().await?.attach(claim, new).await
+    }
+
     async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError> {
         self.own().await?.create_child(claim, task).await
     }

@@ -7,6 +7,7 @@ mod agent_calls;
 mod agent_check;
 mod agents_file;
 mod args;
+mod attach;
 mod board_path;
 mod demo;
 mod dispatch;
@@ -221,6 +222,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             parent,
             archived,
             block_kind,
+            tenant,
             json,
         } => {
             let filter = admin::ListFilter {
@@ -229,6 +231,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
                 parent: parent.as_deref(),
                 archived,
                 block_kind,
+                tenant: tenant.as_deref(),
             };
             admin::list(global, env, &filter, json)
         }
@@ -261,7 +264,9 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             let token = serve::serve_token(token, token_file.as_deref(), env)?;
             runtime::install_signal_handlers(interrupt)?;
             let board = board_path::open_board(global, env)?;
-            serve::serve(board, listen, token, interrupt)
+            let attachments =
+                attach::attachments_root(&board_path::board_path(global, env)?, &board.folder, env);
+            serve::serve(board, attachments, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {
             Some(scope) => admin::lift_wall(global, env, &scope),
@@ -305,6 +310,27 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         } => agent_calls::complete(env, &summary, result, metadata, created_cards),
         Command::Block { reason, kind } => agent_calls::block(env, &reason, kind),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
+        Command::Attach {
+            task,
+            path,
+            name,
+            content_type,
+            author,
+            json,
+        } => attach::attach(
+            global,
+            env,
+            &attach::AttachRequest {
+                task: &task,
+                path: &path,
+                name: name.as_deref(),
+                content_type: content_type.as_deref(),
+                author: author.as_deref(),
+                json,
+            },
+        ),
+        Command::Attachments { task, json } => attach::list(global, env, &task, json),
+        Command::AttachRm { id } => attach::remove(global, env, id),
         Command::Comment { words, author } => match words.as_slice() {
             [task, text] => admin::comment(global, env, task, text, author.as_deref()),
             [text] => agent_calls::comment(env, text),

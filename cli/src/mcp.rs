@@ -24,7 +24,8 @@ pub(crate) fn mcp(env: &Environment) -> anyhow::Result<ExitCode> {
         .get_trimmed("KANBAN_AUTHOR")
         .unwrap_or("worker")
         .to_owned();
-    let server = McpServer::new(BoardTools::new(board, claim, author));
+    let root = crate::attach::claim_attachments_root(&claim, env);
+    let server = McpServer::new(BoardTools::new(board, claim, author).with_attachments(root));
     let mut stdout = std::io::stdout().lock();
     let mut stdin = std::io::stdin().lock();
     loop {

@@ -30,6 +30,7 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "every_seconds": task.every_seconds,
         "block_kind": task.block_kind,
         "created_by": task.created_by,
+        "tenant": task.tenant,
     })
 }
 

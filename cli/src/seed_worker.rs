@@ -39,6 +39,7 @@ fn workspaces_root(db: &Path) -> PathBuf {
 pub(crate) fn seed_worker_place(
     profile: &str,
     claim: &Claim,
+    tenant: Option<&str>,
     env: &Environment,
 ) -> Result<SeedWorkerPlace, EnvironmentFault> {
     let fault = |what: String| EnvironmentFault::Configuration(what);
@@ -96,6 +97,11 @@ pub(crate) fn seed_worker_place(
     // comments are signed with the profile, as the seed system sets them.
     pairs.push(("TERMINAL_CWD".to_owned(), shown(&workspace)));
     pairs.push(("HERMES_PROFILE".to_owned(), profile.to_owned()));
+    // The cards it makes belong to its card's tenant, as the seed system's
+    // `kanban_create` defaults them.
+    if let Some(tenant) = tenant {
+        pairs.push(("HERMES_TENANT".to_owned(), tenant.to_owned()));
+    }
     Ok(SeedWorkerPlace {
         program,
         workspace,

@@ -45,6 +45,8 @@ const WATCH_EVERY: Duration = Duration::from_millis(200);
 pub(crate) struct App {
     pub(crate) board: OpenBoard,
     logs: PathBuf,
+    /// The board's attachments folder on this host: only files in it are served.
+    attachments: PathBuf,
     /// Put in every form; a POST without it is refused (a page of another
     /// site cannot read it).
     pub(crate) csrf: String,
@@ -181,6 +183,7 @@ fn loopback(addr: &SocketAddr) -> bool {
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn serve(
     board: OpenBoard,
+    attachments: PathBuf,
     listen: SocketAddr,
     token: Option<String>,
     interrupt: &Arc<AtomicUsize>,
@@ -196,6 +199,7 @@ pub(crate) fn serve(
         .build()
         .context("cannot start the server's runtime")?;
     let logs = board.folder.join("logs");
+
     // Pages go live on every commit: SQLite's data_version, looked at every
     // WATCH_EVERY, or PostgreSQL's notifications.
     let watch = match &board.engine {
@@ -208,6 +212,7 @@ pub(crate) fn serve(
     let app = Arc::new(App {
         board: board.with_offload(Arc::new(crate::runtime::TokioOffload)),
         logs,
+        attachments,
         csrf: crate::supervisor::random_hex(),
         token,
         changes,
@@ -254,6 +259,7 @@ pub(crate) fn router(app: Shared) -> Router {
     Router::new()
         .route("/", get(board_page))
         .route("/cards/{id}", get(card_page))
+        .route("/cards/{id}/attachments/{attachment}", get(attachment_file))
         .route("/fragments/lanes", get(lanes_fragment))
         .route("/fragments/cards/{id}", get(card_fragment))
         .route("/live", get(live))
@@ -391,12 +397,12 @@ fn same_origin(headers: &HeaderMap) -> bool {
 async fn secure_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        header::HeaderValue::from_static(
+    // An attached file's own, stricter policy (a sandbox) stays.
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(header::HeaderValue::from_static(
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+        ));
     headers.insert(
         header::X_FRAME_OPTIONS,
         header::HeaderValue::from_static("DENY"),
@@ -617,13 +623,97 @@ async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Fai
     let view = app.board.show_task(id).await?;
     let linked = linked_statuses(&app.board, &view).await?;
     let tail = log_tail(&app.logs, id);
+    // A board of an older schema, read as it is, has no attachments yet.
+    let files = app.board.attachments(Some(id)).await.unwrap_or_default();
     let now = SystemClock.now();
+    let parts = page::CardParts {
+        view: &view,
+        linked: &linked,
+        log_tail: &tail,
+        attachments: &files,
+    };
     let markup = if whole {
-        page::card(app, &view, &linked, &tail, now)
+        page::card(app, &parts, now)
     } else {
-        page::card_details(app, &view, &linked, &tail, now)
+        page::card_details(app, &parts, now)
     };
     Ok(Html(markup.into_string()))
+}
+
+/// Content types a browser may show in the page's place; any other file is
+/// only ever downloaded, so no attached HTML or SVG runs as this site.
+const SHOWN_INLINE: [&str; 6] = [
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "application/pdf",
+    "text/plain",
+];
+
+/// One attached file, streamed: only a file inside the board's attachments
+/// folder, with a content type that cannot run as this site.
+async fn attachment_file(
+    State(app): State<Shared>,
+    UrlPath((id, attachment)): UrlPath<(String, i64)>,
+) -> Result<Response, Failure> {
+    let files = app.board.attachments(Some(&id)).await?;
+    let missing = || {
+        Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("{id} has no attachment #{attachment}"),
+        )
+    };
+    let record = files
+        .into_iter()
+        .find(|file| file.id == attachment)
+        .ok_or_else(missing)?;
+    let path =
+        crate::attach::kept_file(&app.attachments, &record.stored_path).ok_or_else(|| {
+            Failure::new(
+                StatusCode::NOT_FOUND,
+                format!("attachment #{attachment}'s file is not in the board's attachments folder"),
+            )
+        })?;
+    let file = tokio::fs::File::open(&path).await.map_err(|_| missing())?;
+    let kind = record.content_type.as_deref().unwrap_or("");
+    let inline = SHOWN_INLINE.contains(&kind);
+    let content_type = match kind {
+        "text/plain" => "text/plain; charset=utf-8".to_owned(),
+        shown if inline => shown.to_owned(),
+        _ => "application/octet-stream".to_owned(),
+    };
+    let name: String =
+        percent_encoding::utf8_percent_encode(&record.filename, percent_encoding::NON_ALPHANUMERIC)
+            .collect();
+    let disposition = format!(
+        "{}; filename*=UTF-8''{name}",
+        if inline { "inline" } else { "attachment" }
+    );
+    let chunks = futures_util::stream::unfold(file, |mut file| async move {
+        use tokio::io::AsyncReadExt as _;
+        let mut chunk = vec![0; 64 * 1024];
+        match file.read(&mut chunk).await {
+            Ok(0) | Err(_) => None,
+            Ok(read) => {
+                chunk.truncate(read);
+                Some((Ok::<_, std::io::Error>(chunk), file))
+            }
+        }
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_DISPOSITION, disposition),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "sandbox; default-src 'none'; frame-ancestors 'none'".to_owned(),
+            ),
+        ],
+        axum::body::Body::from_stream(chunks),
+    )
+        .into_response())
 }
 
 async fn card_page(
@@ -691,6 +781,8 @@ struct AddForm {
     #[serde(default)]
     assignee: String,
     #[serde(default)]
+    tenant: String,
+    #[serde(default)]
     priority: String,
 }
 
@@ -736,6 +828,7 @@ async fn add_form(
             title: form.title,
             body: non_blank(&form.body),
             assignee: non_blank(&form.assignee),
+            tenant: non_blank(&form.tenant),
             priority,
             ..NewTask::default()
         })
@@ -912,6 +1005,7 @@ struct NewCard {
     title: String,
     body: Option<String>,
     assignee: Option<String>,
+    tenant: Option<String>,
     #[serde(default)]
     priority: i64,
     #[serde(default)]
@@ -932,6 +1026,7 @@ async fn api_add(
             title: card.title,
             body: card.body,
             assignee: card.assignee,
+            tenant: card.tenant,
             priority: card.priority,
             parents: card.parents,
             ..NewTask::default()

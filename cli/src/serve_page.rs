@@ -110,6 +110,7 @@ pub(crate) fn board(app: &App, lanes: &Lanes) -> Markup {
                 input type="hidden" name="csrf" value=(app.csrf);
                 input name="title" placeholder="New card title" required size="40";
                 input name="assignee" placeholder="assignee (agent)";
+                input name="tenant" placeholder="tenant";
                 input name="priority" placeholder="priority" size="6";
                 button.primary type="submit" id="add-card" { "Add card" }
             }
@@ -160,6 +161,7 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
                 span { (task.id) }
                 @if task.status.known().is_none() { span.pill { (task.status) } }
                 @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
+                @if let Some(tenant) = &task.tenant { span.pill data-tenant=(tenant) { (tenant) } }
                 @if let Some(run) = task.current_run_id { span { "run " (run) } }
                 @if let Some(left) = tile.lease_left { span { "lease " (left.max(0)) "s" } }
                 @if task.consecutive_failures > 0 { span.pill.warn { (task.consecutive_failures) " failed" } }
@@ -177,21 +179,63 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
 type Linked = std::collections::BTreeMap<String, String>;
 
 /// A card's page.
-pub(crate) fn card(
-    app: &App,
-    view: &TaskView,
-    linked: &Linked,
-    log_tail: &str,
-    now: i64,
-) -> Markup {
+/// What a card page shows besides the card.
+pub(crate) struct CardParts<'a> {
+    pub(crate) view: &'a TaskView,
+    pub(crate) linked: &'a Linked,
+    pub(crate) log_tail: &'a str,
+    pub(crate) attachments: &'a [kanban_core::attachments::AttachmentRecord],
+}
+
+pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
+    let view = parts.view;
     layout(
         app,
         &view.task.title,
         html! {
             p { a href="/" { "← board" } }
-            div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, view, linked, log_tail, now)) }
+            div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, parts, now)) }
         },
     )
+}
+
+/// A card's line of facts: id, status, priority, whom it is for, its tenant.
+fn card_meta(task: &kanban_core::TaskRecord, now: i64) -> Markup {
+    let id = task.id.as_str();
+    html! {
+        div.meta {
+            span { (id) }
+            span.pill data-status=(task.status.as_str()) { (task.status.as_str()) }
+            span { "priority " (task.priority) }
+            @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
+            @if let Some(tenant) = &task.tenant { span.pill data-tenant=(tenant) { "tenant " (tenant) } }
+            @if let Some(maker) = &task.created_by { span { "by " (maker) } }
+            span { (task.consecutive_failures) " failures" }
+            @if let Some(reason) = &task.held_reason { span.pill.warn { "held: " (reason) } }
+            @if let Some(kind) = &task.block_kind { @if matches!(task.status.known(), Some(TaskStatus::Blocked | TaskStatus::Triage)) { span.pill.warn { "block: " (kind) } } }
+            span { "created " (human_time(task.created_at, now)) }
+        }
+    }
+}
+
+/// A card's attached files, each a link that downloads it.
+fn attachments(id: &str, files: &[kanban_core::attachments::AttachmentRecord]) -> Markup {
+    html! {
+        @if !files.is_empty() {
+            section.attachments {
+                h3 { "Attachments" }
+                ul {
+                    @for file in files {
+                        li data-attachment=(file.id) {
+                            a href={ "/cards/" (id) "/attachments/" (file.id) } { (file.filename) }
+                            " · " (file.size) " bytes"
+                            @if let Some(by) = &file.uploaded_by { " · by " (by) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn action(app: &App, id: &str, name: &str, label: &str, with_reason: bool) -> Markup {
@@ -239,27 +283,13 @@ fn links(view: &TaskView, linked: &Linked) -> Markup {
 }
 
 /// A card's details, alone: what a live card page fetches on `changed`.
-pub(crate) fn card_details(
-    app: &App,
-    view: &TaskView,
-    linked: &Linked,
-    log_tail: &str,
-    now: i64,
-) -> Markup {
+pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
+    let (view, linked, log_tail) = (parts.view, parts.linked, parts.log_tail);
     let task = &view.task;
     let id = task.id.as_str();
     html! {
         h2 { (task.title) }
-        div.meta {
-            span { (id) }
-            span.pill data-status=(task.status.as_str()) { (task.status.as_str()) }
-            span { "priority " (task.priority) }
-            @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
-            span { (task.consecutive_failures) " failures" }
-            @if let Some(reason) = &task.held_reason { span.pill.warn { "held: " (reason) } }
-            @if let Some(kind) = &task.block_kind { @if matches!(task.status.known(), Some(TaskStatus::Blocked | TaskStatus::Triage)) { span.pill.warn { "block: " (kind) } } }
-            span { "created " (human_time(task.created_at, now)) }
-        }
+        (card_meta(task, now))
         div.actions {
             @match task.status.known() {
                 Some(TaskStatus::Blocked) => { (action(app, id, "unblock", "Unblock", false)) (action(app, id, "cancel", "Cancel", true)) }
@@ -280,6 +310,7 @@ pub(crate) fn card_details(
             }
         }
         (links(view, linked))
+        (attachments(id, parts.attachments))
         @if let Some(body) = &task.body { section { h3 { "Body" } div.body { (body) } } }
         @if let Some(result) = &task.result { section { h3 { "Result" } div.body { (result) } } }
         section {

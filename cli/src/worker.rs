@@ -251,7 +251,8 @@ fn make_runner(
             anyhow::bail!("an HTTP agent's worker holds its board itself");
         };
         let tool_board: Arc<dyn kanban_agent_port::ToolBoard> = tool_board.clone();
-        let tools = BoardTools::new(tool_board, claim.clone(), "worker");
+        let tools = BoardTools::new(tool_board, claim.clone(), "worker")
+            .with_attachments(crate::attach::claim_attachments_root(claim, env));
         Box::new(HttpAgent::new(
             config,
             Some(&brief),
@@ -458,11 +459,12 @@ pub(crate) fn turn_task(
 fn seed_worker_of(
     agent: &str,
     claim: &Claim,
+    tenant: Option<&str>,
     env: &Environment,
 ) -> Result<Option<(String, SeedWorkerPlace)>, EnvironmentFault> {
     match seed_worker_profile(agent) {
         Some(Ok(profile)) => {
-            let place = seed_worker_place(&profile, claim, env)?;
+            let place = seed_worker_place(&profile, claim, tenant, env)?;
             Ok(Some((profile, place)))
         }
         Some(Err(problem)) => Err(EnvironmentFault::Configuration(format!(
@@ -508,7 +510,7 @@ async fn run_worker_process(
         .and_then(|seconds| u64::try_from(seconds).ok())
         .map(Duration::from_secs);
     let mut setup = worker_setup(&claim, &view, pid, env, args);
-    let seed = match seed_worker_of(&agent, &claim, env) {
+    let seed = match seed_worker_of(&agent, &claim, task.tenant.as_deref(), env) {
         Ok(seed) => seed,
         Err(fault) => {
             errln!("error: {fault}");

@@ -56,6 +56,10 @@ pub(crate) enum Call {
     Create {
         task: kanban_core::NewTask,
     },
+    /// A file the run attached to its own card (already written).
+    Attach {
+        new: kanban_core::attachments::NewAttachment,
+    },
     Link {
         parent: String,
         child: String,
@@ -106,6 +110,9 @@ pub(crate) struct Done {
     /// The card a create made (or found, for a repeated idempotency key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) created: Option<String>,
+    /// The attachment an attach recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) attached: Option<i64>,
     /// Whether a link was new.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) linked: Option<bool>,
@@ -187,6 +194,10 @@ pub(crate) async fn perform(
         }
         Call::Create { task } => board.create_child(claim, task).await.map(|id| Done {
             created: Some(id),
+            ..Done::default()
+        }),
+        Call::Attach { new } => board.attach(claim, new).await.map(|id| Done {
+            attached: Some(id),
             ..Done::default()
         }),
         Call::Link { parent, child } => {

@@ -70,6 +70,8 @@ pub struct NewTask {
     /// Who made it: a worker's card made from inside its run names the
     /// run card's assignee (the seed system's `created_by`).
     pub created_by: Option<String>,
+    /// The namespace it belongs to (the seed system's `tenant`).
+    pub tenant: Option<String>,
 }
 
 /// What a worker hands over when it completes its card.
@@ -155,6 +157,9 @@ pub struct TaskRecord {
     /// assignee of the run's card.
     #[serde(default)]
     pub created_by: Option<String>,
+    /// The namespace it belongs to (the seed system's `tenant`).
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// A run (one claim of a card) as stored.
@@ -287,6 +292,23 @@ pub trait BoardAdmin: Send + Sync {
     /// `reclaimed`, the card is ready again (todo while a parent is open)
     /// and its failure count is reset.
     async fn reclaim(&self, task_id: &str, reason: &str) -> Result<(), BoardError>;
+    /// Records a file already written for a card (event `attached`); its id.
+    async fn add_attachment(
+        &self,
+        task_id: &str,
+        new: &crate::attachments::NewAttachment,
+    ) -> Result<i64, BoardError>;
+    /// The files attached to a card, oldest first (every card's, with none).
+    async fn attachments(
+        &self,
+        task_id: Option<&str>,
+    ) -> Result<Vec<crate::attachments::AttachmentRecord>, BoardError>;
+    /// Deletes an attachment's row (event `attachment_removed`); the row it
+    /// was, whose file the caller removes; `None` when there was none.
+    async fn remove_attachment(
+        &self,
+        id: i64,
+    ) -> Result<Option<crate::attachments::AttachmentRecord>, BoardError>;
     /// A card with its runs and events.
     async fn show_task(&self, task_id: &str) -> Result<TaskView, BoardError>;
     /// Every card, optionally of one status, oldest first.

@@ -35,6 +35,16 @@ pub fn commented(run: Option<i64>, author: &str) -> NewEvent {
     NewEvent::new("commented", run, json!({"author": author}))
 }
 
+/// A file attached to a card, by a run (`run`) or by a person (none): the
+/// seed system's event, with its payload.
+pub fn attached(run: Option<i64>, new: &crate::attachments::NewAttachment) -> NewEvent {
+    NewEvent::new(
+        "attached",
+        run,
+        json!({"filename": new.filename, "size": new.size, "by": new.uploaded_by}),
+    )
+}
+
 /// A write refused because its writer no longer holds the claim.
 pub fn stale_write_rejected(claim: &Claim, action: &str, reason: &NotLive) -> NewEvent {
     NewEvent::new(
@@ -112,6 +122,38 @@ pub fn check_new_task(new: &NewTask) -> Result<(), BoardError> {
         return Err(BoardError::InvalidInput(
             "a recurring card's period (--every) is at least one second".to_owned(),
         ));
+    }
+    for (what, name) in [
+        ("tenant", &new.tenant),
+        ("maker (created_by)", &new.created_by),
+    ] {
+        if let Some(name) = name
+            && let Err(problem) = check_label(name)
+        {
+            return Err(BoardError::InvalidInput(format!(
+                "a card's {what} {problem}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The longest name a card keeps for its tenant or its maker.
+pub const MAX_LABEL_CHARS: usize = 200;
+
+/// A tenant or maker name: not blank, one line of at most
+/// [`MAX_LABEL_CHARS`] printable characters, no space around it.
+pub fn check_label(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("is blank: give a name".to_owned());
+    }
+    if name.trim() != name || name.chars().any(char::is_control) {
+        return Err(format!(
+            "{name:?} has spaces around it or a control character: give a plain name"
+        ));
+    }
+    if name.chars().count() > MAX_LABEL_CHARS {
+        return Err(format!("is longer than {MAX_LABEL_CHARS} characters"));
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! waiting through [`Sleeper`], and the process environment arrives as an
 //! [`Environment`] value.
 
+pub mod attachments;
 mod board;
 mod booking;
 mod carrier;

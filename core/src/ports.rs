@@ -75,6 +75,13 @@ pub trait Board: Send + Sync {
     /// metadata is kept on the run, and every card it says the run made is
     /// checked ([`crate::rules::verify_created_cards`]) before anything changes.
     async fn hand_off(&self, claim: &Claim, handoff: &Handoff) -> Result<(), BoardError>;
+    /// Records a file the run attached to its own card (already written);
+    /// its id.
+    async fn attach(
+        &self,
+        claim: &Claim,
+        new: &crate::attachments::NewAttachment,
+    ) -> Result<i64, BoardError>;
     /// Makes a card from inside the run: it waits for the claim's card
     /// ([`crate::rules::child_card`]); its id (the existing card's for a
     /// repeated idempotency key). Recorded on the claim's card.
@@ -136,6 +143,13 @@ impl<B: Board + ?Sized> Board for Arc<B> {
     }
     async fn hand_off(&self, claim: &Claim, handoff: &Handoff) -> Result<(), BoardError> {
         (**self).hand_off(claim, handoff).await
+    }
+    async fn attach(
+        &self,
+        claim: &Claim,
+        new: &crate::attachments::NewAttachment,
+    ) -> Result<i64, BoardError> {
+        (**self).attach(claim, new).await
     }
     async fn create_child(&self, claim: &Claim, task: &NewTask) -> Result<String, BoardError> {
         (**self).create_child(claim, task).await

@@ -913,15 +913,24 @@ pub fn check_fan_out_target(task_id: &str, target: &str, child: bool) -> Result<
 }
 
 /// The card a worker makes from inside its run on `claim`'s card, whose
-/// assignee is `assignee`: it waits for that card (and any parents it
-/// names), and names the card's assignee as its maker, as the seed
-/// system's `kanban_create` does.
-pub fn child_card(claim: &Claim, assignee: Option<&str>, new: &crate::NewTask) -> crate::NewTask {
+/// assignee is `assignee` and tenant `tenant`: it waits for that card (and
+/// any parents it names), names the card's assignee as its maker, and
+/// belongs to the card's tenant unless it names its own, as the seed
+/// system's `kanban_create` does (its worker's `HERMES_TENANT`).
+pub fn child_card(
+    claim: &Claim,
+    assignee: Option<&str>,
+    tenant: Option<&str>,
+    new: &crate::NewTask,
+) -> crate::NewTask {
     let mut child = new.clone();
     if !child.parents.contains(&claim.task_id) {
         child.parents.insert(0, claim.task_id.clone());
     }
     child.created_by = Some(assignee.unwrap_or(&claim.task_id).to_owned());
+    if child.tenant.is_none() {
+        child.tenant = tenant.map(str::to_owned);
+    }
     child
 }
 

@@ -63,6 +63,7 @@ macro_rules! board_contract_tests {
             triage_schedule_promote_and_review,
             typed_blocks_route_and_a_loop_goes_to_triage,
             a_run_fans_out_to_cards_of_its_own_only,
+            attachments_and_tenants_are_kept_and_a_run_attaches_only_while_it_owns_its_card,
             a_handoff_keeps_metadata_and_vouches_only_for_cards_the_run_made,
             a_swarm_is_made_whole_and_once_per_key,
             a_done_card_s_handoff_is_edited_on_its_last_completed_run,
@@ -1448,6 +1449,79 @@ pub fn typed_blocks_route_and_a_loop_goes_to_triage<B: BoardAdmin + DispatchBoar
 /// and names its assignee as its maker; the run links and unblocks only the
 /// cards its card made; each is fenced by the claim (a refused one changes
 /// nothing) and recorded on the run's card.
+pub fn attachments_and_tenants_are_kept_and_a_run_attaches_only_while_it_owns_its_card<
+    B: Board + BoardAdmin,
+>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    use kanban_core::attachments::NewAttachment;
+    let lead = create(
+        board,
+        &NewTask {
+            tenant: Some("acme".into()),
+            assignee: Some("lead".into()),
+            ..task("ship the report")
+        },
+    );
+    assert_eq!(
+        block_on(board.show_task(&lead))
+            .unwrap()
+            .task
+            .tenant
+            .as_deref(),
+        Some("acme")
+    );
+    let file = |name: &str| NewAttachment {
+        filename: name.into(),
+        stored_path: format!("/boards/attachments/{lead}/{name}"),
+        content_type: Some("text/plain".into()),
+        size: 5,
+        uploaded_by: Some("alice".into()),
+    };
+    let by_hand = block_on(board.add_attachment(&lead, &file("a.txt"))).unwrap();
+    assert!(matches!(
+        block_on(board.add_attachment("t_00000000", &file("b.txt"))),
+        Err(BoardError::TaskNotFound(_))
+    ));
+    let run = claim(board, &lead, "lock-lead");
+    let by_run = block_on(board.attach(&run, &file("c.txt"))).unwrap();
+    assert!(by_run > by_hand);
+    // A card made inside the run belongs to the run card's tenant.
+    let part = block_on(board.create_child(&run, &task("a part"))).unwrap();
+    assert_eq!(
+        block_on(board.show_task(&part))
+            .unwrap()
+            .task
+            .tenant
+            .as_deref(),
+        Some("acme")
+    );
+    let kept = block_on(board.attachments(Some(&lead))).unwrap();
+    let names: Vec<&str> = kept.iter().map(|a| a.filename.as_str()).collect();
+    assert_eq!(names, ["a.txt", "c.txt"]);
+    assert_eq!(kept[0].uploaded_by.as_deref(), Some("alice"));
+    assert_eq!(kept[1].size, 5);
+    let events = block_on(board.show_task(&lead)).unwrap().events;
+    let attached: Vec<Option<i64>> = events
+        .iter()
+        .filter(|e| e.kind == "attached")
+        .map(|e| e.run_id)
+        .collect();
+    assert_eq!(attached, [None, Some(run.run_id)]);
+    // Removed: the row, once.
+    let removed = block_on(board.remove_attachment(by_hand)).unwrap().unwrap();
+    assert_eq!(removed.filename, "a.txt");
+    assert_eq!(block_on(board.remove_attachment(by_hand)).unwrap(), None);
+    // A run that lost its card attaches nothing.
+    block_on(board.reclaim(&lead, "taken back")).unwrap();
+    assert!(matches!(
+        block_on(board.attach(&run, &file("late.txt"))),
+        Err(BoardError::LeaseLost { .. })
+    ));
+    assert_eq!(block_on(board.attachments(Some(&lead))).unwrap().len(), 1);
+}
+
 pub fn a_run_fans_out_to_cards_of_its_own_only<B: Board + BoardAdmin>(board: &B, _: &VirtualClock) {
     let lead = create(
         board,

@@ -1009,3 +1009,154 @@ fn until_idle<'b>(bench: &'b Bench, line: &str) -> impl Fn() + 'b {
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
 }
+
+/// Where `bench`'s attached files are kept (beside a board file; in a
+/// PostgreSQL board's folder under the kanban home).
+fn attachments_folder(bench: &Bench) -> std::path::PathBuf {
+    match &bench.home {
+        Some(home) => home.join("boards/default/attachments"),
+        None => bench.path().join("attachments"),
+    }
+}
+
+/// Attachments and tenants, the same on either engine.
+fn files_and_tenants_on(bench: &Bench) {
+    let card = bench.add("with files", &["--tenant", "acme", "--created-by", "alice"]);
+    let other = bench.add("no tenant", &[]);
+    let shown = bench.show(&card);
+    assert_eq!(shown["task"]["tenant"], "acme");
+    assert_eq!(shown["task"]["created_by"], "alice");
+    let listed: Value =
+        serde_json::from_str(&bench.ok(&["ls", "--tenant", "acme", "--json"])).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [card.as_str()]);
+    let table = bench.ok(&["ls"]);
+    assert!(
+        table.contains("TENANT") && table.contains("acme"),
+        "{table}"
+    );
+    assert!(bench.ok(&["show", &card]).contains("tenant: acme"));
+    let blank = bench.run(&["add", "x", "--tenant", " "]);
+    assert_eq!(blank.status.code(), Some(2), "a usage error");
+    assert!(text(&blank.stderr).contains("is blank"));
+
+    let notes = bench.path().join("notes.txt");
+    std::fs::write(&notes, "hello\n").unwrap();
+    let first: Value =
+        serde_json::from_str(&bench.ok(&["attach", &card, notes.to_str().unwrap(), "--json"]))
+            .unwrap();
+    let second: Value = serde_json::from_str(&bench.ok(&[
+        "attach",
+        &card,
+        notes.to_str().unwrap(),
+        "--json",
+        "--author",
+        "bob",
+    ]))
+    .unwrap();
+    // A second file of one name is kept beside the first, as the seed system names it.
+    assert_eq!(first["filename"], "notes.txt");
+    assert_eq!(second["filename"], "notes (1).txt");
+    let folder = attachments_folder(bench).join(&card);
+    assert_eq!(
+        std::fs::read_to_string(folder.join("notes (1).txt")).unwrap(),
+        "hello\n"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode =
+            |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&folder), 0o700);
+        assert_eq!(mode(&folder.join("notes.txt")), 0o600);
+    }
+    let listed: Value = serde_json::from_str(&bench.ok(&["attachments", &card, "--json"])).unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2);
+    for key in [
+        "id",
+        "task_id",
+        "filename",
+        "stored_path",
+        "content_type",
+        "size",
+        "uploaded_by",
+        "created_at",
+    ] {
+        assert!(listed[0].get(key).is_some(), "{key}: {}", listed[0]);
+    }
+    assert_eq!(listed[0]["content_type"], "text/plain");
+    assert_eq!(listed[0]["size"], 6);
+    assert_eq!(listed[1]["uploaded_by"], "bob");
+    assert_eq!(
+        bench.show(&card)["attachments"].as_array().unwrap().len(),
+        2
+    );
+    assert!(bench.event(&card, "attached")["payload"]["filename"] == "notes.txt");
+
+    // Refused, and nothing written: a folder, a file past 25 MiB, a name
+    // that leaves nothing, a card that is not there, a bad content type.
+    let big = bench.path().join("big.bin");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(25 * 1024 * 1024 + 1).unwrap();
+    let dir = bench.path().to_str().unwrap().to_owned();
+    for (args, says) in [
+        (vec!["attach", &card, &dir], "is not a file"),
+        (
+            vec!["attach", &card, big.to_str().unwrap()],
+            "at most 25 MiB",
+        ),
+        (
+            vec!["attach", &card, notes.to_str().unwrap(), "--name", "../.."],
+            "leaves no file name",
+        ),
+        (
+            vec!["attach", "t_00000000", notes.to_str().unwrap()],
+            "t_00000000",
+        ),
+        (
+            vec![
+                "attach",
+                &card,
+                notes.to_str().unwrap(),
+                "--content-type",
+                "text",
+            ],
+            "is not a content type",
+        ),
+    ] {
+        bench.refused(&args, says);
+    }
+    assert_eq!(
+        std::fs::read_dir(&folder).unwrap().count(),
+        2,
+        "nothing more was written"
+    );
+    assert!(!attachments_folder(bench).join("t_00000000").exists());
+
+    // Removed: its record and its file.
+    let id = first["id"].as_i64().unwrap().to_string();
+    assert!(bench.ok(&["attach-rm", &id]).contains("removed"));
+    assert!(!folder.join("notes.txt").exists());
+    bench.refused(&["attach-rm", &id], "no attachment");
+    bench.refused(&["attachments", "t_00000000"], "t_00000000");
+    assert!(
+        bench
+            .ok(&["attachments", &other])
+            .contains("has no attachments")
+    );
+}
+
+#[test]
+fn files_attach_to_cards_and_cards_belong_to_tenants() {
+    files_and_tenants_on(&Bench::new());
+}
+
+#[test]
+fn files_attach_to_cards_and_cards_belong_to_tenants_on_postgresql() {
+    files_and_tenants_on(&Bench::postgres());
+}

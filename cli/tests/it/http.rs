@@ -465,6 +465,7 @@ fn kanban_mcp_lists_the_tools_completes_the_card_and_refuses_a_stale_worker() {
             "kanban_create",
             "kanban_link",
             "kanban_unblock",
+            "kanban_attach",
             "kanban_list",
             "kanban_show"
         ]
@@ -740,4 +741,95 @@ fn kanban_mcp_fans_out_lists_and_hands_over_what_the_run_made() {
         json!([part])
     );
     assert_eq!(bench.show(&part)["task"]["status"], "ready");
+}
+
+#[test]
+fn a_run_attaches_files_to_its_own_card_only_while_it_owns_it() {
+    let bench = Bench::new();
+    let lead = bench.add("write the report", &[]);
+    let other = bench.add("a person's card", &[]);
+    let carrier = bench.claim(&lead, None);
+    let folder = bench.path().join("attachments").join(&lead);
+    // Through `kanban mcp`: the bytes inline, the name made safe.
+    let mut client = McpClient::start(&bench, &carrier);
+    client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}));
+    let mut call = |arguments: serde_json::Value| {
+        let answer = client.request(
+            "tools/call",
+            json!({"name": "kanban_attach", "arguments": arguments}),
+        );
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (answer["result"]["isError"] == true, text)
+    };
+    let (failed, said) = call(json!({"filename": "../../r.txt", "content_base64": "aGVsbG8K"}));
+    assert!(!failed, "{said}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("r.txt")).unwrap(),
+        "hello\n"
+    );
+    let (failed, said) = call(json!({"filename": "x.txt", "content_base64": "not base64!"}));
+    assert!(failed && said.contains("not base64"), "{said}");
+    let (failed, said) =
+        call(json!({"filename": "x.txt", "content_base64": "aGk=", "task_id": other}));
+    assert!(failed && said.contains("task_id"), "{said}");
+    // Through `kanban attach` inside the run: its own card only.
+    let notes = bench.path().join("notes.md");
+    std::fs::write(&notes, "# notes\n").unwrap();
+    let attach = |card: &str| {
+        let mut command = bench.command();
+        command.envs(carrier.iter().map(|(k, v)| (k, v)));
+        command.args(["attach", card]).arg(&notes).output().unwrap()
+    };
+    let done = attach(&lead);
+    assert!(done.status.success(), "{}", text(&done.stderr));
+    let refused = attach(&other);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("to its own card"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let files: serde_json::Value =
+        serde_json::from_str(&bench.ok(&["attachments", &lead, "--json"])).unwrap();
+    let files = files.as_array().unwrap();
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[1]["content_type"], "text/markdown");
+    assert!(
+        bench.show(&lead)["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "attached" && e["run_id"] == carrier_run(&carrier))
+    );
+    // Once the claim is gone, neither path records anything, and no file stays.
+    bench.ok(&["reclaim", &lead]);
+    let stale = attach(&lead);
+    assert!(!stale.status.success(), "{}", text(&stale.stdout));
+    let (failed, said) = call(json!({"filename": "late.txt", "content_base64": "aGk="}));
+    assert!(failed, "{said}");
+    assert_eq!(
+        std::fs::read_dir(&folder).unwrap().count(),
+        2,
+        "no file of a refused write stays"
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&bench.ok(&["attachments", &lead, "--json"]))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+fn carrier_run(carrier: &[(String, String)]) -> serde_json::Value {
+    let run = carrier
+        .iter()
+        .find(|(k, _)| k == "HERMES_KANBAN_RUN_ID")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    json!(run.parse::<i64>().unwrap())
 }

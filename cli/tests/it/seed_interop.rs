@@ -251,6 +251,86 @@ fn each_system_reads_and_works_the_others_lanes() {
         assert_eq!(card["status"], "done", "{card}");
     }
     swarms_are_found_by_either_system(&cli, &home, &bench);
+    files_and_tenants_cross_over(&cli, &seed_home, &bench);
+}
+
+/// On the seed system's own board, each system sees the other's
+/// attachments (kept in the one folder both use) and tenants.
+fn files_and_tenants_cross_over(cli: &Path, seed_home: &Path, bench: &Bench) {
+    let board = seed_home.join("kanban.db");
+    let ours = |args: &[&str]| {
+        let output = bench.on(&board).args(args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", said(&output));
+        text(&output.stdout)
+    };
+    let theirs = |args: &[&str]| {
+        let output = hermes(cli, seed_home, None, args);
+        assert!(output.status.success(), "{args:?}: {}", said(&output));
+        text(&output.stdout)
+    };
+    let made: Value = serde_json::from_str(&theirs(&[
+        "create",
+        "their tenant's card",
+        "--tenant",
+        "acme",
+        "--json",
+    ]))
+    .unwrap();
+    let their_card = made["id"].as_str().unwrap().to_owned();
+    let our_card = ours(&["add", "our tenant's card", "--tenant", "zenith"])
+        .trim()
+        .to_owned();
+    let listed: Value = serde_json::from_str(&ours(&["ls", "--tenant", "acme", "--json"])).unwrap();
+    assert_eq!(listed[0]["id"], their_card.as_str(), "{listed}");
+    let listed: Value =
+        serde_json::from_str(&theirs(&["ls", "--tenant", "zenith", "--json"])).unwrap();
+    assert_eq!(listed[0]["id"], our_card.as_str(), "{listed}");
+
+    let file = bench.path().join("report.txt");
+    std::fs::write(&file, "the report\n").unwrap();
+    theirs(&[
+        "attach",
+        &our_card,
+        file.to_str().unwrap(),
+        "--name",
+        "theirs.txt",
+    ]);
+    ours(&[
+        "attach",
+        &our_card,
+        file.to_str().unwrap(),
+        "--name",
+        "ours.txt",
+    ]);
+    let folder = seed_home.join("kanban/attachments").join(&our_card);
+    for name in ["theirs.txt", "ours.txt"] {
+        assert_eq!(
+            std::fs::read_to_string(folder.join(name)).unwrap(),
+            "the report\n",
+            "{name}"
+        );
+    }
+    let seen_by_us: Value =
+        serde_json::from_str(&ours(&["attachments", &our_card, "--json"])).unwrap();
+    let seen_by_them: Value =
+        serde_json::from_str(&theirs(&["attachments", &our_card, "--json"])).unwrap();
+    let names = |value: &Value| -> Vec<String> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["filename"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&seen_by_us), ["theirs.txt", "ours.txt"]);
+    assert_eq!(names(&seen_by_them), ["theirs.txt", "ours.txt"]);
+    // Either removes the other's, file and all.
+    let their_id = seen_by_us[0]["id"].to_string();
+    let our_id = seen_by_us[1]["id"].to_string();
+    ours(&["attach-rm", &their_id]);
+    theirs(&["attach-rm", &our_id]);
+    assert!(!folder.join("theirs.txt").exists() && !folder.join("ours.txt").exists());
+    assert!(ours(&["attachments", &our_card]).contains("has no attachments"));
 }
 
 /// A swarm either system made is the one the other's `swarm` returns for

@@ -581,3 +581,75 @@ fn the_dispatchers_tick_durations_are_a_histogram_in_the_metrics() {
         .unwrap();
     assert_eq!(count.parse::<f64>().unwrap(), total.count);
 }
+
+#[test]
+fn a_card_page_lists_its_files_and_serves_only_its_own_in_a_form_that_cannot_run() {
+    let bench = Bench::new();
+    let card = bench.add("with files", &["--tenant", "acme"]);
+    let note = bench.path().join("note.txt");
+    std::fs::write(&note, "plain words").unwrap();
+    let page = bench.path().join("page.html");
+    std::fs::write(&page, "<script>alert(1)</script>").unwrap();
+    bench.ok(&["attach", &card, note.to_str().unwrap()]);
+    bench.ok(&["attach", &card, page.to_str().unwrap()]);
+    // A row that names a file outside the board's attachments folder.
+    {
+        let conn = rusqlite::Connection::open(&bench.db).unwrap();
+        conn.execute(
+            "INSERT INTO task_attachments (task_id, filename, stored_path, size, created_at) VALUES (?1, 'passwd', '/etc/passwd', 1, 1)",
+            [&card],
+        )
+        .unwrap();
+    }
+    let server = Server::start(&bench, &[]);
+    let (status, html) = get(&format!("{}/cards/{card}", server.url));
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("note.txt") && html.contains("page.html"),
+        "{html}"
+    );
+    assert!(html.contains("tenant acme"), "{html}");
+    let fetch = |n: u32| {
+        let mut response = agent()
+            .get(&format!("{}/cards/{card}/attachments/{n}", server.url))
+            .call()
+            .unwrap();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|value| value.to_str().unwrap().to_owned())
+                .unwrap_or_default()
+        };
+        let heads = (
+            header("content-type"),
+            header("content-disposition"),
+            header("x-content-type-options"),
+            header("content-security-policy"),
+        );
+        let status = response.status().as_u16();
+        (status, heads, response.body_mut().read_to_string().unwrap())
+    };
+    let (status, (kind, disposition, nosniff, csp), body) = fetch(1);
+    assert_eq!((status, body.as_str()), (200, "plain words"));
+    assert_eq!(kind, "text/plain; charset=utf-8");
+    assert!(
+        disposition.starts_with("inline; filename*=UTF-8''note%2Etxt"),
+        "{disposition}"
+    );
+    assert_eq!(nosniff, "nosniff");
+    assert!(csp.contains("sandbox"), "{csp}");
+    // HTML is only ever downloaded.
+    let (status, (kind, disposition, _, _), _) = fetch(2);
+    assert_eq!(status, 200);
+    assert_eq!(kind, "application/octet-stream");
+    assert!(disposition.starts_with("attachment;"), "{disposition}");
+    let (status, _, body) = fetch(3);
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.contains("root:"), "{body}");
+    let (status, _, _) = fetch(99);
+    assert_eq!(status, 404);
+    // attach-rm leaves a file outside the folder where it is.
+    assert!(bench.ok(&["attach-rm", "3"]).contains("left where it is"));
+    assert!(std::path::Path::new("/etc/passwd").exists());
+}

@@ -22,6 +22,7 @@ mock! {
         async fn heartbeat(&self, claim: &Claim, note: Option<String>) -> Result<i64, BoardError>;
         async fn complete(&self, claim: &Claim, summary: &str, result: Option<String>) -> Result<(), BoardError>;
         async fn hand_off(&self, claim: &Claim, handoff: &kanban_core::Handoff) -> Result<(), BoardError>;
+        async fn attach(&self, claim: &Claim, new: &kanban_core::attachments::NewAttachment) -> Result<i64, BoardError>;
         async fn create_child(&self, claim: &Claim, task: &kanban_core::NewTask) -> Result<String, BoardError>;
         async fn link_child(&self, claim: &Claim, parent: &str, child: &str) -> Result<bool, BoardError>;
         async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError>;

@@ -2165,14 +2165,25 @@ fn a_run_fans_out_to_cards_of_its_own() {
         parents: vec!["t_other".into()],
         ..NewTask::default()
     };
-    let child = child_card(&run, Some("planner"), &asked);
+    let child = child_card(&run, Some("planner"), Some("acme"), &asked);
     assert_eq!(child.parents, vec![run.task_id.clone(), "t_other".into()]);
     assert_eq!(child.created_by.as_deref(), Some("planner"));
+    assert_eq!(
+        child.tenant.as_deref(),
+        Some("acme"),
+        "the run card's tenant"
+    );
     assert_eq!(child.title, "part");
-    // Named already: once; no assignee: the card itself is the maker.
-    let again = child_card(&run, None, &child);
+    // Named already: once; no assignee: the card itself is the maker; a
+    // tenant of its own is kept.
+    let own = NewTask {
+        tenant: Some("own".into()),
+        ..child.clone()
+    };
+    let again = child_card(&run, None, Some("acme"), &own);
     assert_eq!(again.parents, child.parents);
     assert_eq!(again.created_by.as_deref(), Some(run.task_id.as_str()));
+    assert_eq!(again.tenant.as_deref(), Some("own"));
     let event = fanned_out(
         &run,
         "linked",

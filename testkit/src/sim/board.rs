@@ -196,6 +196,14 @@ impl Board for SimBoard {
         self.fenced(claim, "link", self.inner.link_child(claim, parent, child))
             .await
     }
+    async fn attach(
+        &self,
+        claim: &Claim,
+        new: &kanban_core::attachments::NewAttachment,
+    ) -> Result<i64, BoardError> {
+        self.fenced(claim, "attach", self.inner.attach(claim, new))
+            .await
+    }
     async fn unblock_child(&self, claim: &Claim, task_id: &str) -> Result<(), BoardError> {
         self.fenced(claim, "unblock", self.inner.unblock_child(claim, task_id))
             .await

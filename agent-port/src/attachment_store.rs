@@ -1,0 +1,89 @@
+//! Writing an attached file where the seed system keeps them
+//! (`ROOT/TASK/NAME`), for `kanban attach` and the `kanban_attach` tool
+//! alike: one path, one set of bounds.
+
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::Path;
+
+use kanban_core::attachments::{
+    NewAttachment, check_attachment_size, collision_free_name, guess_content_type,
+    safe_attachment_name,
+};
+
+/// A content type as a header carries it (`type/subtype`, plain
+/// characters, 100 at most), lowercased; `Err` says why not.
+pub fn checked_content_type(given: &str) -> Result<String, String> {
+    let given = given.trim();
+    let plain = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "!#$&-^_.+".contains(c))
+    };
+    match given.split_once('/') {
+        Some((kind, sub)) if given.len() <= 100 && plain(kind) && plain(sub) => {
+            Ok(given.to_ascii_lowercase())
+        }
+        _ => Err(format!(
+            "{given:?} is not a content type: give one like text/plain or application/pdf"
+        )),
+    }
+}
+
+/// Writes `bytes` (at most 25 MiB) for card `task_id` under `root`, named
+/// after `name` made safe and under a name no file there has yet
+/// (owner-only folder and file); the record to write. The file is the
+/// caller's to remove if the record is refused.
+pub fn store_attachment(
+    root: &Path,
+    task_id: &str,
+    name: &str,
+    bytes: &[u8],
+    content_type: Option<&str>,
+    uploaded_by: &str,
+) -> Result<NewAttachment, String> {
+    if !kanban_core::is_valid_task_id(task_id) {
+        return Err(format!("the card id {task_id:?} cannot name a folder"));
+    }
+    check_attachment_size(bytes.len() as u64)?;
+    let safe = safe_attachment_name(name)?;
+    let content_type = match content_type {
+        Some(given) => Some(checked_content_type(given)?),
+        None => guess_content_type(&safe).map(str::to_owned),
+    };
+    let folder = root.join(task_id);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&folder)
+        .map_err(|error| {
+            format!(
+                "cannot make the attachments folder {}: {error}; make {} writable or set HERMES_KANBAN_ATTACHMENTS_ROOT",
+                folder.display(),
+                root.display()
+            )
+        })?;
+    let stored_name = collision_free_name(&safe, |taken| {
+        std::fs::symlink_metadata(folder.join(taken)).is_ok()
+    });
+    let stored = folder.join(&stored_name);
+    let cannot = |error: std::io::Error| format!("cannot write {}: {error}", stored.display());
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&stored)
+        .map_err(cannot)?;
+    if let Err(error) = out.write_all(bytes).and_then(|()| out.sync_all()) {
+        let _ = std::fs::remove_file(&stored);
+        return Err(cannot(error));
+    }
+    Ok(NewAttachment {
+        filename: stored_name,
+        stored_path: stored.display().to_string(),
+        content_type,
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        uploaded_by: Some(uploaded_by.to_owned()),
+    })
+}
