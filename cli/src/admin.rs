@@ -449,7 +449,16 @@ pub(crate) fn prune(
     let ids = block_on(board.prune(before, dry_run))?;
     if !dry_run {
         let logs = board.folder.join("logs");
+        let files = crate::attach::attachments_root(
+            &crate::board_path::board_path(global, env)?,
+            &board.folder,
+            env,
+        );
         for id in &ids {
+            // Its attached files went with its rows.
+            if kanban_core::is_valid_task_id(id) {
+                let _ = std::fs::remove_dir_all(files.join(id));
+            }
             let log = crate::supervisor::log_path(&logs, id);
             let _ = std::fs::remove_file(&log);
             // Our link where the seed system looks, not its own log.

@@ -769,8 +769,14 @@ fn the_card_lifecycle_cancel_edit_archive_hold_release_not_before_every_prune() 
         );
     }
 
-    // Prune: done and archived cards idle past the cutoff, with their logs.
+    // Prune: done and archived cards idle past the cutoff, with their logs
+    // and their attached files.
     assert!(bench.path().join(format!("logs/{held}.log")).exists());
+    let file = bench.path().join("kept.txt");
+    std::fs::write(&file, "x").unwrap();
+    bench.ok(&["attach", &held, file.to_str().unwrap()]);
+    let files = bench.path().join("attachments").join(&held);
+    assert!(files.join("kept.txt").exists());
     let dry = bench.ok(&["prune", "--older-than", "1s", "--dry-run"]);
     assert!(dry.is_empty(), "nothing is a second old yet: {dry}");
     std::thread::sleep(Duration::from_millis(2100));
@@ -790,6 +796,7 @@ fn the_card_lifecycle_cancel_edit_archive_hold_release_not_before_every_prune() 
         !bench.path().join(format!("logs/{held}.log")).exists(),
         "its log went too"
     );
+    assert!(!files.exists(), "and its files");
     assert_eq!(bench.run(&["show", &held]).status.code(), Some(1));
     assert_eq!(bench.show(&later)["task"]["status"], "scheduled");
 }
