@@ -951,7 +951,9 @@ async fn api_card(
 ) -> Result<Json<Value>, Failure> {
     let view = app.board.show_task(&id).await?;
     let linked = linked_statuses(&app.board, &view).await?;
+    let files = app.board.attachments(Some(&id)).await.unwrap_or_default();
     Ok(Json(json!({
+        "attachments": files.iter().map(crate::attach::attachment_json).collect::<Vec<_>>(),
         "task": task_json(&view.task),
         "parents": view.parents,
         "children": view.children,

@@ -102,7 +102,10 @@ fn the_json_api_matches_its_openapi_description() {
         .envs(carrier.iter().cloned())
         .args(["complete", "--summary", "finished"]);
     assert!(complete.output().unwrap().status.success());
-    let ready = bench.add("ready card", &["--assignee", "coder"]);
+    let file = bench.path().join("report.txt");
+    std::fs::write(&file, "the report").unwrap();
+    bench.ok(&["attach", &done, file.to_str().unwrap()]);
+    let ready = bench.add("ready card", &["--assignee", "coder", "--tenant", "acme"]);
     let waiting = bench.add("waiting card", &["--parent", &ready]);
     let server = Server::start(&bench, &[]);
     let base = &server.url;
