@@ -497,6 +497,8 @@ pub(crate) struct ListFilter<'a> {
     pub(crate) block_kind: Option<kanban_core::BlockKind>,
     /// Only the cards of this tenant.
     pub(crate) tenant: Option<&'a str>,
+    /// The order (`ls --sort`); oldest first without.
+    pub(crate) sort: Option<&'a str>,
 }
 
 pub(crate) fn list(
@@ -521,6 +523,7 @@ pub(crate) fn list(
     if let Some(tenant) = filter.tenant {
         tasks.retain(|task| task.tenant.as_deref() == Some(tenant));
     }
+    sort_cards(&mut tasks, filter.sort);
     let links = block_on(board.links())?;
     if let Some(parent) = filter.parent {
         let parent = card_id(&board, parent)?;
@@ -687,6 +690,53 @@ fn print_attachments(id: &str, attachments: &[kanban_core::attachments::Attachme
             attachment.size
         );
     }
+}
+
+/// Puts cards in `ls --sort`'s order (a stable sort: ties stay oldest first).
+fn sort_cards(tasks: &mut [kanban_core::TaskRecord], order: Option<&str>) {
+    match order {
+        Some("created-desc") => tasks.reverse(),
+        Some("priority") => tasks.sort_by_key(|task| std::cmp::Reverse(task.priority)),
+        Some("priority-desc") => tasks.sort_by_key(|task| task.priority),
+        Some("assignee") => tasks.sort_by(|a, b| a.assignee.cmp(&b.assignee)),
+        Some("status") => tasks.sort_by(|a, b| a.status.as_str().cmp(b.status.as_str())),
+        Some("title") => tasks.sort_by(|a, b| a.title.cmp(&b.title)),
+        _ => {}
+    }
+}
+
+/// `kanban reassign ID NAME [--reclaim]`: the seed system's reassign. A
+/// running card is refused unless reclaimed first.
+pub(crate) fn reassign(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    name: &str,
+    reclaim: bool,
+    reason: &str,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board(global, env)?;
+    let id = card_id(&board, id)?;
+    let name = name.trim();
+    let to = (!name.eq_ignore_ascii_case("none") && !name.is_empty()).then(|| name.to_owned());
+    check_assignee(global, env, &board.folder, to.as_deref())?;
+    let running = block_on(board.show_task(&id))?.task.status == TaskStatus::Running;
+    if running && !reclaim {
+        bail!("{id} is running: give --reclaim to take it back from its worker and reassign it");
+    }
+    if running {
+        block_on(board.reclaim(&id, reason))?;
+    }
+    let change = kanban_core::rules::CardEdit {
+        assignee: Change::to(to.clone()),
+        ..kanban_core::rules::CardEdit::default()
+    };
+    block_on(board.edit(&id, &change))?;
+    match to {
+        Some(to) => outln!("{id} reassigned to {to}"),
+        None => outln!("{id} unassigned"),
+    }
+    Ok(ExitCode::Success)
 }
 
 /// `kanban walls --lift SCOPE`.

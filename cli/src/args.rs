@@ -136,6 +136,15 @@ pub(crate) enum Command {
         /// Only the cards of this tenant.
         #[arg(long, value_name = "NAME")]
         tenant: Option<String>,
+        /// Only the cards assigned to $HERMES_PROFILE (the seed system's
+        /// name for the agent you are).
+        #[arg(long, conflicts_with = "assignee")]
+        mine: bool,
+        /// The order: created (oldest first, the default), created-desc,
+        /// priority (highest first), priority-desc (lowest first),
+        /// assignee, status, title.
+        #[arg(long, value_name = "ORDER", value_parser = ["created", "created-desc", "priority", "priority-desc", "assignee", "status", "title"])]
+        sort: Option<String>,
         /// One JSON array.
         #[arg(long)]
         json: bool,
@@ -463,6 +472,41 @@ pub(crate) enum Command {
     /// it), or `comment TEXT` inside an agent (reads the claim carrier; fenced).
     ///
     /// Example: kanban comment t_1a2b3c4d "use the v2 API, not v1"
+    /// Count the cards: by status, by assignee, and the age of the oldest
+    /// ready card (archived cards are not counted).
+    ///
+    /// Example: kanban stats --json
+    Stats {
+        /// One JSON object: by_status, by_assignee, oldest_ready_age_seconds, now.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the names cards go to: every assignee on the board and every
+    /// agent of the agents file, whether an agent serves it, and its cards
+    /// by status.
+    ///
+    /// Example: kanban assignees --json
+    Assignees {
+        /// One JSON array of {name, on_disk (an agent serves it), counts}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a card to another agent (`none` takes its assignee away). A
+    /// running card is refused unless --reclaim takes it back from its
+    /// worker first.
+    ///
+    /// Example: kanban reassign t_1a2b3c4d reviewer --reclaim --reason "the coder is stuck"
+    Reassign {
+        id: String,
+        /// The agent's name, or `none`.
+        name: String,
+        /// Reclaim a running card first (its worker is fenced out).
+        #[arg(long)]
+        reclaim: bool,
+        /// Why (recorded on the reclaim).
+        #[arg(long, default_value = "reassign")]
+        reason: String,
+    },
     /// Attach a file to a card: copied into the board's attachments folder,
     /// where the seed system keeps them too (`attachments/ID/` beside the
     /// board; HERMES_KANBAN_ATTACHMENTS_ROOT moves it), 25 MiB at most.

@@ -22,6 +22,7 @@ mod orphans;
 mod out;
 mod output;
 mod prove;
+mod report;
 mod runtime;
 mod seed_worker;
 mod serve;
@@ -223,15 +224,25 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             archived,
             block_kind,
             tenant,
+            mine,
+            sort,
             json,
         } => {
+            let profile = if mine {
+                Some(env.get_trimmed("HERMES_PROFILE").ok_or_else(|| {
+                    anyhow::anyhow!("--mine lists the cards of $HERMES_PROFILE, which is not set: name the agent with --assignee NAME")
+                })?)
+            } else {
+                None
+            };
             let filter = admin::ListFilter {
                 status: status.as_deref(),
-                assignee: assignee.as_deref(),
+                assignee: profile.or(assignee.as_deref()),
                 parent: parent.as_deref(),
                 archived,
                 block_kind,
                 tenant: tenant.as_deref(),
+                sort: sort.as_deref(),
             };
             admin::list(global, env, &filter, json)
         }
@@ -310,6 +321,14 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         } => agent_calls::complete(env, &summary, result, metadata, created_cards),
         Command::Block { reason, kind } => agent_calls::block(env, &reason, kind),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
+        Command::Stats { json } => report::stats(global, env, json),
+        Command::Assignees { json } => report::assignees(global, env, json),
+        Command::Reassign {
+            id,
+            name,
+            reclaim,
+            reason,
+        } => admin::reassign(global, env, &id, &name, reclaim, &reason),
         Command::Attach {
             task,
             path,

@@ -1160,3 +1160,120 @@ fn files_attach_to_cards_and_cards_belong_to_tenants() {
 fn files_attach_to_cards_and_cards_belong_to_tenants_on_postgresql() {
     files_and_tenants_on(&Bench::postgres());
 }
+
+/// `stats`, `assignees`, `reassign`, `ls --mine` and `ls --sort`, the same
+/// on either engine.
+fn counts_and_reassignment_on(bench: &Bench) {
+    let a = bench.add("alpha", &["--assignee", "coder", "--priority", "1"]);
+    let b = bench.add("bravo", &["--assignee", "coder", "--priority", "5"]);
+    let c = bench.add("charlie", &["--assignee", "reviewer", "--triage"]);
+    let d = bench.add("delta", &[]);
+    bench.ok(&["archive", &d]);
+    let stats: Value = serde_json::from_str(&bench.ok(&["stats", "--json"])).unwrap();
+    assert_eq!(
+        stats["by_status"],
+        serde_json::json!({"ready": 2, "triage": 1}),
+        "archived cards are not counted"
+    );
+    assert_eq!(
+        stats["by_assignee"],
+        serde_json::json!({"coder": {"ready": 2}, "reviewer": {"triage": 1}})
+    );
+    assert!(stats["oldest_ready_age_seconds"].as_i64().unwrap() >= 0);
+    assert!(stats["now"].as_i64().unwrap() > 0);
+    let human = bench.ok(&["stats"]);
+    assert!(
+        human.contains("ready      2")
+            && human.contains("coder")
+            && human.contains("Oldest ready card age"),
+        "{human}"
+    );
+    let names: Value = serde_json::from_str(&bench.ok(&["assignees", "--json"])).unwrap();
+    assert_eq!(
+        names,
+        serde_json::json!([
+            {"name": "coder", "on_disk": false, "counts": {"ready": 2}},
+            {"name": "reviewer", "on_disk": false, "counts": {"triage": 1}}
+        ])
+    );
+    // Sorted as asked; --mine is $HERMES_PROFILE's.
+    let ids = |args: &[&str]| -> Vec<String> {
+        let listed: Value = serde_json::from_str(&bench.ok(args)).unwrap();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        ids(&["ls", "--json", "--sort", "priority"]),
+        [b.clone(), a.clone(), c.clone()]
+    );
+    assert_eq!(
+        ids(&["ls", "--json", "--sort", "created-desc"]),
+        [c.clone(), b.clone(), a.clone()]
+    );
+    assert_eq!(
+        ids(&["ls", "--json", "--sort", "title"]),
+        [a.clone(), b.clone(), c.clone()]
+    );
+    let mine = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["ls", "--mine", "--json"])
+        .env("HERMES_PROFILE", "reviewer")
+        .output()
+        .unwrap();
+    assert!(mine.status.success(), "{}", text(&mine.stderr));
+    let listed: Value = serde_json::from_slice(&mine.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["id"], c.as_str());
+    let unset = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["ls", "--mine"])
+        .env_remove("HERMES_PROFILE")
+        .output()
+        .unwrap();
+    assert_eq!(unset.status.code(), Some(1));
+    assert!(
+        text(&unset.stderr).contains("HERMES_PROFILE"),
+        "{}",
+        text(&unset.stderr)
+    );
+    // Reassign: a running card only with --reclaim; `none` unassigns.
+    bench.ok(&["reassign", &a, "reviewer"]);
+    assert_eq!(bench.show(&a)["task"]["assignee"], "reviewer");
+    bench.ok(&["reassign", &a, "none"]);
+    assert!(bench.show(&a)["task"]["assignee"].is_null());
+    bench.claim(&b, None);
+    bench.refused(&["reassign", &b, "reviewer"], "give --reclaim");
+    assert_eq!(
+        bench.show(&b)["task"]["assignee"],
+        "coder",
+        "nothing changed"
+    );
+    bench.ok(&["reassign", &b, "reviewer", "--reclaim", "--reason", "stuck"]);
+    let card = bench.show(&b);
+    assert_eq!(
+        (
+            card["task"]["status"].as_str(),
+            card["task"]["assignee"].as_str()
+        ),
+        (Some("ready"), Some("reviewer"))
+    );
+    assert_eq!(runs(&card)[0]["outcome"], "reclaimed");
+}
+
+#[test]
+fn stats_assignees_and_reassign_count_and_move_cards() {
+    counts_and_reassignment_on(&Bench::new());
+}
+
+#[test]
+fn stats_assignees_and_reassign_count_and_move_cards_on_postgresql() {
+    counts_and_reassignment_on(&Bench::postgres());
+}

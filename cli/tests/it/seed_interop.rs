@@ -331,6 +331,12 @@ fn files_and_tenants_cross_over(cli: &Path, seed_home: &Path, bench: &Bench) {
     theirs(&["attach-rm", &our_id]);
     assert!(!folder.join("theirs.txt").exists() && !folder.join("ours.txt").exists());
     assert!(ours(&["attachments", &our_card]).contains("has no attachments"));
+    // Both count the board alike.
+    let their_stats: Value = serde_json::from_str(&theirs(&["stats", "--json"])).unwrap();
+    let our_stats: Value = serde_json::from_str(&ours(&["stats", "--json"])).unwrap();
+    for key in ["by_status", "by_assignee"] {
+        assert_eq!(their_stats[key], our_stats[key], "{key}");
+    }
 }
 
 /// A swarm either system made is the one the other's `swarm` returns for

@@ -1,0 +1,171 @@
+//! `kanban stats` and `kanban assignees`: the board in counts, as the seed
+//! system's commands of those names count it.
+
+use std::collections::BTreeMap;
+
+use kanban_board_sqlite::SystemClock;
+use kanban_core::{Clock as _, Environment, ExitCode, TaskRecord, TaskStatus};
+use serde_json::json;
+
+use crate::agents_file::{agents_file_path, load};
+use crate::args::GlobalArgs;
+use crate::board_path::open_board_for_reading;
+use crate::out::outln;
+use crate::output::visible_line;
+use crate::runtime::block_on;
+
+/// The lanes `stats` prints, in the seed system's order (archived cards
+/// are counted nowhere).
+const LANES: [TaskStatus; 8] = [
+    TaskStatus::Triage,
+    TaskStatus::Todo,
+    TaskStatus::Scheduled,
+    TaskStatus::Ready,
+    TaskStatus::Running,
+    TaskStatus::Blocked,
+    TaskStatus::Review,
+    TaskStatus::Done,
+];
+
+/// Counts by status of `tasks` that are not archived.
+fn counts<'a>(tasks: impl Iterator<Item = &'a TaskRecord>) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for task in tasks.filter(|task| task.status != TaskStatus::Archived) {
+        *counts.entry(task.status.as_str().to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// `name=N` pairs, or `(idle)`.
+fn counts_line(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "(idle)".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(status, n)| format!("{status}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `kanban stats [--json]`: cards by status and by assignee, and how long
+/// the oldest ready card has waited.
+pub(crate) fn stats(
+    global: &GlobalArgs,
+    env: &Environment,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board_for_reading(global, env)?;
+    let tasks = block_on(board.list_tasks(None))?;
+    let now = SystemClock.now();
+    let by_status = counts(tasks.iter());
+    let mut by_assignee: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for task in &tasks {
+        if let Some(assignee) = &task.assignee {
+            by_assignee.entry(assignee.clone()).or_default();
+        }
+    }
+    for (assignee, counted) in &mut by_assignee {
+        *counted = counts(
+            tasks
+                .iter()
+                .filter(|task| task.assignee.as_deref() == Some(assignee.as_str())),
+        );
+    }
+    by_assignee.retain(|_, counted| !counted.is_empty());
+    let oldest_ready = tasks
+        .iter()
+        .filter(|task| task.status == TaskStatus::Ready)
+        .map(|task| task.created_at)
+        .min()
+        .map(|created| now.saturating_sub(created).max(0));
+    if as_json {
+        outln!(
+            "{}",
+            json!({
+                "by_status": by_status,
+                "by_assignee": by_assignee,
+                "oldest_ready_age_seconds": oldest_ready,
+                "now": now,
+            })
+        );
+        return Ok(ExitCode::Success);
+    }
+    outln!("By status:");
+    for lane in LANES {
+        outln!(
+            "  {:<10} {}",
+            lane.as_str(),
+            by_status.get(lane.as_str()).copied().unwrap_or(0)
+        );
+    }
+    outln!("\nBy assignee:");
+    if by_assignee.is_empty() {
+        outln!("  (none)");
+    }
+    for (assignee, counted) in &by_assignee {
+        outln!("  {:<20}  {}", visible_line(assignee), counts_line(counted));
+    }
+    match oldest_ready {
+        Some(age) => outln!("\nOldest ready card age: {}", crate::output::span(age)),
+        None => outln!("\nNo card is ready"),
+    }
+    Ok(ExitCode::Success)
+}
+
+/// `kanban assignees [--json]`: every name cards are assigned to or an
+/// agent of the agents file has, whether an agent serves it, and its cards
+/// by status.
+pub(crate) fn assignees(
+    global: &GlobalArgs,
+    env: &Environment,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board_for_reading(global, env)?;
+    let tasks = block_on(board.list_tasks(None))?;
+    let served: Vec<String> = match agents_file_path(global.agents.as_deref(), &board.folder) {
+        Some(path) => load(&path, env)
+            .map_err(anyhow::Error::msg)?
+            .agents
+            .into_keys()
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut names: Vec<String> = tasks
+        .iter()
+        .filter_map(|task| task.assignee.clone())
+        .chain(served.iter().cloned())
+        .collect();
+    names.sort();
+    names.dedup();
+    let rows: Vec<(String, bool, BTreeMap<String, u64>)> = names
+        .into_iter()
+        .map(|name| {
+            let counted = counts(
+                tasks
+                    .iter()
+                    .filter(|task| task.assignee.as_deref() == Some(name.as_str())),
+            );
+            let has_agent = served.contains(&name);
+            (name, has_agent, counted)
+        })
+        .collect();
+    if as_json {
+        let shown: Vec<_> = rows
+            .iter()
+            .map(|(name, has_agent, counted)| json!({"name": name, "on_disk": has_agent, "counts": counted}))
+            .collect();
+        outln!("{}", serde_json::Value::Array(shown));
+        return Ok(ExitCode::Success);
+    }
+    outln!("{:<22}{:<7}COUNTS", "NAME", "AGENT");
+    for (name, has_agent, counted) in &rows {
+        outln!(
+            "{:<22}{:<7}{}",
+            visible_line(name),
+            if *has_agent { "yes" } else { "no" },
+            counts_line(counted)
+        );
+    }
+    Ok(ExitCode::Success)
+}
