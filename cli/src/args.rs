@@ -491,6 +491,34 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Say what is wrong with the cards that are not done or archived: the
+    /// seed system's checks (repeated failures and crashes, blocked a day
+    /// with nobody answering, block-unblock cycles, ready with no worker)
+    /// and ours (no agent serves its assignee, a run whose lease ran out,
+    /// a provider wall), worst first, with what to do.
+    ///
+    /// Example: kanban diagnostics --severity error --json
+    Diagnostics {
+        /// Only these and worse: warning, error, critical.
+        #[arg(long, value_name = "SEVERITY", value_parser = severity)]
+        severity: Option<kanban_core::diagnostics::Severity>,
+        /// Only this card.
+        #[arg(long, value_name = "ID")]
+        task: Option<String>,
+        /// One JSON array: each card with its diagnostics.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print what a worker would hand the card's agent: its first message
+    /// and the card as the agent is told it (with the newest comments).
+    ///
+    /// Example: kanban context t_1a2b3c4d --json
+    Context {
+        id: String,
+        /// The turn request a command agent reads on its standard input.
+        #[arg(long)]
+        json: bool,
+    },
     /// Give a card to another agent (`none` takes its assignee away). A
     /// running card is refused unless --reclaim takes it back from its
     /// worker first.
@@ -938,6 +966,11 @@ pub(crate) struct SwarmArgs {
 
 fn swarm_worker(raw: &str) -> Result<kanban_core::swarm::SwarmWorker, String> {
     kanban_core::swarm::SwarmWorker::parse(raw)
+}
+
+fn severity(raw: &str) -> Result<kanban_core::diagnostics::Severity, String> {
+    kanban_core::diagnostics::Severity::parse(raw)
+        .ok_or_else(|| format!("unknown severity {raw:?}: use warning, error or critical"))
 }
 
 /// A tenant or maker name, trimmed.

@@ -322,6 +322,12 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Block { reason, kind } => agent_calls::block(env, &reason, kind),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
         Command::Stats { json } => report::stats(global, env, json),
+        Command::Diagnostics {
+            severity,
+            task,
+            json,
+        } => report::diagnostics(global, env, severity, task.as_deref(), json),
+        Command::Context { id, json } => worker::context(global, env, &id, json),
         Command::Assignees { json } => report::assignees(global, env, json),
         Command::Reassign {
             id,

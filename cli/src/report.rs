@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use kanban_board_sqlite::SystemClock;
+use kanban_core::diagnostics::{CardFacts, Diagnostic, Severity, Thresholds, diagnose};
 use kanban_core::{Clock as _, Environment, ExitCode, TaskRecord, TaskStatus};
 use serde_json::json;
 
@@ -168,4 +169,118 @@ pub(crate) fn assignees(
         );
     }
     Ok(ExitCode::Success)
+}
+
+/// `kanban diagnostics [--severity S] [--task ID] [--json]`: what is
+/// wrong with the cards that are not done or archived ([`diagnose`]).
+pub(crate) fn diagnostics(
+    global: &GlobalArgs,
+    env: &Environment,
+    severity: Option<Severity>,
+    task: Option<&str>,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board_for_reading(global, env)?;
+    let tasks = match task {
+        Some(given) => {
+            let id = crate::admin::card_id(&board, given)?;
+            vec![block_on(board.show_task(&id))?.task]
+        }
+        None => block_on(board.list_tasks(None))?
+            .into_iter()
+            .filter(|task| {
+                !matches!(
+                    task.status.known(),
+                    Some(TaskStatus::Done | TaskStatus::Archived)
+                )
+            })
+            .collect(),
+    };
+    let agents = match agents_file_path(global.agents.as_deref(), &board.folder) {
+        Some(path) => Some(load(&path, env).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let walls = block_on(board.walls())?;
+    let now = SystemClock.now();
+    let limits = Thresholds::default();
+    let mut reports = Vec::new();
+    for task in &tasks {
+        let view = block_on(board.show_task(&task.id))?;
+        let served = match (&agents, &task.assignee) {
+            (Some(file), Some(assignee)) => Some(file.agents.contains_key(assignee)),
+            _ => None,
+        };
+        let source = format!("{}#", task.id);
+        let met: Vec<(String, i64)> = walls
+            .iter()
+            .filter(|wall| wall.source.starts_with(&source))
+            .map(|wall| (wall.scope.clone(), wall.until))
+            .collect();
+        let facts = CardFacts {
+            task: &view.task,
+            events: &view.events,
+            runs: &view.runs,
+            served,
+            walls: &met,
+        };
+        let found: Vec<Diagnostic> = diagnose(&facts, now, &limits)
+            .into_iter()
+            .filter(|found| severity.is_none_or(|least| found.severity >= least))
+            .collect();
+        if !found.is_empty() {
+            reports.push((view.task, found));
+        }
+    }
+    print_diagnostics(&reports, as_json);
+    Ok(ExitCode::Success)
+}
+
+/// The cards with their diagnostics, as JSON (the seed system's shape) or
+/// a list for people.
+fn print_diagnostics(reports: &[(TaskRecord, Vec<Diagnostic>)], as_json: bool) {
+    if as_json {
+        let shown: Vec<_> = reports
+            .iter()
+            .map(|(task, found)| {
+                json!({"task_id": task.id, "title": task.title, "status": task.status.as_str(), "assignee": task.assignee, "diagnostics": found})
+            })
+            .collect();
+        outln!("{}", serde_json::Value::Array(shown));
+        return;
+    }
+    if reports.is_empty() {
+        outln!("no diagnostics: nothing on the board needs a person");
+        return;
+    }
+    let count: usize = reports.iter().map(|(_, found)| found.len()).sum();
+    outln!(
+        "{count} active diagnostic(s) across {} card(s):",
+        reports.len()
+    );
+    for (task, found) in reports {
+        outln!(
+            "\n  {}  {:<9} @{:<18} {}",
+            task.id,
+            task.status.as_str(),
+            visible_line(task.assignee.as_deref().unwrap_or("-")),
+            visible_line(&task.title)
+        );
+        for diagnostic in found {
+            outln!(
+                "    [{}] {}: {}",
+                diagnostic.severity.as_str(),
+                diagnostic.kind,
+                visible_line(&diagnostic.title)
+            );
+            for action in diagnostic
+                .actions
+                .iter()
+                .filter(|action| action.kind == "cli_hint")
+            {
+                if let Some(command) = action.payload["command"].as_str() {
+                    outln!("      → {command}");
+                }
+            }
+        }
+    }
 }

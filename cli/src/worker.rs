@@ -474,6 +474,40 @@ fn seed_worker_of(
     }
 }
 
+/// `kanban context ID [--json]`: what a worker would hand the card's
+/// agent, read only (nothing claimed).
+pub(crate) fn context(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let board = open_board_for_reading(global, env)?;
+    let id = crate::admin::card_id(&board, id)?;
+    let view = block_on(board.show_task(&id))?;
+    let brief = brief_of(&view, None);
+    let message = first_message(&view.task);
+    if as_json {
+        outln_or_drop!(
+            "{}",
+            serde_json::json!({"task": brief, "message": message, "turn": 1, "kind": TurnKind::Initial.as_str(), "fence_token": null})
+        );
+        return Ok(ExitCode::Success);
+    }
+    outln_or_drop!("{message}");
+    if !brief.comments.is_empty() {
+        outln_or_drop!("\ncomments (newest last):");
+        for comment in &brief.comments {
+            outln_or_drop!(
+                "  {}: {}",
+                crate::output::visible_line(&comment.author),
+                crate::output::visible_line(&comment.body)
+            );
+        }
+    }
+    Ok(ExitCode::Success)
+}
+
 async fn run_worker_process(
     env: &Environment,
     args: &WorkerArgs,

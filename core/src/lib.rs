@@ -15,6 +15,7 @@ mod booking;
 mod carrier;
 mod classify;
 mod data;
+pub mod diagnostics;
 mod dispatcher;
 mod env;
 pub mod events;

@@ -1277,3 +1277,112 @@ fn stats_assignees_and_reassign_count_and_move_cards() {
 fn stats_assignees_and_reassign_count_and_move_cards_on_postgresql() {
     counts_and_reassignment_on(&Bench::postgres());
 }
+
+#[test]
+fn diagnostics_name_what_needs_a_person_and_context_shows_what_an_agent_is_handed() {
+    let bench = Bench::new();
+    assert!(
+        bench
+            .ok(&["diagnostics"])
+            .contains("nothing on the board needs a person")
+    );
+    let failing = bench.add(
+        "keeps failing",
+        &["--assignee", "coder", "--body", "the spec"],
+    );
+    let orphan = bench.add("for nobody", &["--assignee", "ghost"]);
+    {
+        let conn = rusqlite::Connection::open(&bench.db).unwrap();
+        conn.execute(
+            "UPDATE tasks SET consecutive_failures = 4, last_failure_error = 'boom' WHERE id = ?1",
+            [&failing],
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        bench.path().join("kanban.toml"),
+        "[agents.coder]\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let found: Value = serde_json::from_str(&bench.ok(&["diagnostics", "--json"])).unwrap();
+    let kinds = |found: &Value| -> Vec<(String, String, String)> {
+        let mut kinds = Vec::new();
+        for card in found.as_array().unwrap() {
+            for diagnostic in card["diagnostics"].as_array().unwrap() {
+                kinds.push((
+                    card["task_id"].as_str().unwrap().to_owned(),
+                    diagnostic["kind"].as_str().unwrap().to_owned(),
+                    diagnostic["severity"].as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+        kinds
+    };
+    assert_eq!(
+        kinds(&found),
+        [
+            (
+                failing.clone(),
+                "repeated_failures".into(),
+                "critical".into()
+            ),
+            (orphan.clone(), "no_agent_serves".into(), "error".into())
+        ]
+    );
+    let first = &found[0]["diagnostics"][0];
+    for key in [
+        "kind",
+        "severity",
+        "title",
+        "detail",
+        "actions",
+        "first_seen_at",
+        "last_seen_at",
+        "count",
+        "run_id",
+        "data",
+    ] {
+        assert!(first.get(key).is_some(), "{key}: {first}");
+    }
+    for key in ["task_id", "title", "status", "assignee", "diagnostics"] {
+        assert!(found[0].get(key).is_some(), "{key}");
+    }
+    let worst: Value =
+        serde_json::from_str(&bench.ok(&["diagnostics", "--json", "--severity", "critical"]))
+            .unwrap();
+    assert_eq!(kinds(&worst).len(), 1);
+    let one: Value =
+        serde_json::from_str(&bench.ok(&["diagnostics", "--json", "--task", &orphan])).unwrap();
+    assert_eq!(
+        kinds(&one),
+        [(orphan.clone(), "no_agent_serves".into(), "error".into())]
+    );
+    let human = bench.ok(&["diagnostics"]);
+    assert!(
+        human.contains("2 active diagnostic(s) across 2 card(s)")
+            && human.contains(&format!("kanban logs {failing}")),
+        "{human}"
+    );
+    let bad = bench.run(&["diagnostics", "--severity", "fatal"]);
+    assert_eq!(bad.status.code(), Some(2));
+    // What an agent is handed, nothing claimed.
+    bench.ok(&["comment", &failing, "use the new API"]);
+    let told = bench.ok(&["context", &failing]);
+    assert!(
+        told.starts_with(&format!(
+            "work kanban task {failing}: keeps failing\n\nthe spec"
+        )),
+        "{told}"
+    );
+    assert!(told.contains("use the new API"), "{told}");
+    let request: Value = serde_json::from_str(&bench.ok(&["context", &failing, "--json"])).unwrap();
+    assert_eq!(request["kind"], "initial");
+    assert_eq!(request["turn"], 1);
+    assert_eq!(request["task"]["id"], failing.as_str());
+    assert_eq!(request["task"]["comments"][0]["body"], "use the new API");
+    assert_eq!(
+        bench.show(&failing)["task"]["status"],
+        "ready",
+        "nothing claimed"
+    );
+}

@@ -337,6 +337,37 @@ fn files_and_tenants_cross_over(cli: &Path, seed_home: &Path, bench: &Bench) {
     for key in ["by_status", "by_assignee"] {
         assert_eq!(their_stats[key], our_stats[key], "{key}");
     }
+    // Both diagnose a card that keeps failing alike.
+    {
+        let conn = rusqlite::Connection::open(&board).unwrap();
+        conn.execute(
+            "UPDATE tasks SET consecutive_failures = 4, last_failure_error = 'boom' WHERE id = ?1",
+            [&their_card],
+        )
+        .unwrap();
+    }
+    let flagged = |found: &Value| -> Vec<(String, String)> {
+        found
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|card| card["task_id"] == their_card.as_str())
+            .flat_map(|card| card["diagnostics"].as_array().unwrap().clone())
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap().to_owned(),
+                    d["severity"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let theirs_found: Value = serde_json::from_str(&theirs(&["diagnostics", "--json"])).unwrap();
+    let ours_found: Value = serde_json::from_str(&ours(&["diagnostics", "--json"])).unwrap();
+    assert_eq!(
+        flagged(&theirs_found),
+        [("repeated_failures".to_owned(), "critical".to_owned())]
+    );
+    assert_eq!(flagged(&ours_found), flagged(&theirs_found));
 }
 
 /// A swarm either system made is the one the other's `swarm` returns for

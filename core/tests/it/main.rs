@@ -12,7 +12,9 @@
 )]
 
 mod architecture;
+mod attachments;
 mod carrier;
+mod diagnostics;
 mod dispatch_ports;
 mod dispatcher;
 mod exit;
