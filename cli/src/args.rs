@@ -467,11 +467,6 @@ pub(crate) enum Command {
         #[arg(long)]
         note: Option<String>,
     },
-    /// Comment on a card: `comment TASK TEXT` from anywhere (a human steering
-    /// the card's agent: the next run's turn request and `kanban_show` carry
-    /// it), or `comment TEXT` inside an agent (reads the claim carrier; fenced).
-    ///
-    /// Example: kanban comment t_1a2b3c4d "use the v2 API, not v1"
     /// Count the cards: by status, by assignee, and the age of the oldest
     /// ready card (archived cards are not counted).
     ///
@@ -514,6 +509,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban context t_1a2b3c4d --json
     Context {
+        /// The card.
         id: String,
         /// The turn request a command agent reads on its standard input.
         #[arg(long)]
@@ -525,6 +521,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban reassign t_1a2b3c4d reviewer --reclaim --reason "the coder is stuck"
     Reassign {
+        /// The card.
         id: String,
         /// The agent's name, or `none`.
         name: String,
@@ -563,6 +560,7 @@ pub(crate) enum Command {
     ///
     /// Example: kanban attachments t_1a2b3c4d --json
     Attachments {
+        /// The card.
         task: String,
         /// One JSON array.
         #[arg(long)]
@@ -577,6 +575,11 @@ pub(crate) enum Command {
         /// The attachment's number (`kanban attachments ID` lists them).
         id: i64,
     },
+    /// Comment on a card: `comment TASK TEXT` from anywhere (a human steering
+    /// the card's agent: the next run's turn request and `kanban_show` carry
+    /// it), or `comment TEXT` inside an agent (reads the claim carrier; fenced).
+    ///
+    /// Example: kanban comment t_1a2b3c4d "use the v2 API, not v1"
     Comment {
         /// [TASK] TEXT: the card (outside a worker) and the comment.
         #[arg(num_args = 1..=2, required = true, value_names = ["TASK", "TEXT"])]
