@@ -67,7 +67,10 @@ pub fn store_attachment(
     // The record names the file by its one canonical path, as the seed
     // system's does: the folder reached through no link.
     let folder = std::fs::canonicalize(&folder).map_err(|error| {
-        format!("cannot read the attachments folder {}: {error}", folder.display())
+        format!(
+            "cannot read the attachments folder {}: {error}",
+            folder.display()
+        )
     })?;
     let stored_name = collision_free_name(&safe, |taken| {
         std::fs::symlink_metadata(folder.join(taken)).is_ok()

@@ -352,6 +352,14 @@ impl<E: Engine> StoredBoard<E> {
 
     /// Lifts the wall of `scope` by hand; the card that met it last (its
     /// source, `TASK#RUN`) gets what core's rule says.
+    pub async fn gc_events(&self, before: i64) -> Result<u64, BoardError> {
+        self.engine
+            .write(Durability::Synced, move |sql, _| {
+                Box::pin(async move { Tx::new(sql).delete_settled_events(before).await })
+            })
+            .await
+    }
+
     pub async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError> {
         let scope = scope.to_owned();
         self.engine

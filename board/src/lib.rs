@@ -342,6 +342,9 @@ macro_rules! board_ports {
             ) -> Result<Vec<String>, ::kanban_core::BoardError> {
                 (**self).prune(before, dry_run).await
             }
+            async fn gc_events(&self, before: i64) -> Result<u64, ::kanban_core::BoardError> {
+                (**self).gc_events(before).await
+            }
             async fn lift_wall(&self, scope: &str) -> Result<bool, ::kanban_core::BoardError> {
                 (**self).lift_wall(scope).await
             }

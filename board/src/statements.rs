@@ -1578,6 +1578,17 @@ impl Tx<'_> {
     }
 
     /// Deletes a card with its runs, events, comments and links.
+    /// Deletes the events older than `before` of done and archived cards.
+    pub(crate) async fn delete_settled_events(&mut self, before: i64) -> TxResult<u64> {
+        self.sql
+            .execute(
+                "DELETE FROM task_events WHERE created_at < $1
+                    AND task_id IN (SELECT id FROM tasks WHERE status IN ('done', 'archived'))",
+                args![before],
+            )
+            .await
+    }
+
     pub(crate) async fn delete_card(&mut self, task_id: &str) -> TxResult<()> {
         for query in [
             "DELETE FROM task_events WHERE task_id = $1",

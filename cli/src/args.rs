@@ -515,6 +515,32 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a card's events, then each new one as it comes, until Ctrl-C.
+    ///
+    /// Example: kanban tail t_1a2b3c4d --interval 0.5
+    Tail {
+        /// The card.
+        id: String,
+        /// How often to look for new events (default 1s).
+        #[arg(long, value_parser = crate::duration::parse_duration, default_value = "1")]
+        interval: std::time::Duration,
+        /// Each event as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Clean up as the seed system does: delete the events older than N
+    /// days of cards that are done or archived, and the worker logs not
+    /// written for N days (`prune` deletes whole cards).
+    ///
+    /// Example: kanban gc --event-retention-days 90 --log-retention-days 30
+    Gc {
+        /// Keep this many days of a done or archived card's events.
+        #[arg(long, default_value_t = 30)]
+        event_retention_days: u32,
+        /// Keep worker logs written within this many days.
+        #[arg(long, default_value_t = 30)]
+        log_retention_days: u32,
+    },
     /// Give a card to another agent (`none` takes its assignee away). A
     /// running card is refused unless --reclaim takes it back from its
     /// worker first.

@@ -322,6 +322,14 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Block { reason, kind } => agent_calls::block(env, &reason, kind),
         Command::Heartbeat { note } => agent_calls::heartbeat(env, note),
         Command::Stats { json } => report::stats(global, env, json),
+        Command::Tail { id, interval, json } => {
+            runtime::install_signal_handlers(interrupt)?;
+            report::tail(global, env, &id, interval, json, interrupt)
+        }
+        Command::Gc {
+            event_retention_days,
+            log_retention_days,
+        } => report::gc(global, env, event_retention_days, log_retention_days),
         Command::Diagnostics {
             severity,
             task,

@@ -284,3 +284,93 @@ fn print_diagnostics(reports: &[(TaskRecord, Vec<Diagnostic>)], as_json: bool) {
         }
     }
 }
+
+/// `kanban tail ID [--interval D] [--json]`: a card's events, then each
+/// new one as it comes, until interrupted (or the card is pruned).
+pub(crate) fn tail(
+    global: &GlobalArgs,
+    env: &Environment,
+    id: &str,
+    every: std::time::Duration,
+    as_json: bool,
+    interrupt: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> anyhow::Result<ExitCode> {
+    use std::sync::atomic::Ordering;
+    let board = open_board_for_reading(global, env)?;
+    let id = crate::admin::card_id(&board, id)?;
+    if !as_json {
+        crate::out::errln!("following the events of {id}; Ctrl-C stops");
+    }
+    let mut seen = 0_i64;
+    loop {
+        let view = match block_on(board.show_task(&id)) {
+            Ok(view) => view,
+            Err(kanban_core::BoardError::TaskNotFound(_)) => {
+                crate::out::errln!("{id} is no longer on the board (pruned)");
+                return Ok(ExitCode::Success);
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let now = SystemClock.now();
+        let since = seen;
+        for event in view.events.iter().filter(|event| event.id > since) {
+            if as_json {
+                outln!("{}", crate::output::event_json(event));
+            } else {
+                outln!(
+                    "[{}] {}",
+                    crate::output::human_time(event.created_at, now),
+                    crate::output::event_words(event, now, 200)
+                );
+            }
+            seen = seen.max(event.id);
+        }
+        // Sliced, so an interrupt stops it at once.
+        let started = std::time::Instant::now();
+        while started.elapsed() < every {
+            if interrupt.load(Ordering::SeqCst) != 0 {
+                return Ok(ExitCode::Success);
+            }
+            std::thread::sleep(every.min(std::time::Duration::from_millis(50)));
+        }
+    }
+}
+
+/// `kanban gc [--event-retention-days N] [--log-retention-days N]`: the
+/// seed system's clean-up: events older than N days of cards that are
+/// done or archived, and worker logs not written for N days.
+pub(crate) fn gc(
+    global: &GlobalArgs,
+    env: &Environment,
+    event_days: u32,
+    log_days: u32,
+) -> anyhow::Result<ExitCode> {
+    let board = crate::board_path::open_board(global, env)?;
+    let now = SystemClock.now();
+    let days = |n: u32| i64::from(n).saturating_mul(86_400);
+    let events = block_on(board.gc_events(now.saturating_sub(days(event_days))))?;
+    let logs = board.folder.join("logs");
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_secs(u64::from(log_days) * 86_400))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let mut removed = 0_u64;
+    if let Ok(entries) = std::fs::read_dir(&logs) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_log = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.contains(".log"));
+            // A plain file only: a link is somebody else's to keep.
+            let old = std::fs::symlink_metadata(&path)
+                .is_ok_and(|meta| meta.is_file() && meta.modified().is_ok_and(|at| at < cutoff));
+            if is_log && old && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    outln!(
+        "removed {events} event(s) of done or archived cards older than {event_days} day(s), and {removed} worker log(s) not written for {log_days} day(s)"
+    );
+    Ok(ExitCode::Success)
+}

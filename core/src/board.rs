@@ -285,6 +285,9 @@ pub trait BoardAdmin: Send + Sync {
     /// `before`, with their runs, events, comments and links; returns their
     /// ids (their logs are the caller's to remove). `dry_run` deletes nothing.
     async fn prune(&self, before: i64, dry_run: bool) -> Result<Vec<String>, BoardError>;
+    /// Deletes the events older than `before` of the cards that are done
+    /// or archived (the seed system's `gc`); how many.
+    async fn gc_events(&self, before: i64) -> Result<u64, BoardError>;
     /// Lifts the provider wall of `scope` by hand (event `wall_lifted` on
     /// the card that met it last); false when no such wall stands.
     async fn lift_wall(&self, scope: &str) -> Result<bool, BoardError>;

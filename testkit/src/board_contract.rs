@@ -64,6 +64,7 @@ macro_rules! board_contract_tests {
             typed_blocks_route_and_a_loop_goes_to_triage,
             a_run_fans_out_to_cards_of_its_own_only,
             attachments_and_tenants_are_kept_and_a_run_attaches_only_while_it_owns_its_card,
+            gc_deletes_only_the_old_events_of_settled_cards,
             a_handoff_keeps_metadata_and_vouches_only_for_cards_the_run_made,
             a_swarm_is_made_whole_and_once_per_key,
             a_done_card_s_handoff_is_edited_on_its_last_completed_run,
@@ -1520,6 +1521,34 @@ pub fn attachments_and_tenants_are_kept_and_a_run_attaches_only_while_it_owns_it
         Err(BoardError::LeaseLost { .. })
     ));
     assert_eq!(block_on(board.attachments(Some(&lead))).unwrap().len(), 1);
+}
+
+pub fn gc_deletes_only_the_old_events_of_settled_cards<B: Board + BoardAdmin>(
+    board: &B,
+    clock: &VirtualClock,
+) {
+    let open = create(board, &task("still open"));
+    let archived = create(board, &task("put away"));
+    block_on(board.archive(&archived)).unwrap();
+    use kanban_core::Clock as _;
+    let before = clock.now() + 1;
+    assert_eq!(
+        block_on(board.gc_events(clock.now() - 1)).unwrap(),
+        0,
+        "nothing is that old"
+    );
+    let removed = block_on(board.gc_events(before)).unwrap();
+    assert_eq!(
+        removed, 2,
+        "the archived card's created and archived events"
+    );
+    assert!(
+        block_on(board.show_task(&archived))
+            .unwrap()
+            .events
+            .is_empty()
+    );
+    assert_eq!(block_on(board.show_task(&open)).unwrap().events.len(), 1);
 }
 
 pub fn a_run_fans_out_to_cards_of_its_own_only<B: Board + BoardAdmin>(board: &B, _: &VirtualClock) {

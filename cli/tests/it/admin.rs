@@ -1386,3 +1386,97 @@ fn diagnostics_name_what_needs_a_person_and_context_shows_what_an_agent_is_hande
         "nothing claimed"
     );
 }
+
+#[test]
+fn tail_follows_a_cards_events_and_gc_cleans_up_what_is_old() {
+    let bench = Bench::new();
+    let card = bench.add("followed", &[]);
+    let mut follower = bench
+        .command()
+        .arg("--db")
+        .arg(&bench.db)
+        .args(["tail", &card, "--interval", "0.1", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    bench.ok(&["comment", &card, "first note"]);
+    bench.ok(&["hold", &card, "--reason", "wait"]);
+    crate::wait_for("tail prints the new events", || {
+        bench.show(&card)["events"].as_array().unwrap().len() >= 3
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(follower.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "tail stops at Ctrl-C"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(follower.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let kinds: Vec<String> = out
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["created", "commented", "held"], "{out}");
+
+    // gc: old events of settled cards, and old logs; nothing else.
+    let done = bench.add("finished long ago", &[]);
+    let carrier = bench.claim(&done, None);
+    let mut complete = bench.command();
+    complete
+        .envs(carrier.iter().cloned())
+        .args(["complete", "--summary", "done"]);
+    assert!(complete.output().unwrap().status.success());
+    {
+        let conn = rusqlite::Connection::open(&bench.db).unwrap();
+        conn.execute(
+            "UPDATE task_events SET created_at = created_at - 40 * 86400",
+            [],
+        )
+        .unwrap();
+    }
+    let logs = bench.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let old_log = logs.join("t_00000001.log");
+    let new_log = logs.join("t_00000002.log");
+    for log in [&old_log, &new_log] {
+        std::fs::write(log, "x").unwrap();
+    }
+    let month_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(31 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&old_log)
+        .unwrap()
+        .set_modified(month_ago)
+        .unwrap();
+    let said = bench.ok(&["gc"]);
+    assert!(
+        said.contains("removed 3 event(s)") && said.contains("and 1 worker log(s)"),
+        "{said}"
+    );
+    assert!(bench.show(&done)["events"].as_array().unwrap().is_empty());
+    assert_eq!(
+        bench.show(&card)["events"].as_array().unwrap().len(),
+        3,
+        "an open card keeps its history"
+    );
+    assert!(!old_log.exists() && new_log.exists());
+}
