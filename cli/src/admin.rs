@@ -140,6 +140,39 @@ fn parse_status(raw: &str) -> anyhow::Result<TaskStatus> {
     })
 }
 
+/// Runs `one` on each of `ids` (the seed system's bulk form): every id is
+/// looked up first, so an unknown one changes nothing; then each card is
+/// changed on its own, a refusal said and the rest still done, and the
+/// exit is 1 when any was refused.
+pub(crate) fn each_card(
+    global: &GlobalArgs,
+    env: &Environment,
+    ids: &[String],
+    mut one: impl FnMut(&str) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    let resolved: Vec<String> = {
+        let board = open_board_for_reading(global, env)?;
+        ids.iter()
+            .map(|id| card_id(&board, id))
+            .collect::<anyhow::Result<_>>()?
+    };
+    if let [only] = resolved.as_slice() {
+        return one(only);
+    }
+    let mut worst = ExitCode::Success;
+    for id in &resolved {
+        match one(id) {
+            Ok(ExitCode::Success) => {}
+            Ok(code) => worst = code,
+            Err(error) => {
+                errln!("error: {id}: {error:#}");
+                worst = ExitCode::Failure;
+            }
+        }
+    }
+    Ok(worst)
+}
+
 /// An operator's change to one card.
 pub(crate) enum Operation<'a> {
     Cancel(&'a str),

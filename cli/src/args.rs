@@ -173,8 +173,9 @@ pub(crate) enum Command {
     ///
     /// Example: kanban archive t_1a2b3c4d
     Archive {
-        /// The card's id (as `ls` lists it).
-        id: String,
+        /// The cards' ids (as `ls` lists them): one or more.
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
     },
     /// Hold a ready, todo or scheduled card: it is parked in `scheduled`, and
     /// neither kanban nor the seed system claims it until `release`.
@@ -356,8 +357,9 @@ pub(crate) enum Command {
     ///
     /// Example: kanban unblock t_1a2b3c4d
     Unblock {
-        /// The card's id (as `ls` lists it).
-        id: String,
+        /// The cards' ids (as `ls` lists them): one or more.
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
     },
     /// Park a card (todo, ready, blocked or running) in `scheduled`: it
     /// waits on time, not on a person, and neither kanban nor the seed
@@ -371,6 +373,9 @@ pub(crate) enum Command {
         id: String,
         /// Why, or when, in words (for the event log).
         reason: Vec<String>,
+        /// More cards to park the same way.
+        #[arg(long, num_args = 1.., value_name = "ID")]
+        ids: Vec<String>,
         /// Back in line at this time: RFC 3339 or +DURATION (+10m, +2h).
         #[arg(long, value_name = "TIME")]
         not_before: Option<String>,
@@ -384,6 +389,9 @@ pub(crate) enum Command {
         id: String,
         /// Why, for the event log.
         reason: Vec<String>,
+        /// More cards to promote the same way.
+        #[arg(long, num_args = 1.., value_name = "ID")]
+        ids: Vec<String>,
         /// Promote even though a parent is not done.
         #[arg(long)]
         force: bool,

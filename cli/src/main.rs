@@ -210,6 +210,11 @@ fn run(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Res
     command(cli, env, interrupt).map(Ended::Exit)
 }
 
+/// A card and `--ids` more, as one list.
+fn with_more(id: String, more: Vec<String>) -> Vec<String> {
+    std::iter::once(id).chain(more).collect()
+}
+
 #[expect(clippy::too_many_lines, reason = "a table: one arm per command")]
 fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
@@ -250,7 +255,9 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             admin::operate(global, env, &id, Operation::Cancel(&reason))
         }
         Command::Edit(args) => admin::edit(global, env, &args),
-        Command::Archive { id } => admin::operate(global, env, &id, Operation::Archive),
+        Command::Archive { ids } => admin::each_card(global, env, &ids, |id| {
+            admin::operate(global, env, id, Operation::Archive)
+        }),
         Command::Hold { id, reason } => admin::operate(global, env, &id, Operation::Hold(&reason)),
         Command::Release { id } => admin::operate(global, env, &id, Operation::Release),
         Command::Link { parent, child } if in_run(env) => agent_calls::link(env, &parent, &child),
@@ -292,20 +299,34 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             json,
         } => admin::runs(global, env, &id, [status, outcome], json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
-        Command::Unblock { id } if in_run(env) => agent_calls::unblock(env, &id),
-        Command::Unblock { id } => admin::unblock(global, env, &id),
+        Command::Unblock { ids } if in_run(env) => {
+            let mut code = ExitCode::Success;
+            for id in &ids {
+                code = agent_calls::unblock(env, id)?;
+            }
+            Ok(code)
+        }
+        Command::Unblock { ids } => {
+            admin::each_card(global, env, &ids, |id| admin::unblock(global, env, id))
+        }
         Command::Schedule {
             id,
             reason,
+            ids,
             not_before,
-        } => admin::schedule(global, env, &id, &reason, not_before.as_deref()),
+        } => admin::each_card(global, env, &with_more(id, ids), |id| {
+            admin::schedule(global, env, id, &reason, not_before.as_deref())
+        }),
         Command::Promote {
             id,
             reason,
+            ids,
             force,
             dry_run,
             json,
-        } => admin::promote(global, env, &id, &reason, force, dry_run, json),
+        } => admin::each_card(global, env, &with_more(id, ids), |id| {
+            admin::promote(global, env, id, &reason, force, dry_run, json)
+        }),
         Command::Triage { id, reason } => {
             admin::operate(global, env, &id, Operation::Triage(&reason.join(" ")))
         }

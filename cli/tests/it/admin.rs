@@ -1480,3 +1480,51 @@ fn tail_follows_a_cards_events_and_gc_cleans_up_what_is_old() {
     );
     assert!(!old_log.exists() && new_log.exists());
 }
+
+#[test]
+fn several_cards_move_at_once_and_an_unknown_one_moves_none() {
+    let bench = Bench::new();
+    let cards: Vec<String> = (0..3)
+        .map(|n| bench.add(&format!("card {n}"), &[]))
+        .collect();
+    let [a, b, c] = [&cards[0], &cards[1], &cards[2]];
+    let status = |id: &str| {
+        bench.show(id)["task"]["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // One unknown id: nothing changes.
+    bench.refused(
+        &["schedule", a, "later", "--ids", b, "t_00000000"],
+        "t_00000000",
+    );
+    assert_eq!([status(a), status(b)], ["ready", "ready"]);
+    bench.ok(&["schedule", a, "after", "lunch", "--ids", b, c]);
+    assert_eq!(
+        [status(a), status(b), status(c)],
+        ["scheduled", "scheduled", "scheduled"]
+    );
+    bench.ok(&["unblock", a, b, c]);
+    assert_eq!(
+        [status(a), status(b), status(c)],
+        ["ready", "ready", "ready"]
+    );
+    bench.ok(&["triage", a]);
+    bench.ok(&["triage", b]);
+    bench.ok(&["promote", a, "shaped", "--ids", b]);
+    assert_eq!([status(a), status(b)], ["ready", "ready"]);
+    // A refusal is said, and the rest still move.
+    bench.claim(b, None);
+    let output = bench.run(&["archive", a, b, c]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains(&format!("error: {b}:")),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        [status(a), status(b), status(c)],
+        ["archived", "running", "archived"]
+    );
+}
