@@ -95,3 +95,14 @@ pub fn store_attachment(
         uploaded_by: Some(uploaded_by.to_owned()),
     })
 }
+
+/// Removes a file written for a record that was refused, and its card's
+/// folder when that leaves it empty.
+pub fn discard_attachment(stored: &NewAttachment) {
+    let path = Path::new(&stored.stored_path);
+    let _ = std::fs::remove_file(path);
+    if let Some(folder) = path.parent() {
+        // Only an empty folder goes; another file keeps it.
+        let _ = std::fs::remove_dir(folder);
+    }
+}

@@ -495,7 +495,7 @@ impl BoardTools {
                 false,
             ),
             Err(error) => {
-                let _ = std::fs::remove_file(&stored.stored_path);
+                crate::discard_attachment(&stored);
                 refused(error)
             }
         })

@@ -1577,7 +1577,6 @@ impl Tx<'_> {
         Ok(source)
     }
 
-    /// Deletes a card with its runs, events, comments and links.
     /// Deletes the events older than `before` of done and archived cards.
     pub(crate) async fn delete_settled_events(&mut self, before: i64) -> TxResult<u64> {
         self.sql
@@ -1589,6 +1588,7 @@ impl Tx<'_> {
             .await
     }
 
+    /// Deletes a card with its runs, events, comments, attachments and links.
     pub(crate) async fn delete_card(&mut self, task_id: &str) -> TxResult<()> {
         for query in [
             "DELETE FROM task_events WHERE task_id = $1",

@@ -482,11 +482,7 @@ pub(crate) fn prune(
     let ids = block_on(board.prune(before, dry_run))?;
     if !dry_run {
         let logs = board.folder.join("logs");
-        let files = crate::attach::attachments_root(
-            &crate::board_path::board_path(global, env)?,
-            &board.folder,
-            env,
-        );
+        let files = crate::attach::board_attachments_root(global, env, &board)?;
         for id in &ids {
             // Its attached files went with its rows.
             if kanban_core::is_valid_task_id(id) {
@@ -757,14 +753,16 @@ pub(crate) fn reassign(
     if running && !reclaim {
         bail!("{id} is running: give --reclaim to take it back from its worker and reassign it");
     }
-    if running {
-        block_on(board.reclaim(&id, reason))?;
-    }
+    // The new assignee first, then the reclaim: a card ready again is
+    // never claimed for the old one in between.
     let change = kanban_core::rules::CardEdit {
         assignee: Change::to(to.clone()),
         ..kanban_core::rules::CardEdit::default()
     };
     block_on(board.edit(&id, &change))?;
+    if running {
+        block_on(board.reclaim(&id, reason))?;
+    }
     match to {
         Some(to) => outln!("{id} reassigned to {to}"),
         None => outln!("{id} unassigned"),
@@ -808,10 +806,9 @@ pub(crate) fn show(
     let now = SystemClock.now();
     // The walls this card met last (a wall names the card and run that
     // hit it): why the card, and its agent's other cards, wait.
-    let source = format!("{}#", view.task.id);
     let met: Vec<_> = block_on(board.walls())?
         .into_iter()
-        .filter(|wall| wall.source.starts_with(&source))
+        .filter(|wall| crate::output::wall_met_by(wall, &view.task.id))
         .collect();
     let linked = block_on(crate::serve::linked_statuses(&board, &view))?;
     // A board of an older schema, read as it is, has no attachments yet.

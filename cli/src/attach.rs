@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use kanban_agent_port::store_attachment;
+use kanban_agent_port::{discard_attachment, store_attachment};
 use kanban_core::attachments::{
     AttachmentRecord, MAX_ATTACHMENT_BYTES, NewAttachment, check_attachment_size,
 };
@@ -82,6 +82,12 @@ fn store(
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
+    // Looked at before it is opened: opening a pipe would wait for a writer.
+    let looked =
+        std::fs::metadata(source).with_context(|| format!("cannot read {}", source.display()))?;
+    if !looked.is_file() {
+        bail!("{} is not a file: attach a regular file", source.display());
+    }
     let mut file =
         std::fs::File::open(source).with_context(|| format!("cannot read {}", source.display()))?;
     let meta = file
@@ -151,7 +157,7 @@ pub(crate) fn attach(
     }
     let board = open_board(global, env)?;
     let task = card_id(&board, request.task)?;
-    let root = attachments_root(&board_path_of(global, env)?, &board.folder, env);
+    let root = board_attachments_root(global, env, &board)?;
     let record = store(&root, &task, request.path, request, &author)?;
     match block_on(board.add_attachment(&task, &record)) {
         Ok(id) => {
@@ -159,14 +165,10 @@ pub(crate) fn attach(
             Ok(ExitCode::Success)
         }
         Err(error) => {
-            let _ = std::fs::remove_file(&record.stored_path);
+            discard_attachment(&record);
             Err(error.into())
         }
     }
-}
-
-fn board_path_of(global: &GlobalArgs, env: &Environment) -> anyhow::Result<PathBuf> {
-    crate::board_path::board_path(global, env)
 }
 
 /// Inside a run: the run's own card only; the file is removed again when
@@ -186,14 +188,14 @@ fn attach_in_run(
     }
     let root = claim_attachments_root(claim, env);
     let record = store(&root, &claim.task_id, request.path, request, &author)?;
-    let stored = record.stored_path.clone();
+    let stored = record.clone();
     let (task, as_json) = (claim.task_id.clone(), request.json);
     let shown = record.clone();
     let code = crate::agent_calls::attach(env, record, move |id| {
         said(&shown, id, &task, as_json);
     });
     if !matches!(code, Ok(ExitCode::Success)) {
-        let _ = std::fs::remove_file(&stored);
+        discard_attachment(&stored);
     }
     code
 }
@@ -251,18 +253,18 @@ pub(crate) fn attachment_json(attachment: &AttachmentRecord) -> serde_json::Valu
 /// already gone is no error: the row says what exists).
 pub(crate) fn remove(global: &GlobalArgs, env: &Environment, id: i64) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
-    let root = attachments_root(&board_path_of(global, env)?, &board.folder, env);
+    let root = board_attachments_root(global, env, &board)?;
     let Some(removed) = block_on(board.remove_attachment(id))? else {
         bail!("no attachment #{id}; `kanban attachments ID` lists a card's");
     };
     let name = crate::output::visible_line(&removed.filename);
-    match kept_file(&root, &removed.stored_path) {
+    match kept_file(&root, &removed) {
         Some(path) => {
             let _ = std::fs::remove_file(path);
             outln!("removed #{id} ({name}) from {}", removed.task_id);
         }
         None => outln!(
-            "removed #{id} ({name}) from {}; its file is not in the board's attachments folder {}, so it was left where it is",
+            "removed #{id} ({name}) from {}; its file is not in that card's folder of the board's attachments folder {}, so it was left where it is",
             removed.task_id,
             root.display()
         ),
@@ -270,14 +272,32 @@ pub(crate) fn remove(global: &GlobalArgs, env: &Environment, id: i64) -> anyhow:
     Ok(ExitCode::Success)
 }
 
-/// The file a row names, when it is a regular file inside the board's
-/// attachments folder (`root/TASK/NAME`, no link on the way): a row is
-/// data, and a hostile one must not make us read or delete anything else.
-pub(crate) fn kept_file(root: &Path, stored: &str) -> Option<PathBuf> {
-    let root = std::fs::canonicalize(root).ok()?;
-    let path = Path::new(stored);
+/// The file a row names, when it is a regular file in its own card's
+/// folder of the board's attachments folder (`root/TASK/NAME`, no link on
+/// the way): a row is data, and a hostile one must not make us read or
+/// delete anything else, another card's file included.
+pub(crate) fn kept_file(root: &Path, record: &AttachmentRecord) -> Option<PathBuf> {
+    if !kanban_core::is_valid_task_id(&record.task_id) {
+        return None;
+    }
+    let folder = std::fs::canonicalize(root.join(&record.task_id)).ok()?;
+    let path = Path::new(&record.stored_path);
     let canonical = std::fs::canonicalize(path).ok()?;
-    let inside = canonical.parent()?.parent()? == root;
+    let own = canonical.parent()? == folder
+        && canonical.file_name()? == std::ffi::OsStr::new(&record.filename);
     let plain = std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file());
-    (inside && plain && canonical == path).then_some(canonical)
+    (own && plain && canonical == path).then_some(canonical)
+}
+
+/// The attachments folder of the board a command opened.
+pub(crate) fn board_attachments_root(
+    global: &GlobalArgs,
+    env: &Environment,
+    board: &crate::board_path::OpenBoard,
+) -> anyhow::Result<PathBuf> {
+    Ok(attachments_root(
+        &crate::board_path::board_path(global, env)?,
+        &board.folder,
+        env,
+    ))
 }

@@ -282,8 +282,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             let token = serve::serve_token(token, token_file.as_deref(), env)?;
             runtime::install_signal_handlers(interrupt)?;
             let board = board_path::open_board(global, env)?;
-            let attachments =
-                attach::attachments_root(&board_path::board_path(global, env)?, &board.folder, env);
+            let attachments = attach::board_attachments_root(global, env, &board)?;
             serve::serve(board, attachments, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {
@@ -300,11 +299,15 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         } => admin::runs(global, env, &id, [status, outcome], json),
         Command::Claim { id, ttl, json } => admin::claim(global, env, &id, ttl, json),
         Command::Unblock { ids } if in_run(env) => {
-            let mut code = ExitCode::Success;
+            // In order, stopping at the first that is not done: a later
+            // success must not hide an earlier refusal.
             for id in &ids {
-                code = agent_calls::unblock(env, id)?;
+                let code = agent_calls::unblock(env, id)?;
+                if code != ExitCode::Success {
+                    return Ok(code);
+                }
             }
-            Ok(code)
+            Ok(ExitCode::Success)
         }
         Command::Unblock { ids } => {
             admin::each_card(global, env, &ids, |id| admin::unblock(global, env, id))

@@ -178,6 +178,14 @@ pub(crate) fn time_of_day_now() -> String {
     jiff::Timestamp::now().strftime("%H:%M:%S%.3f").to_string()
 }
 
+/// Whether `task_id`'s card met `wall` last (a wall names the card and
+/// run that hit it: `TASK#RUN`).
+pub(crate) fn wall_met_by(wall: &kanban_core::walls::Wall, task_id: &str) -> bool {
+    wall.source
+        .strip_prefix(task_id)
+        .is_some_and(|rest| rest.starts_with('#'))
+}
+
 /// The provider walls as a table: scope, kind, state, hits, who hit it last.
 pub(crate) fn walls_table(walls: &[kanban_core::walls::Wall], now: i64) -> String {
     let rows: Vec<Vec<String>> = walls

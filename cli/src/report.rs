@@ -210,10 +210,11 @@ pub(crate) fn diagnostics(
             (Some(file), Some(assignee)) => Some(file.agents.contains_key(assignee)),
             _ => None,
         };
-        let source = format!("{}#", task.id);
+        // The walls it met, and those that hold its agent's cards.
+        let route = kanban_core::walls::route_label(task.assignee.as_deref().unwrap_or(""));
         let met: Vec<(String, i64)> = walls
             .iter()
-            .filter(|wall| wall.source.starts_with(&source))
+            .filter(|wall| crate::output::wall_met_by(wall, &task.id) || wall.route == route)
             .map(|wall| (wall.scope.clone(), wall.until))
             .collect();
         let facts = CardFacts {
@@ -301,8 +302,12 @@ pub(crate) fn tail(
     if !as_json {
         crate::out::errln!("following the events of {id}; Ctrl-C stops");
     }
+    let every = every.max(std::time::Duration::from_millis(50));
     let mut seen = 0_i64;
     loop {
+        if interrupt.load(Ordering::SeqCst) != 0 {
+            return Ok(ExitCode::Success);
+        }
         let view = match block_on(board.show_task(&id)) {
             Ok(view) => view,
             Err(kanban_core::BoardError::TaskNotFound(_)) => {

@@ -668,14 +668,23 @@ async fn attachment_file(
         .into_iter()
         .find(|file| file.id == attachment)
         .ok_or_else(missing)?;
-    let path =
-        crate::attach::kept_file(&app.attachments, &record.stored_path).ok_or_else(|| {
-            Failure::new(
-                StatusCode::NOT_FOUND,
-                format!("attachment #{attachment}'s file is not in the board's attachments folder"),
-            )
-        })?;
-    let file = tokio::fs::File::open(&path).await.map_err(|_| missing())?;
+    let path = crate::attach::kept_file(&app.attachments, &record).ok_or_else(|| {
+        Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("attachment #{attachment}'s file is not in its card's attachments folder"),
+        )
+    })?;
+    // Opened without following a link, and checked on the open file: a
+    // file swapped for a link since the check is not served.
+    let file = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .await
+        .map_err(|_| missing())?;
+    if !file.metadata().await.is_ok_and(|meta| meta.is_file()) {
+        return Err(missing());
+    }
     let kind = record.content_type.as_deref().unwrap_or("");
     let inline = SHOWN_INLINE.contains(&kind);
     let content_type = match kind {

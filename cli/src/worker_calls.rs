@@ -169,6 +169,18 @@ enum Answer {
 }
 
 /// Makes `call` with `claim` on `board`.
+/// Whether a run's attachment record names a plain file in its own card's
+/// folder (`…/TASK/NAME`, NAME its filename): an agent cannot record
+/// another card's file, or any other.
+fn names_own_file(claim: &Claim, new: &kanban_core::attachments::NewAttachment) -> bool {
+    let path = std::path::Path::new(&new.stored_path);
+    path.is_absolute()
+        && path.parent().and_then(std::path::Path::file_name)
+            == Some(std::ffi::OsStr::new(&claim.task_id))
+        && path.file_name() == Some(std::ffi::OsStr::new(&new.filename))
+        && std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file())
+}
+
 pub(crate) async fn perform(
     board: &dyn Board,
     claim: &Claim,
@@ -196,6 +208,12 @@ pub(crate) async fn perform(
             created: Some(id),
             ..Done::default()
         }),
+        Call::Attach { new } if !names_own_file(claim, new) => {
+            Err(BoardError::InvalidInput(format!(
+                "an attachment of {} names its own file in its own folder ({}/NAME), not {:?}",
+                claim.task_id, claim.task_id, new.stored_path
+            )))
+        }
         Call::Attach { new } => board.attach(claim, new).await.map(|id| Done {
             attached: Some(id),
             ..Done::default()
@@ -436,6 +454,52 @@ mod tests {
         let mut answer = String::new();
         stream.read_to_string(&mut answer).unwrap();
         answer
+    }
+
+    #[test]
+    fn a_run_records_only_a_plain_file_in_its_own_cards_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("t_1").join("a.txt");
+        let other = dir.path().join("t_2").join("a.txt");
+        for file in [&own, &other] {
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, "x").unwrap();
+        }
+        let link = dir.path().join("t_1").join("l.txt");
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        let claim = Claim {
+            task_id: "t_1".into(),
+            db: "/b.db".into(),
+            run_id: 1,
+            claim_lock: "l".into(),
+            board: None,
+        };
+        let record = |path: &std::path::Path, name: &str| kanban_core::attachments::NewAttachment {
+            filename: name.into(),
+            stored_path: path.display().to_string(),
+            ..Default::default()
+        };
+        assert!(names_own_file(&claim, &record(&own, "a.txt")));
+        assert!(
+            !names_own_file(&claim, &record(&other, "a.txt")),
+            "another card's"
+        );
+        assert!(
+            !names_own_file(&claim, &record(&own, "b.txt")),
+            "another name"
+        );
+        assert!(!names_own_file(&claim, &record(&link, "l.txt")), "a link");
+        assert!(
+            !names_own_file(&claim, &record(std::path::Path::new("t_1/a.txt"), "a.txt")),
+            "relative"
+        );
+        assert!(
+            !names_own_file(
+                &claim,
+                &record(&dir.path().join("t_1/none.txt"), "none.txt")
+            ),
+            "missing"
+        );
     }
 
     #[test]

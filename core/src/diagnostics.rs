@@ -380,6 +380,18 @@ fn block_unblock_cycling(
     })
 }
 
+/// The events after which a card is back in line.
+const READY_AGAIN: [&str; 8] = [
+    "created",
+    "promoted",
+    "promoted_manual",
+    "reclaimed",
+    "unblocked",
+    "released",
+    "due",
+    "wall_lifted",
+];
+
 /// Ready, assigned, and claimed by nobody for half an hour: warning, error
 /// at twice that, critical at six times.
 fn stranded_in_ready(facts: &CardFacts<'_>, now: i64, limits: &Thresholds) -> Option<Diagnostic> {
@@ -391,20 +403,20 @@ fn stranded_in_ready(facts: &CardFacts<'_>, now: i64, limits: &Thresholds) -> Op
     if status(facts) != Some(TaskStatus::Ready) || task.claim_lock.is_some() || !assigned {
         return None;
     }
-    // A card that waits out a backoff, a cooldown or a wall is not stranded.
-    if task.not_before.is_some_and(|at| at > now) {
+    // A card a wall holds is not stranded.
+    if facts.walls.iter().any(|(_, until)| *until > now) {
         return None;
     }
+    // Ready since whatever put it back in line last: an event that says so,
+    // or the end of its last run, or its backoff's end (one still to come
+    // makes the card too young to be stranded).
     let ready_since = facts
         .events
         .iter()
-        .filter(|event| {
-            matches!(
-                event.kind.as_str(),
-                "created" | "promoted" | "reclaimed" | "unblocked" | "released" | "due"
-            )
-        })
+        .filter(|event| READY_AGAIN.contains(&event.kind.as_str()))
         .map(|event| event.created_at)
+        .chain(facts.runs.iter().filter_map(|run| run.ended_at))
+        .chain(task.not_before)
         .max()
         .unwrap_or(task.created_at);
     let age = now.saturating_sub(ready_since);

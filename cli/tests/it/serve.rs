@@ -595,12 +595,26 @@ fn a_card_page_lists_its_files_and_serves_only_its_own_in_a_form_that_cannot_run
     std::fs::write(&page, "<script>alert(1)</script>").unwrap();
     bench.ok(&["attach", &card, note.to_str().unwrap()]);
     bench.ok(&["attach", &card, page.to_str().unwrap()]);
-    // A row that names a file outside the board's attachments folder.
+    // A row that names a file outside the board's attachments folder, and
+    // one that names another card's file.
+    let other = bench.add("another card", &[]);
+    bench.ok(&["attach", &other, note.to_str().unwrap()]);
+    let others = bench
+        .path()
+        .join("attachments")
+        .join(&other)
+        .join("note.txt");
+    let others = std::fs::canonicalize(others).unwrap();
     {
         let conn = rusqlite::Connection::open(&bench.db).unwrap();
         conn.execute(
             "INSERT INTO task_attachments (task_id, filename, stored_path, size, created_at) VALUES (?1, 'passwd', '/etc/passwd', 1, 1)",
             [&card],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO task_attachments (task_id, filename, stored_path, size, created_at) VALUES (?1, 'note.txt', ?2, 1, 1)",
+            [&card, &others.display().to_string()],
         )
         .unwrap();
     }
@@ -647,12 +661,16 @@ fn a_card_page_lists_its_files_and_serves_only_its_own_in_a_form_that_cannot_run
     assert_eq!(status, 200);
     assert_eq!(kind, "application/octet-stream");
     assert!(disposition.starts_with("attachment;"), "{disposition}");
-    let (status, _, body) = fetch(3);
+    let (status, _, body) = fetch(4);
     assert_eq!(status, 404, "{body}");
     assert!(!body.contains("root:"), "{body}");
+    let (status, _, body) = fetch(5);
+    assert_eq!(status, 404, "another card's file: {body}");
     let (status, _, _) = fetch(99);
     assert_eq!(status, 404);
-    // attach-rm leaves a file outside the folder where it is.
-    assert!(bench.ok(&["attach-rm", "3"]).contains("left where it is"));
+    // attach-rm leaves a file outside the card's folder where it is.
+    assert!(bench.ok(&["attach-rm", "4"]).contains("left where it is"));
     assert!(std::path::Path::new("/etc/passwd").exists());
+    assert!(bench.ok(&["attach-rm", "5"]).contains("left where it is"));
+    assert!(others.exists(), "another card's file stays");
 }

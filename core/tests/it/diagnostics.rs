@@ -250,8 +250,9 @@ fn an_assigned_ready_card_nobody_claims_is_stranded_and_worse_with_time() {
     waiting.events = vec![event("created", NOW - 7 * half_hour)];
     waiting.task.not_before = Some(NOW + 1);
     assert!(waiting.kinds().is_empty(), "a backoff is not stranding");
-    waiting.task.not_before = Some(NOW);
-    assert_eq!(waiting.kinds().len(), 1);
+    // A backoff that ended long ago: ready since it ended.
+    waiting.task.not_before = Some(NOW - 6 * half_hour);
+    assert_eq!(waiting.kinds(), [("stranded_in_ready", Severity::Critical)]);
     waiting.task.assignee = Some(" ".into());
     assert!(
         waiting.kinds().is_empty(),
@@ -260,6 +261,41 @@ fn an_assigned_ready_card_nobody_claims_is_stranded_and_worse_with_time() {
     waiting.task.assignee = Some("coder".into());
     waiting.task.claim_lock = Some("lock".into());
     assert!(waiting.kinds().is_empty(), "a claimed card is not");
+    // Back in line only now: a run that just ended, a backoff just over,
+    // a manual promotion, a lifted wall.
+    let mut fresh = Case::of(card("ready"));
+    fresh.events = vec![event("created", NOW - 7 * half_hour)];
+    fresh.runs = vec![serde_json::from_value(json!({
+        "id": 1, "task_id": "t_1a2b3c4d", "status": "done", "claim_lock": null, "claim_expires": null,
+        "worker_pid": null, "worker_started_at": null, "started_at": NOW - 200, "ended_at": NOW - 100,
+        "outcome": "crashed", "summary": null, "error": null
+    })).unwrap()];
+    assert!(
+        fresh.kinds().is_empty(),
+        "it crashed a minute ago: {:?}",
+        fresh.kinds()
+    );
+    fresh.runs.clear();
+    fresh.task.not_before = Some(NOW - 60);
+    assert!(fresh.kinds().is_empty(), "its backoff just ended");
+    fresh.task.not_before = None;
+    for kind in [
+        "promoted_manual",
+        "wall_lifted",
+        "released",
+        "due",
+        "promoted",
+        "reclaimed",
+    ] {
+        fresh.events = vec![event("created", NOW - 7 * half_hour), event(kind, NOW - 60)];
+        assert!(fresh.kinds().is_empty(), "{kind}");
+    }
+    // A wall on its agent holds it, so it is not stranded (the wall is said).
+    fresh.events = vec![event("created", NOW - 7 * half_hour)];
+    fresh.walls = vec![("agent:coder".into(), NOW + 60)];
+    assert_eq!(fresh.kinds(), [("walled", Severity::Warning)]);
+    fresh.walls = vec![("agent:coder".into(), NOW)];
+    assert_eq!(fresh.kinds(), [("stranded_in_ready", Severity::Critical)]);
 }
 
 #[test]
