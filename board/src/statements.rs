@@ -473,6 +473,7 @@ impl<'t> Tx<'t> {
             })
         })?;
         comments.reverse();
+        let attachments = self.attachments(Some(task_id)).await?;
         let task = card;
         Ok(Some(TaskView {
             task,
@@ -481,6 +482,7 @@ impl<'t> Tx<'t> {
             runs,
             events,
             comments,
+            attachments,
         }))
     }
 

@@ -811,8 +811,7 @@ pub(crate) fn show(
         .filter(|wall| crate::output::wall_met_by(wall, &view.task.id))
         .collect();
     let linked = block_on(crate::serve::linked_statuses(&board, &view))?;
-    // A board of an older schema, read as it is, has no attachments yet.
-    let attachments = block_on(board.attachments(Some(id))).unwrap_or_default();
+    let attachments = &view.attachments;
     if as_json {
         let value = json!({
             "attachments": attachments.iter().map(crate::attach::attachment_json).collect::<Vec<_>>(),
@@ -837,7 +836,7 @@ pub(crate) fn show(
         task.consecutive_failures
     );
     out!("{}", whom_and_why(&view, &linked));
-    print_attachments(id, &attachments);
+    print_attachments(id, attachments);
     if !met.is_empty() {
         outln!("met a provider wall (it holds every card of that provider; kanban walls):");
         out!("{}", walls_table(&met, now));

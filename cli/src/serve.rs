@@ -623,14 +623,11 @@ async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Fai
     let view = app.board.show_task(id).await?;
     let linked = linked_statuses(&app.board, &view).await?;
     let tail = log_tail(&app.logs, id);
-    // A board of an older schema, read as it is, has no attachments yet.
-    let files = app.board.attachments(Some(id)).await.unwrap_or_default();
     let now = SystemClock.now();
     let parts = page::CardParts {
         view: &view,
         linked: &linked,
         log_tail: &tail,
-        attachments: &files,
     };
     let markup = if whole {
         page::card(app, &parts, now)
@@ -960,9 +957,8 @@ async fn api_card(
 ) -> Result<Json<Value>, Failure> {
     let view = app.board.show_task(&id).await?;
     let linked = linked_statuses(&app.board, &view).await?;
-    let files = app.board.attachments(Some(&id)).await.unwrap_or_default();
     Ok(Json(json!({
-        "attachments": files.iter().map(crate::attach::attachment_json).collect::<Vec<_>>(),
+        "attachments": view.attachments.iter().map(crate::attach::attachment_json).collect::<Vec<_>>(),
         "task": task_json(&view.task),
         "parents": view.parents,
         "children": view.children,

@@ -184,7 +184,6 @@ pub(crate) struct CardParts<'a> {
     pub(crate) view: &'a TaskView,
     pub(crate) linked: &'a Linked,
     pub(crate) log_tail: &'a str,
-    pub(crate) attachments: &'a [kanban_core::attachments::AttachmentRecord],
 }
 
 pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
@@ -310,7 +309,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
             }
         }
         (links(view, linked))
-        (attachments(id, parts.attachments))
+        (attachments(id, &view.attachments))
         @if let Some(body) = &task.body { section { h3 { "Body" } div.body { (body) } } }
         @if let Some(result) = &task.result { section { h3 { "Result" } div.body { (result) } } }
         section {

@@ -208,6 +208,9 @@ pub struct TaskView {
     pub events: Vec<EventRecord>,
     /// The newest [`COMMENTS_SHOWN`] comments, newest last.
     pub comments: Vec<CommentRecord>,
+    /// The files attached to it, oldest first.
+    #[serde(default)]
+    pub attachments: Vec<crate::attachments::AttachmentRecord>,
 }
 
 /// Comments a card view carries (the newest; older ones stay on the board).
