@@ -15,9 +15,9 @@ use crate::out::outln;
 use crate::output::visible_line;
 use crate::runtime::block_on;
 
-/// The lanes `stats` prints, in the seed system's order (archived cards
-/// are counted nowhere).
-const LANES: [TaskStatus; 8] = [
+/// The lanes the seed system shows, in its order: `stats` prints them and
+/// the web board draws them (archived cards are in neither).
+pub(crate) const LANES: [TaskStatus; 8] = [
     TaskStatus::Triage,
     TaskStatus::Todo,
     TaskStatus::Scheduled,

@@ -490,16 +490,7 @@ pub(crate) struct Lanes {
 async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
     // The seed system's columns, in its order; archived cards only in the
     // API and on their own pages.
-    const SHOWN: [TaskStatus; 8] = [
-        TaskStatus::Triage,
-        TaskStatus::Todo,
-        TaskStatus::Scheduled,
-        TaskStatus::Ready,
-        TaskStatus::Running,
-        TaskStatus::Blocked,
-        TaskStatus::Review,
-        TaskStatus::Done,
-    ];
+    const SHOWN: [TaskStatus; 8] = crate::report::LANES;
     let ids = |rows: &[(String, usize, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
         rows.iter()
             .flat_map(|(_, _, tasks)| tasks.iter().map(|task| task.id.clone()))

@@ -496,9 +496,10 @@ fn seed_home_for(root: &Path, base_url: &str) {
     std::fs::create_dir_all(root.join("home")).unwrap();
 }
 
-/// Our dispatcher, with the seed system's worker (`hermes` at `cli`, its
-/// home `root`) as the agent `coder`, until the board is idle; what it said.
-fn dispatch_seed_worker(bench: &Bench, cli: &Path, root: &Path) -> String {
+/// Our dispatcher until the board is idle, with the seed system's worker
+/// (`hermes` at `cli`, its home `root`) as the agent `coder` of the board's
+/// agents file.
+fn seed_dispatcher(bench: &Bench, cli: &Path, root: &Path) -> Command {
     std::fs::write(
         bench.path().join("kanban.toml"),
         format!(
@@ -507,15 +508,19 @@ fn dispatch_seed_worker(bench: &Bench, cli: &Path, root: &Path) -> String {
         ),
     )
     .unwrap();
-    let output = bench
-        .command()
+    let mut command = bench.command();
+    command
         .arg("--db")
         .arg(&bench.db)
         .args(["dispatch", "--until-idle", "--interval", "0.2"])
         .env("HERMES_HOME", root)
-        .env("HOME", root.join("home"))
-        .output()
-        .unwrap();
+        .env("HOME", root.join("home"));
+    command
+}
+
+/// Runs [`seed_dispatcher`] to its end; what it said.
+fn dispatch_seed_worker(bench: &Bench, cli: &Path, root: &Path) -> String {
+    let output = seed_dispatcher(bench, cli, root).output().unwrap();
     assert!(output.status.success(), "{}", said(&output));
     said(&output)
 }
@@ -618,21 +623,7 @@ fn a_seed_worker_that_lost_its_claim_is_stopped_with_its_group() {
     });
     seed_home_for(&root, &model.base_url);
     let card = bench.add("write the report", &["--assignee", "coder"]);
-    std::fs::write(
-        bench.path().join("kanban.toml"),
-        format!(
-            "[agents.coder]\nhermes = \"coder\"\nhermes_bin = \"{}\"\n",
-            cli.display()
-        ),
-    )
-    .unwrap();
-    let dispatcher = bench
-        .command()
-        .arg("--db")
-        .arg(&bench.db)
-        .args(["dispatch", "--until-idle", "--interval", "0.2"])
-        .env("HERMES_HOME", &root)
-        .env("HOME", root.join("home"))
+    let dispatcher = seed_dispatcher(&bench, &cli, &root)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
