@@ -38,6 +38,9 @@ pub(crate) fn init(global: &GlobalArgs, env: &Environment) -> anyhow::Result<Exi
     }
     let existed = path.exists();
     let board = SqliteBoard::create(&path, Arc::new(SystemClock))?;
+    if !existed && let Ok(home) = crate::board_path::home(env) {
+        home.mark_default_board(board.path())?;
+    }
     let verb = if existed {
         "board is ready"
     } else {

@@ -35,8 +35,9 @@ fn examples_at_the_end(command: clap::Command) -> clap::Command {
 ///
 /// The board is `--db PATH` (or `--db postgres://USER@HOST:PORT/DBNAME` for a
 /// PostgreSQL board), else `KANBAN_DB`, else the board named by `--board` /
-/// `KANBAN_BOARD` (default `default`) under `KANBAN_HOME` (default
-/// `$XDG_DATA_HOME/kanban`, else `~/.local/share/kanban`). The seed system's
+/// `KANBAN_BOARD`, else the current board (`kanban boards`), else `default`,
+/// under `KANBAN_HOME` (default `$XDG_DATA_HOME/kanban`, else
+/// `~/.local/share/kanban`), laid out as the seed system lays out its boards. The seed system's
 /// names of these (`HERMES_KANBAN_DB` and so on) are read too, and win where
 /// both are set (docs/agent-protocol.md).
 #[derive(Debug, Parser)]
@@ -609,6 +610,21 @@ pub(crate) enum Command {
         /// The attachment's number (`kanban attachments ID` lists them).
         id: i64,
     },
+    /// Keep several boards under the kanban home, one per project, in the
+    /// seed system's layout (the default board is HOME/kanban.db, another is
+    /// HOME/kanban/boards/SLUG/kanban.db), so that both systems see the same
+    /// boards. Without a subcommand: `list`.
+    ///
+    /// `--board SLUG` (or KANBAN_BOARD) picks a board for one command;
+    /// `boards switch` picks the one commands use when none is named. A
+    /// PostgreSQL board is one database: `boards create SLUG --url URL`
+    /// names it under the home.
+    ///
+    /// Example: kanban boards create atm10-server --name "ATM10 server" --switch
+    Boards {
+        #[command(subcommand)]
+        command: Option<BoardsCommand>,
+    },
     /// Comment on a card: `comment TASK TEXT` from anywhere (a human steering
     /// the card's agent: the next run's turn request and `kanban_show` carry
     /// it), or `comment TEXT` inside an agent (reads the claim carrier; fenced).
@@ -917,6 +933,98 @@ pub(crate) struct WorkerArgs {
     /// The dispatcher's --retry-backoff, for a run this worker settles itself.
     #[arg(long, default_value = "30", value_name = "DURATION", value_parser = parse_duration, hide = true)]
     pub(crate) retry_backoff: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BoardsCommand {
+    /// List the boards with their cards by status; `●` marks the current one.
+    ///
+    /// Example: kanban boards list --json
+    #[command(visible_alias = "ls")]
+    List {
+        /// One JSON array: each board's board.json fields, with slug, name,
+        /// db_path, engine, is_current, counts, total and problem.
+        #[arg(long)]
+        json: bool,
+        /// Include the boards the seed system marked archived.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Create a board (its file and board.json); a board that exists is left
+    /// as it is, as `mkdir -p` leaves a folder.
+    ///
+    /// Example: kanban boards create atm10-server --description "the modded server" --switch
+    #[command(visible_alias = "new")]
+    Create {
+        /// 1-64 lowercase letters, digits, '-' or '_' (e.g. atm10-server).
+        slug: String,
+        /// The name people see (default: the slug in title case).
+        #[arg(long)]
+        name: Option<String>,
+        /// A line saying what the board is for.
+        #[arg(long)]
+        description: Option<String>,
+        /// An emoji or one character, for the seed system's dashboard.
+        #[arg(long)]
+        icon: Option<String>,
+        /// A colour such as '#8b5cf6', for the seed system's dashboard.
+        #[arg(long)]
+        color: Option<String>,
+        /// Make it the current board.
+        #[arg(long)]
+        switch: bool,
+        /// The board is this PostgreSQL database (postgres://USER@HOST:PORT/DBNAME,
+        /// its schema made now); its logs and files stay in the board's folder
+        /// on each host.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+    /// Show the current board: its name, description, where it is, its cards.
+    ///
+    /// Example: kanban boards show
+    #[command(visible_alias = "current")]
+    Show {
+        /// One JSON object, as one entry of `boards list --json`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a board's display name (its slug stays).
+    ///
+    /// Example: kanban boards rename atm10-server "ATM10 (prod)"
+    Rename {
+        /// The board.
+        slug: String,
+        /// The name people see.
+        name: String,
+    },
+    /// Archive a board: its folder moves to HOME/kanban/boards/_archived/SLUG-TIME,
+    /// from where it can be moved back. The default board cannot be removed,
+    /// nor a board a dispatcher is ticking.
+    ///
+    /// Example: kanban boards rm atm10-server
+    #[command(visible_alias = "remove")]
+    Rm {
+        /// The board.
+        slug: String,
+        /// Delete the board's folder, its cards, logs and files, for good.
+        #[arg(long)]
+        delete: bool,
+    },
+    /// Delete a board for good (`rm --delete`).
+    ///
+    /// Example: kanban boards delete scratch-board
+    Delete {
+        /// The board.
+        slug: String,
+    },
+    /// Make a board the current one: commands naming no board use it.
+    ///
+    /// Example: kanban boards switch atm10-server
+    #[command(visible_alias = "use")]
+    Switch {
+        /// The board.
+        slug: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

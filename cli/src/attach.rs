@@ -43,12 +43,7 @@ pub(crate) fn attachments_root(db: &Path, folder: &Path, env: &Environment) -> P
 pub(crate) fn claim_attachments_root(claim: &Claim, env: &Environment) -> PathBuf {
     let db = Path::new(&claim.db);
     let folder = if crate::board_path::postgres_url(db).is_some() {
-        let slug = env
-            .get_trimmed(kanban_core::vars::BOARD)
-            .unwrap_or(crate::board_path::DEFAULT_BOARD);
-        crate::board_path::kanban_home(env)
-            .map(|home| home.join("boards").join(slug))
-            .unwrap_or_else(|_| PathBuf::from("."))
+        crate::board_path::claim_host_folder(env)
     } else {
         db.parent().unwrap_or(Path::new(".")).to_owned()
     };

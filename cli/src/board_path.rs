@@ -11,18 +11,8 @@ use kanban_core::{Board, BoardAdmin, Clock, DispatchBoard, Environment, vars};
 
 use crate::args::GlobalArgs;
 
-/// The default board's name.
-pub(crate) const DEFAULT_BOARD: &str = "default";
-
-fn valid_slug(slug: &str) -> bool {
-    let bytes = slug.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 64
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
-}
+pub(crate) use crate::home::DEFAULT_BOARD;
+use crate::home::{Home, normalized_slug};
 
 /// The kanban home: `HERMES_KANBAN_HOME` (or `KANBAN_HOME`), else `$XDG_DATA_HOME/kanban`, else
 /// `~/.local/share/kanban`.
@@ -41,22 +31,22 @@ pub(crate) fn kanban_home(env: &Environment) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// The kanban home's boards.
+pub(crate) fn home(env: &Environment) -> anyhow::Result<Home> {
+    kanban_home(env).map(Home::at)
+}
+
 /// The board's slug: `--board`, else `HERMES_KANBAN_BOARD` (or
-/// `KANBAN_BOARD`), else `default`.
+/// `KANBAN_BOARD`), else the home's current board (`kanban boards
+/// switch`), else `default`.
 pub(crate) fn board_slug(global: &GlobalArgs, env: &Environment) -> anyhow::Result<String> {
-    let slug = global
-        .board
-        .as_deref()
-        .or(env.get_trimmed(vars::BOARD))
-        .unwrap_or(DEFAULT_BOARD)
-        .trim()
-        .to_lowercase();
-    if !valid_slug(&slug) {
-        bail!(
-            "board name {slug:?} is not valid: use 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit"
-        );
+    if let Some(given) = global.board.as_deref().or(env.get_trimmed(vars::BOARD)) {
+        return normalized_slug(given);
     }
-    Ok(slug)
+    Ok(home(env)
+        .ok()
+        .and_then(|home| home.current())
+        .unwrap_or_else(|| DEFAULT_BOARD.to_owned()))
 }
 
 /// The board: `--db`, else `HERMES_KANBAN_DB` (or `KANBAN_DB`), else the
@@ -70,10 +60,7 @@ pub(crate) fn board_path(global: &GlobalArgs, env: &Environment) -> anyhow::Resu
         return Ok(PathBuf::from(db));
     }
     let slug = board_slug(global, env)?;
-    Ok(kanban_home(env)?
-        .join("boards")
-        .join(slug)
-        .join("kanban.db"))
+    home(env)?.board_db(&slug)
 }
 
 /// The board's URL when `path` names a PostgreSQL board.
@@ -114,6 +101,15 @@ impl std::ops::Deref for OpenBoard {
 }
 
 impl OpenBoard {
+    /// A SQLite board opened for reading, its folder beside it.
+    pub(crate) fn for_reading(board: SqliteBoard) -> Self {
+        let folder = board.path().parent().unwrap_or(Path::new(".")).to_owned();
+        Self {
+            engine: Engine::Sqlite(board),
+            folder,
+        }
+    }
+
     /// The board's name in messages and claims: the canonical file path, or
     /// the URL without a password.
     pub(crate) fn name(&self) -> String {
@@ -336,7 +332,7 @@ pub(crate) async fn open_db(
 /// under the kanban home.
 pub(crate) fn host_folder(global: &GlobalArgs, env: &Environment) -> anyhow::Result<PathBuf> {
     let slug = board_slug(global, env)?;
-    Ok(kanban_home(env)?.join("boards").join(slug))
+    Ok(home(env)?.board_folder(&slug))
 }
 
 /// Opens the board a claim pins (the carrier's `HERMES_KANBAN_DB`).
@@ -346,12 +342,19 @@ pub(crate) async fn open_claim_board(
     env: &Environment,
 ) -> anyhow::Result<OpenBoard> {
     open_db(Path::new(&claim.db), clock, env, Schema::AsItIs, || {
-        let slug = env.get_trimmed(vars::BOARD).unwrap_or(DEFAULT_BOARD);
-        Ok(kanban_home(env)
-            .map(|home| home.join("boards").join(slug))
-            .unwrap_or_else(|_| PathBuf::from(".")))
+        Ok(claim_host_folder(env))
     })
     .await
+}
+
+/// The folder on this host of the PostgreSQL board a claim pins: the
+/// folder of the carrier's board under the kanban home.
+pub(crate) fn claim_host_folder(env: &Environment) -> PathBuf {
+    let slug = env
+        .get_trimmed(vars::BOARD)
+        .and_then(|given| normalized_slug(given).ok())
+        .unwrap_or_else(|| DEFAULT_BOARD.to_owned());
+    home(env).map_or_else(|_| PathBuf::from("."), |home| home.board_folder(&slug))
 }
 
 /// The folder of the board `db` names on this host, without opening it.
@@ -395,11 +398,7 @@ pub(crate) fn open_board_for_reading(
         return open_board(global, env);
     }
     let board = SqliteBoard::open_for_reading(&path, Arc::new(SystemClock))?;
-    let folder = board.path().parent().unwrap_or(Path::new(".")).to_owned();
-    Ok(OpenBoard {
-        engine: Engine::Sqlite(board),
-        folder,
-    })
+    Ok(OpenBoard::for_reading(board))
 }
 
 #[cfg(test)]

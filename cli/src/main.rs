@@ -9,12 +9,14 @@ mod agents_file;
 mod args;
 mod attach;
 mod board_path;
+mod boards;
 mod demo;
 mod dispatch;
 mod dispatch_link;
 mod duration;
 mod fault;
 mod fence;
+mod home;
 mod logs;
 mod mcp;
 mod metrics;
@@ -220,6 +222,7 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
     let global = &cli.global;
     match cli.command {
         Command::Init => admin::init(global, env),
+        Command::Boards { command } => boards::boards(env, command),
         Command::Migrate => admin::migrate(global, env),
         Command::Add(args) => admin::add(global, env, &args),
         Command::Ls {

@@ -167,12 +167,12 @@ fn test_missing_pinned_carrier_fails_closed() {
 #[test]
 fn test_missing_db_pin_never_resolves_an_ambient_board() {
     // A fully live board sits exactly where the CLI's resolver looks (the
-    // home's default board, HOME/boards/default/kanban.db); with the pin
+    // home's default board, HOME/kanban.db); with the pin
     // gone, the proof must not find it.
     let home = tempfile::tempdir().unwrap();
     let time = VirtualClock::at(NOW);
     let board = kanban_board_sqlite::SqliteBoard::create(
-        home.path().join("boards/default/kanban.db"),
+        home.path().join("kanban.db"),
         std::sync::Arc::new(time),
     )
     .unwrap();

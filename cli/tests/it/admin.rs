@@ -129,7 +129,7 @@ fn the_kanban_home_and_board_have_kanban_names_and_the_seed_names_win() {
             .env("KANBAN_HOME", &ours)
             .env("KANBAN_BOARD", "team"),
     );
-    assert!(ours.join("boards/team/kanban.db").is_file());
+    assert!(ours.join("kanban/boards/team/kanban.db").is_file());
     init(
         bench
             .command()
@@ -138,8 +138,8 @@ fn the_kanban_home_and_board_have_kanban_names_and_the_seed_names_win() {
             .env("KANBAN_BOARD", "ours")
             .env("HERMES_KANBAN_BOARD", "seed"),
     );
-    assert!(seed.join("boards/seed/kanban.db").is_file());
-    assert!(!ours.join("boards/ours").exists());
+    assert!(seed.join("kanban/boards/seed/kanban.db").is_file());
+    assert!(!ours.join("kanban/boards/ours").exists());
     // A blank seed name is unset: ours stands in.
     init(
         bench
@@ -148,7 +148,7 @@ fn the_kanban_home_and_board_have_kanban_names_and_the_seed_names_win() {
             .env("HERMES_KANBAN_HOME", " ")
             .env("KANBAN_BOARD", "blank"),
     );
-    assert!(ours.join("boards/blank/kanban.db").is_file());
+    assert!(ours.join("kanban/boards/blank/kanban.db").is_file());
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn named_boards_live_under_the_kanban_home() {
     };
     assert!(run(&["--board", "team-a", "init"]).status.success());
     assert!(run(&["--board", "team-a", "add", "on a"]).status.success());
-    assert!(home.join("boards/team-a/kanban.db").is_file());
+    assert!(home.join("kanban/boards/team-a/kanban.db").is_file());
     let listed = text(&run(&["--board", "team-a", "ls"]).stdout);
     assert!(listed.contains("on a"));
     let output = run(&["ls"]);
@@ -1014,7 +1014,7 @@ fn until_idle<'b>(bench: &'b Bench, line: &str) -> impl Fn() + 'b {
 /// PostgreSQL board's folder under the kanban home).
 fn attachments_folder(bench: &Bench) -> std::path::PathBuf {
     match &bench.home {
-        Some(home) => home.join("boards/default/attachments"),
+        Some(home) => home.join("kanban/boards/default/attachments"),
         None => bench.path().join("attachments"),
     }
 }

@@ -12,6 +12,7 @@
 )]
 
 mod admin;
+mod boards;
 mod dispatch;
 mod faults;
 mod hostile;

@@ -654,3 +654,86 @@ fn a_seed_worker_that_lost_its_claim_is_stopped_with_its_group() {
     let shown = bench.show(&card);
     assert_eq!(runs(&shown)[0]["outcome"], "reclaimed", "{shown}");
 }
+
+/// One kanban home, two systems: each lists, uses and removes the boards
+/// the other made, and both follow the one current board.
+#[test]
+fn both_systems_keep_the_same_boards_in_one_home() {
+    let bench = Bench::new();
+    let cli = seed_cli(bench.path());
+    let home = bench.path().join("hermes-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let ours = |args: &[&str]| {
+        let output = bench
+            .command()
+            .env(kanban_core::vars::HOME, &home)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}: {}", said(&output));
+        text(&output.stdout)
+    };
+    let theirs = |args: &[&str]| {
+        let output = hermes(&cli, &home, None, args);
+        assert!(output.status.success(), "{args:?}: {}", said(&output));
+        text(&output.stdout)
+    };
+    let board = |listed: &Value, slug: &str| -> Value {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|entry| entry["slug"] == slug)
+            .cloned()
+            .unwrap_or_else(|| panic!("no board {slug}: {listed}"))
+    };
+
+    // Ours, seen by the seed system: its name, its cards, current.
+    ours(&[
+        "boards",
+        "create",
+        "ours",
+        "--name",
+        "Our Board",
+        "--switch",
+    ]);
+    ours(&["add", "on our board"]);
+    let listed: Value = serde_json::from_str(&theirs(&["boards", "list", "--json"])).unwrap();
+    let entry = board(&listed, "ours");
+    assert_eq!(entry["name"], "Our Board");
+    assert_eq!(entry["is_current"], true);
+    assert_eq!(entry["counts"], serde_json::json!({"ready": 1}));
+    assert!(theirs(&["list"]).contains("on our board"));
+
+    // Theirs, seen by us; their switch moves our current board.
+    theirs(&["boards", "create", "theirs", "--name", "Their Board"]);
+    theirs(&["--board", "theirs", "create", "on their board"]);
+    theirs(&["boards", "switch", "theirs"]);
+    let listed: Value = serde_json::from_str(&ours(&["boards", "list", "--json"])).unwrap();
+    let entry = board(&listed, "theirs");
+    assert_eq!(entry["name"], "Their Board");
+    assert_eq!(entry["is_current"], true);
+    assert_eq!(entry["counts"], serde_json::json!({"ready": 1}));
+    assert!(ours(&["ls"]).contains("on their board"));
+
+    // Our default board is theirs too.
+    ours(&["--board", "default", "init"]);
+    ours(&["--board", "default", "add", "on the default board"]);
+    assert!(theirs(&["--board", "default", "list"]).contains("on the default board"));
+
+    // A board either removes is gone for both.
+    theirs(&["boards", "rm", "ours"]);
+    let listed: Value = serde_json::from_str(&ours(&["boards", "list", "--json"])).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|entry| entry["slug"] != "ours"),
+        "{listed}"
+    );
+    ours(&["boards", "rm", "theirs"]);
+    let listed = theirs(&["boards", "list"]);
+    assert!(!listed.contains("theirs"), "{listed}");
+    assert!(listed.contains("Current board: default"), "{listed}");
+}
