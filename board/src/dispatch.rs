@@ -199,6 +199,12 @@ impl<E: Engine> StoredBoard<E> {
             .await
     }
 
+    pub async fn claim_lane(&self, limit: usize) -> Result<Vec<ClaimCandidate>, BoardError> {
+        self.engine
+            .read(move |sql| Box::pin(async move { Tx::new(sql).claim_lane(limit).await }))
+            .await
+    }
+
     pub async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
         let (host, ticks) = (host.to_owned(), ticks.clone());
         self.engine

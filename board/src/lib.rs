@@ -459,6 +459,12 @@ macro_rules! board_ports {
                     .claim_ready_batch(ttl_seconds, claim_locks, filter)
                     .await
             }
+            async fn claim_lane(
+                &self,
+                limit: usize,
+            ) -> Result<Vec<::kanban_core::rules::ClaimCandidate>, ::kanban_core::BoardError> {
+                (**self).claim_lane(limit).await
+            }
             async fn record_ticks(
                 &self,
                 host: &str,

@@ -676,6 +676,31 @@ impl<'t> Tx<'t> {
         Ok(found)
     }
 
+    /// The first `count` cards of the claim lanes in claim order, whatever
+    /// their claims, holds and times (a dry run's reading), through the
+    /// lane index.
+    pub(crate) async fn claim_lane(&mut self, count: usize) -> TxResult<Vec<ClaimCandidate>> {
+        let dialect = self.sql.dialect();
+        let query = format!(
+            "{} WHERE t.status = $1
+               ORDER BY t.priority DESC, t.created_at ASC, t.{} ASC LIMIT $2",
+            candidate_query(dialect.place),
+            dialect.place,
+        );
+        let mut found = Vec::new();
+        for lane in [TaskStatus::Ready, TaskStatus::Review] {
+            self.sql.walk_indexes();
+            let lane_rows = self
+                .sql
+                .rows(&query, args![lane.as_str(), limit(count)])
+                .await?;
+            found.extend(rows(lane_rows, candidate)?);
+        }
+        found.sort_by(kanban_core::rules::claim_order);
+        found.truncate(count);
+        Ok(found)
+    }
+
     /// One card for a claim by hand; `None` while another writer holds it.
     pub(crate) async fn claim_candidate(
         &mut self,

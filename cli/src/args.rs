@@ -734,6 +734,15 @@ pub(crate) struct DispatchArgs {
     /// One tick, then exit.
     #[arg(long, conflicts_with = "until_idle")]
     pub(crate) once: bool,
+    /// Say what one tick would claim now, and why not each other ready card
+    /// (held, waiting for its time, no agent, walled, an agent or this host
+    /// full); claim nothing, start nothing, write nothing. It may run beside
+    /// a dispatcher that ticks.
+    #[arg(long, conflicts_with_all = ["once", "until_idle"])]
+    pub(crate) dry_run: bool,
+    /// With --dry-run: one JSON object (docs/cli.md).
+    #[arg(long, requires = "dry_run")]
+    pub(crate) json: bool,
     /// Exit once nothing runs and nothing can be claimed now (cards waiting out a cooldown or a
     /// backoff do not keep it running; `ls` says when they come back).
     #[arg(long)]

@@ -182,6 +182,14 @@ impl OpenBoard {
         }
     }
 
+    /// The ports as one shared value, a SQLite board's work done inline.
+    pub(crate) fn into_inline(self) -> Arc<dyn AnyBoard> {
+        match self.engine {
+            Engine::Sqlite(board) => Arc::new(board),
+            Engine::Postgres(board) => Arc::<PgBoard>::from(board),
+        }
+    }
+
     /// The ports as one shared value (the dispatcher's), SQLite's blocking
     /// work offloaded to `offload`.
     pub(crate) fn into_shared(

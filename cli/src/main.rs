@@ -13,6 +13,7 @@ mod boards;
 mod demo;
 mod dispatch;
 mod dispatch_link;
+mod dry_run;
 mod duration;
 mod fault;
 mod fence;
@@ -431,6 +432,9 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
                     return Ok(ExitCode::ConfigFail);
                 }
             };
+            if args.dry_run {
+                return dry_run::dry_run(&plan, env, args.json);
+            }
             dispatch::run(&plan, env, interrupt)
         }
         Command::Demo { board_file } => {

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use kanban_testkit::{AgentScript, AgentTurn, WrittenAgent, write_executable};
 
+use serde_json::Value;
+
 use crate::{Bench, reaped, runs, text, wait_for};
 
 const SUCCESS: &str = r#"{"completed": true, "final_response": "all done"}"#;
@@ -1295,4 +1297,130 @@ fn dispatch_a_sleeping_agent(bench: &Bench) -> (std::process::Child, i32) {
 /// Whether process `pid` is gone (or only its zombie is left).
 fn gone(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() || reaped(pid)
+}
+
+/// `dispatch --dry-run` says what one tick would claim and why not the
+/// rest, writes nothing, and the tick that follows claims just those.
+fn a_dry_run_foresees_the_tick(bench: &Bench) {
+    let crasher = agent(bench, vec![AgentTurn::exit(3)]);
+    // A card that crashed once waits out its backoff in the ready lane.
+    let backing_off = bench.add("backing off", &[]);
+    bench.dispatch_until_idle(&crasher.path, &[]);
+    let agents = bench.path().join("agents.toml");
+    let command = crasher.path.display();
+    std::fs::write(
+        &agents,
+        format!(
+            "default = \"plain\"\n\
+             [agents.coder]\ncommand = \"{command}\"\nmax_in_progress = 1\n\
+             [agents.plain]\ncommand = \"{command}\"\n"
+        ),
+    )
+    .unwrap();
+    let first = bench.add("coder first", &["--assignee", "coder", "--priority", "5"]);
+    let second = bench.add("coder second", &["--assignee", "coder", "--priority", "4"]);
+    let plain = bench.add("plain", &["--priority", "3"]);
+    let nobody = bench.add("for nobody", &["--assignee", "reviewer", "--priority", "2"]);
+    let third = bench.add("plain again", &["--priority", "1"]);
+    let last = bench.add("no slot left", &[]);
+    let parent = bench.add("waited for", &["--blocked"]);
+    bench.add("waiting", &["--parent", &parent]);
+    let ids = [
+        &backing_off,
+        &first,
+        &second,
+        &plain,
+        &nobody,
+        &third,
+        &last,
+    ];
+    let state = || -> Vec<Value> {
+        ids.iter()
+            .map(|id| {
+                let card = bench.show(id);
+                serde_json::json!([card["task"], card["runs"], card["events"]])
+            })
+            .collect()
+    };
+    let before = state();
+    let args = [
+        "--agents",
+        agents.to_str().unwrap(),
+        "dispatch",
+        "--max-in-progress",
+        "3",
+    ];
+    let mut dry = args.to_vec();
+    dry.extend(["--dry-run", "--json"]);
+    let preview: Value = serde_json::from_str(&bench.ok(&dry)).unwrap();
+    assert_eq!(state(), before, "a dry run writes nothing");
+    assert_eq!(preview["dry_run"], true);
+    assert_eq!(preview["slots"], 3);
+    assert_eq!(preview["running_here"], 0);
+    assert_eq!(preview["more"], false);
+    assert!(preview["now"].is_i64() && preview["host"].is_string());
+    let verdict = |id: &str| -> Value {
+        preview["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|card| card["task_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not in {preview}"))
+            .clone()
+    };
+    let said = |id: &str| verdict(id)["verdict"].as_str().unwrap().to_owned();
+    assert_eq!(said(&first), "claim");
+    assert_eq!(verdict(&first)["route"], "coder");
+    assert_eq!(said(&second), "agent_full");
+    assert_eq!(said(&plain), "claim");
+    assert_eq!(verdict(&plain)["route"], "plain");
+    assert_eq!(said(&nobody), "no_agent");
+    assert_eq!(said(&third), "claim");
+    assert_eq!(said(&last), "no_room");
+    assert_eq!(said(&backing_off), "waits");
+    assert_eq!(
+        verdict(&backing_off)["until"],
+        bench.show(&backing_off)["task"]["not_before"]
+    );
+    assert_eq!(preview["skipped_unassigned"], serde_json::json!([nobody]));
+    assert_eq!(
+        preview["elsewhere"],
+        serde_json::json!({"blocked": 1, "todo": 1})
+    );
+    let foreseen: Vec<&str> = preview["spawned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|spawned| spawned["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(foreseen, [first.as_str(), plain.as_str(), third.as_str()]);
+    let human = bench.ok(&[&args[..], &["--dry-run"]].concat());
+    assert!(
+        human.contains("3 of 7 would be claimed")
+            && human.contains("no agent serves \"reviewer\"")
+            && human.contains("1 todo (wait for their parents)"),
+        "{human}"
+    );
+
+    // The tick itself claims just those.
+    let mut once = args.to_vec();
+    once.push("--once");
+    bench.ok(&once);
+    let ran: Vec<&str> = ids
+        .iter()
+        .zip(&before)
+        .filter(|(id, was)| runs(&bench.show(id)).len() > was[1].as_array().unwrap().len())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(ran, foreseen);
+}
+
+#[test]
+fn a_dry_run_foresees_the_tick_on_sqlite() {
+    a_dry_run_foresees_the_tick(&Bench::new());
+}
+
+#[test]
+fn a_dry_run_foresees_the_tick_on_postgresql() {
+    a_dry_run_foresees_the_tick(&Bench::postgres());
 }

@@ -120,7 +120,7 @@ impl Dispatcher {
     }
 
     /// Room per agent under its own limit, counting its runs on the board.
-    fn room_per_agent(&self) -> BTreeMap<String, usize> {
+    pub(super) fn room_per_agent(&self) -> BTreeMap<String, usize> {
         let mut room = BTreeMap::new();
         for (route, agent) in &self.settings.routes {
             if let Some(limit) = agent.max_in_progress {

@@ -9,7 +9,8 @@
 //! workers (`claiming`), watching and stopping them (`children`), booking
 //! their exits and releasing claims, again when the board failed
 //! (`backlog`), faults of the environment and an unsafe board (`health`),
-//! and what it tells its log (`events`).
+//! what it tells its log (`events`), and a dry run of a tick's claims
+//! (`preview`).
 
 mod backlog;
 mod children;
@@ -17,6 +18,7 @@ mod claiming;
 mod events;
 mod health;
 mod ports;
+mod preview;
 mod routing;
 
 pub use events::{DispatchEvent, DispatchNotes};
@@ -25,6 +27,7 @@ pub use ports::{
     StaleClaimAction, StopSignal, Supervisor, TICK_BUCKETS_MS, TickDurations, Wakeups, WorkerExit,
     WorkerProcess, stale_claim_action,
 };
+pub use preview::{Foreseen, Gates, TickPreview, foresee};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -14,6 +14,7 @@ use crate::data::{
 };
 
 use crate::ports::Board;
+use crate::rules::ClaimCandidate;
 
 use crate::walls::{Wall, WallHit};
 
@@ -115,6 +116,10 @@ pub trait DispatchBoard: Board {
         claim_locks: &[String],
         filter: &ClaimFilter,
     ) -> Result<Vec<ClaimGrant>, BoardError>;
+    /// The first `limit` cards of the claim lanes (ready, then review), in
+    /// claim order, whatever their claims, holds and times: what a dry run
+    /// of a tick reads. Writes nothing.
+    async fn claim_lane(&self, limit: usize) -> Result<Vec<ClaimCandidate>, BoardError>;
     /// Adds one dispatcher's tick durations to the board's (for metrics).
     async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError>;
     /// Every provider wall on the board.

@@ -22,6 +22,7 @@ mod interaction;
 mod lease;
 mod owner_seam;
 mod policy;
+mod preview;
 mod properties;
 mod recovery;
 mod rules;

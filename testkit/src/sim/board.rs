@@ -9,7 +9,7 @@ use std::future::Future;
 use async_trait::async_trait;
 use kanban_board_postgres::PgBoard;
 use kanban_board_sqlite::SqliteBoard;
-use kanban_core::rules::{FailurePolicy, Overrun, Release, Released};
+use kanban_core::rules::{ClaimCandidate, FailurePolicy, Overrun, Release, Released};
 use kanban_core::walls::Wall;
 use kanban_core::{
     Board, BoardAdmin, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard,
@@ -280,6 +280,10 @@ impl DispatchBoard for SimBoard {
             }
         }
         Ok(grants)
+    }
+    async fn claim_lane(&self, limit: usize) -> Result<Vec<ClaimCandidate>, BoardError> {
+        self.gate("claim_lane").await?;
+        done(self.inner.claim_lane(limit))
     }
     async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
         done(self.inner.record_ticks(host, ticks))
