@@ -13,6 +13,7 @@
 mod conn;
 mod engine;
 mod schema;
+mod settings;
 mod tls;
 mod watch;
 
@@ -25,6 +26,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, percent_e
 
 pub use engine::Postgres;
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+pub use settings::settings;
 /// The driver's connection settings, and a host in them.
 pub use tokio_postgres::Config;
 pub use tokio_postgres::config::Host;

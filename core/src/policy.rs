@@ -123,10 +123,11 @@ pub fn stop_nudge_attempts(env: &Environment) -> u32 {
 
 /// The backoff before recovery attempt `attempt` (1-based) on `schedule`.
 /// Attempts at or below zero get the first entry; past the end the last
-/// entry repeats. An empty schedule waits not at all.
-pub fn recovery_delay_seconds(attempt: i64, schedule: &[u64]) -> u64 {
+/// entry repeats. An empty schedule waits not at all. Whole seconds for the
+/// worker; a host may keep its schedule in fractions (the Python binding).
+pub fn recovery_delay_seconds<T: Copy + Default>(attempt: i64, schedule: &[T]) -> T {
     let Some(last) = schedule.len().checked_sub(1) else {
-        return 0;
+        return T::default();
     };
     let index = usize::try_from(attempt.max(1) - 1)
         .unwrap_or(usize::MAX)

@@ -2060,3 +2060,80 @@ fn a_fresh_claim_keeps_its_lease_until_a_third_of_it_is_gone_by_the_dispatchers_
         "less than two thirds left at its start: renewed by the dispatcher's clock"
     );
 }
+
+#[test]
+fn a_dry_run_foresees_the_ticks_claims_and_writes_nothing() {
+    use kanban_core::Foreseen;
+    use kanban_core::walls::{AgentRoute, ProviderId};
+    let limited = |limit| AgentRoute {
+        identity: "a#1".into(),
+        provider: ProviderId::default(),
+        max_in_progress: limit,
+    };
+    let mut rig = rig_with(DispatchSettings {
+        max_in_progress: 3,
+        routes: [
+            ("a".to_owned(), limited(Some(2))),
+            ("b".to_owned(), limited(None)),
+        ]
+        .into(),
+        ..settings()
+    });
+    let running = rig.add_for("a runs", "a", 9);
+    let a1 = rig.add_for("a one", "a", 8);
+    let a2 = rig.add_for("a two", "a", 7);
+    let b1 = rig.add_for("b one", "b", 6);
+    let b2 = rig.add_for("b two", "b", 5);
+    let nobody = rig.add_for("for nobody", "c", 4);
+    // One of a's cards runs on this host: one slot and one of a's room gone.
+    block_on(rig.board.claim_task(&running, TTL, "h1:1:x"))
+        .unwrap()
+        .unwrap();
+    let before: Vec<_> = [&a1, &a2, &b1, &b2].iter().map(|id| rig.card(id)).collect();
+    let preview = block_on(rig.dispatcher.preview(10)).unwrap();
+    let after: Vec<_> = [&a1, &a2, &b1, &b2].iter().map(|id| rig.card(id)).collect();
+    assert_eq!(before, after, "a dry run writes nothing");
+    assert_eq!(
+        (preview.running_here, preview.slots, preview.more),
+        (1, 2, false)
+    );
+    let verdicts: Vec<(&str, &Foreseen)> = preview
+        .cards
+        .iter()
+        .map(|(card, foreseen)| (card.task_id.as_str(), foreseen))
+        .collect();
+    let claim = |route: &str| Foreseen::Claim {
+        route: route.to_owned(),
+    };
+    assert_eq!(
+        verdicts,
+        [
+            (a1.as_str(), &claim("a")),
+            (
+                a2.as_str(),
+                &Foreseen::AgentFull {
+                    route: "a".to_owned()
+                }
+            ),
+            (b1.as_str(), &claim("b")),
+            (b2.as_str(), &Foreseen::NoRoom),
+            (nobody.as_str(), &Foreseen::NoAgent),
+        ]
+    );
+    // Reading fewer cards than wait says so.
+    let preview = block_on(rig.dispatcher.preview(2)).unwrap();
+    assert_eq!((preview.cards.len(), preview.more), (2, true));
+    let preview = block_on(rig.dispatcher.preview(5)).unwrap();
+    assert_eq!((preview.cards.len(), preview.more), (5, false));
+    // The tick claims just what the dry run foresaw.
+    rig.tick();
+    assert_eq!(
+        [&a1, &a2, &b1, &b2].map(|id| rig.status(id)),
+        [
+            TaskStatus::Running,
+            TaskStatus::Ready,
+            TaskStatus::Running,
+            TaskStatus::Ready
+        ]
+    );
+}
