@@ -88,6 +88,8 @@ pub struct ExecAgentConfig {
     /// then its program, started with the seed system's arguments and
     /// settled from its exit code ([`crate::settle_seed_worker`]).
     pub seed_worker: Option<SeedWorker>,
+    /// Its working directory: the card's workspace (`None`: the worker's).
+    pub workdir: Option<std::path::PathBuf>,
 }
 
 /// The seed system's worker, as an [`ExecAgent`] runs it.
@@ -359,6 +361,9 @@ impl ExecAgent {
             }
             None => {
                 command.arg(&self.config.command);
+                if let Some(workdir) = &self.config.workdir {
+                    command.current_dir(workdir);
+                }
             }
         }
         command

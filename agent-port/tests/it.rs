@@ -133,6 +133,7 @@ fn a_chatty_agent_cannot_deadlock_the_worker_on_its_pipes() {
             forward: Forward::Neither,
             turn_timeout: None,
             seed_worker: None,
+            workdir: None,
         },
         activity(),
     );
@@ -158,6 +159,7 @@ fn an_agent_the_shell_cannot_find_is_the_environments_fault() {
             forward: Forward::Neither,
             turn_timeout: None,
             seed_worker: None,
+            workdir: None,
         },
         activity(),
     );
@@ -188,6 +190,7 @@ fn an_agent_that_answers_before_exiting_127_is_judged_by_its_answer() {
             forward: Forward::Neither,
             turn_timeout: None,
             seed_worker: None,
+            workdir: None,
         },
         activity(),
     );
@@ -361,6 +364,7 @@ fn exec_agent(
         forward: Forward::Neither,
         turn_timeout: None,
         seed_worker: None,
+        workdir: None,
     };
     config(&mut settings);
     let activity = activity();
@@ -642,6 +646,7 @@ fn seed_agent(dir: &std::path::Path, exit: i32) -> ExecAgent {
                 profile: "coder".into(),
                 workspace,
             }),
+            workdir: None,
         },
         activity(),
     )
@@ -740,6 +745,7 @@ fn a_seed_worker_that_cannot_be_found_is_the_environments_fault() {
                 profile: "coder".into(),
                 workspace: dir.path().to_owned(),
             }),
+            workdir: None,
         },
         activity(),
     );

@@ -12,10 +12,10 @@ use kanban_board::TxResult;
 use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration N (1-based) brings a board from version N-1 to N.
-pub const MIGRATIONS: [&str; 4] = [
+pub const MIGRATIONS: [&str; 5] = [
     r#"
 CREATE TABLE tasks (
     id                   TEXT PRIMARY KEY,
@@ -133,6 +133,12 @@ CREATE TABLE task_attachments (
     created_at   BIGINT NOT NULL
 );
 CREATE INDEX idx_attachments_task ON task_attachments(task_id, created_at);
+"#,
+    // 5: where a card's agent works (the seed system's columns).
+    r#"
+ALTER TABLE tasks ADD COLUMN workspace_kind TEXT NOT NULL DEFAULT 'scratch';
+ALTER TABLE tasks ADD COLUMN workspace_path TEXT;
+ALTER TABLE tasks ADD COLUMN branch_name TEXT;
 "#,
 ];
 

@@ -24,7 +24,8 @@ use crate::engine::{Param, Row, Sql, Turns, TxResult};
 const TASK_COLUMNS: &str = "id, title, body, assignee, status, priority, created_at, claim_lock, \
     claim_expires, current_run_id, worker_pid, goal_mode, goal_max_turns, max_retries, \
     consecutive_failures, result, not_before, last_failure_error, last_heartbeat_at, max_runtime_seconds, \
-    held_reason, every_seconds, block_kind, created_by, tenant";
+    held_reason, every_seconds, block_kind, created_by, tenant, workspace_kind, workspace_path, \
+    branch_name";
 const RUN_COLUMNS: &str = "id, task_id, status, claim_lock, claim_expires, worker_pid, \
     started_at, ended_at, outcome, summary, error, worker_started_at, metadata";
 const EVENT_COLUMNS: &str = "id, task_id, run_id, kind, payload, created_at";
@@ -145,6 +146,13 @@ fn task_at(row: &Row, at: usize) -> TxResult<TaskRecord> {
         block_kind: row.opt_text(at + 22)?,
         created_by: row.opt_text(at + 23)?,
         tenant: row.opt_text(at + 24)?,
+        workspace_kind: row.opt_text(at + 25)?.unwrap_or_else(|| {
+            kanban_core::workspaces::WorkspaceKind::Scratch
+                .as_str()
+                .to_owned()
+        }),
+        workspace_path: row.opt_text(at + 26)?,
+        branch_name: row.opt_text(at + 27)?,
     })
 }
 
@@ -930,7 +938,8 @@ impl<'t> Tx<'t> {
         let row = self
             .one(
                 "SELECT title, body, assignee, priority, max_retries, goal_mode, goal_max_turns,
-                        max_runtime_seconds, every_seconds, COALESCE(scheduled_at, created_at)
+                        max_runtime_seconds, every_seconds, COALESCE(scheduled_at, created_at),
+                        workspace_kind, workspace_path, branch_name
                    FROM tasks WHERE id = $1 AND every_seconds IS NOT NULL",
                 args![task_id],
             )
@@ -938,6 +947,7 @@ impl<'t> Tx<'t> {
         let Some(row) = row else {
             return Ok(None);
         };
+        let (workspace_kind, workspace_path) = (row.opt_text(10)?, row.opt_text(11)?);
         let next = NewTask {
             title: row.text(0)?,
             body: row.opt_text(1)?,
@@ -948,6 +958,15 @@ impl<'t> Tx<'t> {
             goal_max_turns: row.opt_count(6)?,
             max_runtime_seconds: row.opt_int(7)?,
             every_seconds: row.opt_int(8)?,
+            // The next card works where this one did.
+            workspace: workspace_kind
+                .as_deref()
+                .and_then(kanban_core::workspaces::WorkspaceKind::parse)
+                .map(|kind| kanban_core::workspaces::WorkspaceSpec {
+                    kind,
+                    path: workspace_path,
+                }),
+            branch: row.opt_text(12)?,
             ..NewTask::default()
         };
         Ok(Some((next, row.int(9)?)))
@@ -1323,12 +1342,15 @@ impl Tx<'_> {
         now: i64,
     ) -> TxResult<()> {
         let scheduled_at = new.every_seconds.map(|_| new.not_before.unwrap_or(now));
+        let workspace = new.workspace.clone().unwrap_or_default();
         self.sql
             .execute(
                 "INSERT INTO tasks (id, title, body, assignee, status, priority, created_at, idempotency_key,
                                     max_retries, goal_mode, goal_max_turns, max_runtime_seconds,
-                                    not_before, every_seconds, scheduled_at, created_by, tenant)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                                    not_before, every_seconds, scheduled_at, created_by, tenant,
+                                    workspace_kind, workspace_path, branch_name)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                         $18, $19, $20)",
                 args![
                     id,
                     &new.title,
@@ -1347,6 +1369,9 @@ impl Tx<'_> {
                     scheduled_at,
                     new.created_by.as_deref(),
                     new.tenant.as_deref(),
+                    workspace.kind.as_str(),
+                    workspace.path.as_deref(),
+                    new.branch.as_deref(),
                 ],
             )
             .await?;

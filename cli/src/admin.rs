@@ -93,7 +93,14 @@ pub(crate) fn add(
         .map(|raw| parse_moment(raw, now))
         .transpose()
         .map_err(|problem| anyhow::anyhow!("--not-before: {problem}"))?;
+    let (workspace, branch) = crate::workspace::for_add(
+        args.workspace.as_deref(),
+        args.repo.as_deref(),
+        args.branch.as_deref(),
+    )?;
     let new = NewTask {
+        workspace,
+        branch,
         not_before,
         every_seconds: args.every,
         title: args.title.clone(),
@@ -839,6 +846,7 @@ pub(crate) fn show(
         task.consecutive_failures
     );
     out!("{}", whom_and_why(&view, &linked));
+    print_workspace(task);
     print_attachments(id, attachments);
     if !met.is_empty() {
         outln!("met a provider wall (it holds every card of that provider; kanban walls):");
@@ -975,6 +983,26 @@ fn events_table(events: &[kanban_core::EventRecord], now: i64) -> String {
 }
 
 /// The runs table, then each run's handoff metadata.
+/// A card's workspace, when it has one other than a scratch folder.
+fn print_workspace(task: &kanban_core::TaskRecord) {
+    if task.workspace_kind == "scratch" && task.workspace_path.is_none() {
+        return;
+    }
+    outln!(
+        "workspace: {}{}{}",
+        visible_line(&task.workspace_kind),
+        task.workspace_path
+            .as_deref()
+            .map_or_else(String::new, |path| format!(":{}", visible_line(path))),
+        task.branch_name
+            .as_deref()
+            .map_or_else(String::new, |branch| format!(
+                " (branch {})",
+                visible_line(branch)
+            ))
+    );
+}
+
 fn print_runs(runs: &[kanban_core::RunRecord]) {
     out!("{}", runs_table(runs));
     for run in runs {

@@ -853,6 +853,19 @@ pub(crate) struct AddArgs {
     /// assignee, whatever is given).
     #[arg(long, value_name = "NAME", value_parser = label)]
     pub(crate) created_by: Option<String>,
+    /// Where its agent works: `scratch` (a folder of its own under the
+    /// board's `workspaces/`, removed when the card is done; the default),
+    /// `dir:PATH` (an existing folder), `worktree:PATH` (a git worktree of
+    /// the repository at PATH, at REPO/.worktrees/ID, on --branch).
+    #[arg(long, value_name = "KIND[:PATH]")]
+    pub(crate) workspace: Option<String>,
+    /// The repository of a worktree workspace (`--workspace worktree:REPO`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) repo: Option<std::path::PathBuf>,
+    /// The branch of a worktree workspace (default wt/ID); one checked out
+    /// elsewhere is refused.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) branch: Option<String>,
     /// Print `{"id": ...}`.
     #[arg(long)]
     pub(crate) json: bool,

@@ -37,6 +37,7 @@ mod watch;
 mod worker;
 mod worker_calls;
 mod worker_secrets;
+mod workspace;
 
 use std::io::IsTerminal;
 use std::sync::Arc;

@@ -31,6 +31,9 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "block_kind": task.block_kind,
         "created_by": task.created_by,
         "tenant": task.tenant,
+        "workspace_kind": task.workspace_kind,
+        "workspace_path": task.workspace_path,
+        "branch_name": task.branch_name,
     })
 }
 

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use kanban_core::{Claim, Environment, EnvironmentFault, is_valid_task_id, vars};
 
 use crate::board_path::postgres_url;
-use crate::supervisor::seed_default_board;
 
 /// Where the seed worker runs and what it gets on top of a worker's agent
 /// environment.
@@ -22,25 +21,15 @@ pub(crate) struct SeedWorkerPlace {
     pub(crate) env_remove: Vec<String>,
 }
 
-/// The folder under which the seed system makes scratch workspaces for the
-/// board file `db`: `kanban/workspaces/` beside its default board,
-/// `workspaces/` beside any other board file.
-fn workspaces_root(db: &Path) -> PathBuf {
-    let folder = db.parent().unwrap_or(Path::new("/"));
-    if seed_default_board(db) {
-        folder.join("kanban").join("workspaces")
-    } else {
-        folder.join("workspaces")
-    }
-}
-
-/// The seed worker's place for `claim`, its scratch workspace made; a fault
-/// of the environment (never the card's) when it cannot have one.
+/// The seed worker's place for `claim`, in the card's `workspace` (made
+/// ready by [`crate::workspace::prepare`]); a fault of the environment
+/// (never the card's) when it cannot have one.
 pub(crate) fn seed_worker_place(
     profile: &str,
     claim: &Claim,
     tenant: Option<&str>,
     env: &Environment,
+    workspace: &Path,
 ) -> Result<SeedWorkerPlace, EnvironmentFault> {
     let fault = |what: String| EnvironmentFault::Configuration(what);
     let db = Path::new(&claim.db);
@@ -64,26 +53,8 @@ pub(crate) fn seed_worker_place(
         })
     };
     let db = absolute(db)?;
-    let root = match env.get_trimmed(vars::WORKSPACES_ROOT) {
-        Some(root) => absolute(Path::new(root))?,
-        None => workspaces_root(&db),
-    };
-    let workspace = root.join(&claim.task_id);
-    {
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&workspace)
-            .map_err(|error| {
-                fault(format!(
-                    "cannot make the workspace {} for the seed system's worker: {error}; make {} writable or set {}",
-                    workspace.display(),
-                    root.display(),
-                    vars::WORKSPACES_ROOT
-                ))
-            })?;
-    }
+    let root = crate::workspace::scratch_root(&db, env);
+    let workspace = workspace.to_owned();
     let program = env.get_trimmed("HERMES_BIN").unwrap_or("hermes").to_owned();
     let shown = |path: &Path| path.display().to_string();
     let mut pairs: Vec<(String, String)> = vars::under_both_names([
@@ -110,26 +81,4 @@ pub(crate) fn seed_worker_place(
         // interactive interface, which exits 0 having done nothing.
         env_remove: vec!["HERMES_TUI".to_owned()],
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scratch_workspaces_sit_where_the_seed_system_makes_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let named = dir.path().join("boards/x/kanban.db");
-        assert_eq!(
-            workspaces_root(&named),
-            dir.path().join("boards/x/workspaces")
-        );
-        let default = dir.path().join("kanban.db");
-        assert_eq!(workspaces_root(&default), dir.path().join("workspaces"));
-        std::fs::write(dir.path().join("kanban.db.init.lock"), "").unwrap();
-        assert_eq!(
-            workspaces_root(&default),
-            dir.path().join("kanban/workspaces")
-        );
-    }
 }

@@ -243,6 +243,7 @@ fn make_runner(
     session_id: String,
     activity: &Arc<Activity>,
     seed: Option<(String, SeedWorkerPlace)>,
+    place: Option<crate::workspace::Place>,
 ) -> anyhow::Result<Box<dyn TurnRunner>> {
     Ok(if agent.starts_with("http:") {
         let config = HttpAgentConfig::parse(agent, env).map_err(anyhow::Error::msg)?;
@@ -262,6 +263,9 @@ fn make_runner(
         ))
     } else {
         let mut agent_vars = agent_env(Some(claim), env);
+        if let Some(place) = &place {
+            agent_vars.extend(place.env());
+        }
         let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
         let mut command = agent.to_owned();
         let seed_worker = match seed {
@@ -285,7 +289,10 @@ fn make_runner(
                 // its own now; a password it is not handed cannot reach its
                 // output (and the card's log) by an `env` or a crash dump.
                 agent_env_remove.push("PGPASSWORD".to_owned());
-                tokio::spawn(server.serve(held.board(), claim.clone()));
+                let facts = place.clone().map(|place| {
+                    Arc::new(move || place.result()) as crate::worker_calls::HandoffFacts
+                });
+                tokio::spawn(server.serve(held.board(), claim.clone(), facts));
             }
             Err(error) => {
                 tracing::debug!("agents open the board for their calls: no socket ({error})");
@@ -302,6 +309,7 @@ fn make_runner(
                 forward: Forward::Both,
                 turn_timeout: Some(args.turn_timeout),
                 seed_worker,
+                workdir: place.map(|place| place.path),
             },
             activity.clone(),
         ))
@@ -461,16 +469,17 @@ fn seed_worker_of(
     claim: &Claim,
     tenant: Option<&str>,
     env: &Environment,
+    workspace: Option<&crate::workspace::Place>,
 ) -> Result<Option<(String, SeedWorkerPlace)>, EnvironmentFault> {
-    match seed_worker_profile(agent) {
-        Some(Ok(profile)) => {
-            let place = seed_worker_place(&profile, claim, tenant, env)?;
+    match (seed_worker_profile(agent), workspace) {
+        (Some(Ok(profile)), Some(workspace)) => {
+            let place = seed_worker_place(&profile, claim, tenant, env, &workspace.path)?;
             Ok(Some((profile, place)))
         }
-        Some(Err(problem)) => Err(EnvironmentFault::Configuration(format!(
+        (Some(Err(problem)), _) => Err(EnvironmentFault::Configuration(format!(
             "--agent {agent:?}: {problem}"
         ))),
-        None => Ok(None),
+        (Some(Ok(_)), None) | (None, _) => Ok(None),
     }
 }
 
@@ -526,15 +535,9 @@ async fn run_worker_process(
     };
     let board = held.board();
     let pid = std::process::id();
-    let view = match held.show_task(&claim.task_id, pid).await {
+    let view = match claimed_card(&held, &claim, pid).await? {
         Ok(view) => view,
-        Err(BoardError::TaskNotFound(id)) => {
-            anyhow::bail!("task {id} is not on the board {}", claim.db)
-        }
-        Err(error) => {
-            errln!("error: {error}");
-            return Ok(WorkerEnd::fault(EnvironmentFault::blocking(&error)));
-        }
+        Err(end) => return Ok(end),
     };
     let interval = Duration::from_secs(heartbeat_interval_seconds(claim_ttl(&view, &claim)));
     let task = view.task.clone();
@@ -544,12 +547,9 @@ async fn run_worker_process(
         .and_then(|seconds| u64::try_from(seconds).ok())
         .map(Duration::from_secs);
     let mut setup = worker_setup(&claim, &view, pid, env, args);
-    let seed = match seed_worker_of(&agent, &claim, task.tenant.as_deref(), env) {
-        Ok(seed) => seed,
-        Err(fault) => {
-            errln!("error: {fault}");
-            return Ok(WorkerEnd::fault(fault));
-        }
+    let (place, seed) = match places_of(&agent, &task, &claim, env) {
+        Ok(places) => places,
+        Err(end) => return Ok(end),
     };
     // The seed system's worker runs its own goal loop, judged by its own
     // judge: ours would judge it twice.
@@ -560,7 +560,16 @@ async fn run_worker_process(
     let activity = Activity::new(clock.clone(), interrupt);
     let session_id = format!("{}-run{}", claim.task_id, claim.run_id);
     let mut runner = make_runner(
-        &agent, env, args, &held, &claim, brief, session_id, &activity, seed,
+        &agent,
+        env,
+        args,
+        &held,
+        &claim,
+        brief,
+        session_id,
+        &activity,
+        seed,
+        place.clone(),
     )?;
     let judge = judge_of(args, &claim, env);
     let sleeper = StoppableSleeper {
@@ -580,18 +589,104 @@ async fn run_worker_process(
         agent: &*activity,
         heartbeat_interval: interval,
         run_limit,
-        failure_policy: FailurePolicy {
-            failure_limit: args.failure_limit,
-            backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs()).unwrap_or(0),
-            ..FailurePolicy::default()
-        },
+        failure_policy: failure_policy(args),
     };
     let frame = Frame {
         message,
         worker: Some(setup),
     };
     let report = run_worker(frame, pid, &mut ports, &life).await;
+    if let Some(place) = &place {
+        remove_finished_scratch(&held, &claim, place, pid).await;
+    }
     Ok(worker_end(report))
+}
+
+/// The claimed card, as the worker starts; a board that fails is the
+/// environment's fault.
+async fn claimed_card(
+    held: &WorkerBoard,
+    claim: &Claim,
+    pid: u32,
+) -> anyhow::Result<Result<kanban_core::TaskView, WorkerEnd>> {
+    match held.show_task(&claim.task_id, pid).await {
+        Ok(view) => Ok(Ok(view)),
+        Err(BoardError::TaskNotFound(id)) => {
+            anyhow::bail!("task {id} is not on the board {}", claim.db)
+        }
+        Err(error) => {
+            errln!("error: {error}");
+            Ok(Err(WorkerEnd::fault(EnvironmentFault::blocking(&error))))
+        }
+    }
+}
+
+/// The failure policy a worker settles an overrun with.
+fn failure_policy(args: &WorkerArgs) -> FailurePolicy {
+    FailurePolicy {
+        failure_limit: args.failure_limit,
+        backoff_base_seconds: i64::try_from(args.retry_backoff.as_secs()).unwrap_or(0),
+        ..FailurePolicy::default()
+    }
+}
+
+/// A workspace made ready, and the seed system's worker's place in it.
+type Places = (
+    Option<crate::workspace::Place>,
+    Option<(String, SeedWorkerPlace)>,
+);
+
+/// Where a command agent (the seed system's worker too) works: the card's
+/// workspace, made ready; one that cannot be is the environment's fault.
+/// An HTTP agent works in no folder.
+fn places_of(
+    agent: &str,
+    task: &kanban_core::TaskRecord,
+    claim: &Claim,
+    env: &Environment,
+) -> Result<Places, WorkerEnd> {
+    let fault = |fault: EnvironmentFault| {
+        errln!("error: {fault}");
+        WorkerEnd::fault(fault)
+    };
+    let place = if agent.starts_with("http:") {
+        None
+    } else {
+        let place = crate::workspace::prepare(task, claim, env)
+            .map_err(|problem| fault(EnvironmentFault::Configuration(problem)))?;
+        Some(place)
+    };
+    let seed =
+        seed_worker_of(agent, claim, task.tenant.as_deref(), env, place.as_ref()).map_err(fault)?;
+    Ok((place, seed))
+}
+
+/// Removes the scratch folder of a card its run completed, as the seed
+/// system does, unless a card that waits for it may still read what it left.
+async fn remove_finished_scratch(
+    held: &WorkerBoard,
+    claim: &Claim,
+    place: &crate::workspace::Place,
+    pid: u32,
+) {
+    let Ok(view) = held.show_task(&claim.task_id, pid).await else {
+        return;
+    };
+    if view.task.status.known() != Some(kanban_core::TaskStatus::Done) {
+        return;
+    }
+    for child in &view.children {
+        let settled = held.show_task(child, pid).await.is_ok_and(|child| {
+            matches!(
+                child.task.status.known(),
+                Some(kanban_core::TaskStatus::Done | kanban_core::TaskStatus::Archived)
+            )
+        });
+        if !settled {
+            return;
+        }
+    }
+    crate::workspace::remove_scratch(place);
 }
 
 /// One turn outside any board: no claim, no recovery.
@@ -634,6 +729,7 @@ pub(crate) fn one_turn(
                 forward: Forward::Stderr,
                 turn_timeout: None,
                 seed_worker: None,
+                workdir: None,
             },
             activity,
         ))

@@ -90,7 +90,7 @@ enum Question {
     /// and the board are the worker's own too.
     Prove { claim_lock: String, db: String },
     #[serde(untagged)]
-    Board(Call),
+    Board(Box<Call>),
 }
 
 /// A question with the claim the caller believes it works under.
@@ -288,7 +288,12 @@ impl CallServer {
     /// Answers callers until the worker ends; each connection on a task of
     /// its own, so that a caller that never finishes its line holds up
     /// nobody else.
-    pub(crate) async fn serve(self, board: Arc<dyn Board>, claim: Claim) {
+    pub(crate) async fn serve(
+        self,
+        board: Arc<dyn Board>,
+        claim: Claim,
+        facts: Option<HandoffFacts>,
+    ) {
         let me = nix::unistd::getuid().as_raw();
         loop {
             let stream = match self.listener.accept().await {
@@ -302,11 +307,44 @@ impl CallServer {
             };
             let board = board.clone();
             let claim = claim.clone();
+            let facts = facts.clone();
             tokio::spawn(async move {
-                let _ = answer(stream, me, &*board, &claim).await;
+                let _ = answer(stream, me, &*board, &claim, facts.as_ref()).await;
             });
         }
     }
+}
+
+/// What the worker adds to its run's handoff when the agent completes: the
+/// workspace, and a worktree's branch and the commit it ended on.
+pub(crate) type HandoffFacts =
+    Arc<dyn Fn() -> serde_json::Map<String, serde_json::Value> + Send + Sync>;
+
+/// `call`, a completion given the worker's `facts` (the agent's own keys
+/// stay as they are).
+fn with_facts(call: &Call, facts: Option<&HandoffFacts>) -> Option<Call> {
+    let (
+        Call::Complete {
+            summary,
+            result,
+            metadata,
+            created_cards,
+        },
+        Some(facts),
+    ) = (call, facts)
+    else {
+        return None;
+    };
+    let mut metadata = metadata.clone().unwrap_or_default();
+    for (key, value) in facts() {
+        metadata.entry(key).or_insert(value);
+    }
+    Some(Call::Complete {
+        summary: summary.clone(),
+        result: result.clone(),
+        metadata: Some(metadata),
+        created_cards: created_cards.clone(),
+    })
 }
 
 async fn answer(
@@ -314,6 +352,7 @@ async fn answer(
     me: u32,
     board: &dyn Board,
     claim: &Claim,
+    facts: Option<&HandoffFacts>,
 ) -> std::io::Result<()> {
     let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == me);
     let answer = if same_user {
@@ -338,7 +377,13 @@ async fn answer(
                         }
                     }
                     Question::Prove { .. } => Answer::NotMine,
-                    Question::Board(call) => match perform(board, claim, call).await {
+                    Question::Board(call) => match perform(
+                        board,
+                        claim,
+                        with_facts(call, facts).as_ref().unwrap_or(&**call),
+                    )
+                    .await
+                    {
                         Ok(done) => Answer::Done(done),
                         Err(error) => Answer::NotDone { error },
                     },
@@ -398,7 +443,7 @@ pub(crate) fn ask_worker(
     let request = Request {
         task_id: claim.task_id.clone(),
         run_id: claim.run_id,
-        call: Question::Board(call.clone()),
+        call: Question::Board(Box::new(call.clone())),
     };
     match exchange(socket, &request)? {
         Ok(Answer::Done(done)) => Some(Ok(done)),
@@ -519,7 +564,7 @@ mod tests {
             assert_eq!(serde_json::to_string(request).unwrap(), *line);
         }
         assert!(
-            matches!(&read[0].call, Question::Board(Call::Complete { summary, .. }) if summary == "done"),
+            matches!(&read[0].call, Question::Board(call) if matches!(&**call, Call::Complete { summary, .. } if summary == "done")),
             "{:?}",
             read[0]
         );
@@ -565,7 +610,7 @@ mod tests {
             let (name, socket) = server.env_pair();
             assert_eq!(name, SOCKET_VAR);
             assert!(socket.starts_with("@kanban-worker-"), "{socket}");
-            tokio::spawn(server.serve(Arc::new(board.clone()), claim.clone()));
+            tokio::spawn(server.serve(Arc::new(board.clone()), claim.clone(), None));
             let asked = claim.clone();
             let answers = tokio::task::spawn_blocking(move || {
                 let garbage = raw(&socket, "not a call\n");

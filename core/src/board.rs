@@ -72,6 +72,11 @@ pub struct NewTask {
     pub created_by: Option<String>,
     /// The namespace it belongs to (the seed system's `tenant`).
     pub tenant: Option<String>,
+    /// Where its agent works (`None`: a scratch folder of its own);
+    /// [`crate::workspaces`].
+    pub workspace: Option<crate::workspaces::WorkspaceSpec>,
+    /// The branch of its worktree (default `wt/ID`).
+    pub branch: Option<String>,
 }
 
 /// What a worker hands over when it completes its card.
@@ -160,6 +165,23 @@ pub struct TaskRecord {
     /// The namespace it belongs to (the seed system's `tenant`).
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Where its agent works: `scratch`, `dir` or `worktree` (the seed
+    /// system's `workspace_kind`; [`crate::workspaces`]).
+    #[serde(default = "scratch")]
+    pub workspace_kind: String,
+    /// The folder, repository or worktree of a `dir` or `worktree`
+    /// workspace, as given (the seed system's `workspace_path`).
+    #[serde(default)]
+    pub workspace_path: Option<String>,
+    /// The branch of a worktree workspace (the seed system's `branch_name`).
+    #[serde(default)]
+    pub branch_name: Option<String>,
+}
+
+fn scratch() -> String {
+    crate::workspaces::WorkspaceKind::Scratch
+        .as_str()
+        .to_owned()
 }
 
 /// A run (one claim of a card) as stored.

@@ -135,7 +135,9 @@ pub fn check_new_task(new: &NewTask) -> Result<(), BoardError> {
             )));
         }
     }
-    Ok(())
+    let workspace = new.workspace.clone().unwrap_or_default();
+    crate::workspaces::check_workspace(&workspace, new.branch.as_deref())
+        .map_err(|problem| BoardError::InvalidInput(problem.to_string()))
 }
 
 /// The longest name a card keeps for its tenant or its maker.

@@ -32,6 +32,7 @@ mod turn;
 mod turns;
 pub mod walls;
 mod worker;
+pub mod workspaces;
 
 pub use board::{
     BoardAdmin, BoardStats, COMMENTS_SHOWN, ClaimGrant, CommentRecord, DEFAULT_CLAIM_TTL_SECONDS,

@@ -27,6 +27,7 @@ mod serve_attacks;
 mod storm;
 mod walls;
 mod worker;
+mod workspaces;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -29,6 +29,7 @@ mod rules;
 mod swarm;
 mod tables;
 mod walls;
+mod workspaces;
 
 use kanban_core::{Environment, vars};
 

@@ -1,0 +1,243 @@
+//! A card's workspace: a scratch folder of its own, a folder, or a git
+//! worktree of its own, with real repositories and real processes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kanban_testkit::{AgentScript, AgentTurn};
+use serde_json::Value;
+
+use crate::{Bench, runs, text};
+
+const SUCCESS: &str = r#"{"completed": true, "final_response": "all done"}"#;
+
+/// `git -C DIR ARGS…`, which must succeed; its output.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs: apt-get install git");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        text(&output.stderr)
+    );
+    text(&output.stdout).trim().to_owned()
+}
+
+/// A repository with one commit on `main`.
+fn repository(bench: &Bench) -> PathBuf {
+    let repo = bench.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-q", "-m", "start"]);
+    std::fs::canonicalize(&repo).unwrap()
+}
+
+#[test]
+fn cards_of_one_repository_commit_in_worktrees_of_their_own_at_once() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let start = git(&repo, &["rev-parse", "HEAD"]);
+    let meet = bench.path().join("meet");
+    std::fs::create_dir_all(&meet).unwrap();
+    let a = bench.add(
+        "card a",
+        &["--workspace", &format!("worktree:{}", repo.display())],
+    );
+    let b = bench.add(
+        "card b",
+        &["--repo", repo.to_str().unwrap(), "--branch", "feature/b"],
+    );
+    // Each agent commits in its own folder, then waits (a bounded while)
+    // for the other to be working too: both run at once.
+    let meet_at = meet.display();
+    let shell = format!(
+        r#"echo "$KANBAN_TASK" > "work-$KANBAN_TASK.txt"
+git add "work-$KANBAN_TASK.txt"
+git -c user.name=agent -c user.email=agent@example.invalid commit -q -m "work on $KANBAN_TASK"
+pwd -P > "{meet_at}/$KANBAN_TASK.cwd"
+printf '%s' "$KANBAN_WORKSPACE" > "{meet_at}/$KANBAN_TASK.workspace"
+n=0
+while [ "$(ls "{meet_at}" | grep -c '\.cwd$')" -lt 2 ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done
+[ "$(ls "{meet_at}" | grep -c '\.cwd$')" -ge 2 ] && touch "{meet_at}/$KANBAN_TASK.met"
+"#
+    );
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
+        .write(bench.path(), "agent.sh");
+    bench.dispatch_until_idle(&agent.path, &["--max-in-progress", "2"]);
+    for (card, branch) in [(&a, format!("wt/{a}")), (&b, "feature/b".to_owned())] {
+        let shown = bench.show(card);
+        assert_eq!(shown["task"]["status"], "done", "{shown}");
+        let worktree = repo.join(".worktrees").join(card);
+        let cwd = std::fs::read_to_string(meet.join(format!("{card}.cwd"))).unwrap();
+        assert_eq!(
+            Path::new(cwd.trim()),
+            worktree,
+            "{card} works in its own worktree"
+        );
+        assert_eq!(
+            std::fs::read_to_string(meet.join(format!("{card}.workspace"))).unwrap(),
+            worktree.display().to_string()
+        );
+        assert!(
+            meet.join(format!("{card}.met")).exists(),
+            "both agents ran at once"
+        );
+        // Its branch holds its commit, and its result names both.
+        let commit = git(&repo, &["rev-parse", &branch]);
+        assert_eq!(
+            git(&repo, &["log", "-1", "--format=%s", &branch]),
+            format!("work on {card}")
+        );
+        let metadata = runs(&shown).last().unwrap()["metadata"].clone();
+        assert_eq!(metadata["branch"], branch.as_str(), "{shown}");
+        assert_eq!(metadata["commit"], commit.as_str(), "{shown}");
+        assert_eq!(metadata["workspace"], worktree.display().to_string());
+        assert_eq!(metadata["workspace_kind"], "worktree");
+        assert!(
+            worktree.join(format!("work-{card}.txt")).is_file(),
+            "a worktree is kept"
+        );
+    }
+    // The main checkout is as it was: its branch, its files, its status.
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), start);
+    assert_eq!(git(&repo, &["branch", "--show-current"]), "main");
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        "",
+        "the worktrees are not the checkout's"
+    );
+    assert!(!repo.join(format!("work-{a}.txt")).exists());
+    let shown = bench.ok(&["show", &b]);
+    assert!(
+        shown.contains("workspace: worktree:") && shown.contains("(branch feature/b)"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_scratch_folder_is_the_cards_own_and_goes_when_it_is_done() {
+    let bench = Bench::new();
+    let seen = bench.path().join("seen");
+    let card = bench.add("scratch work", &[]);
+    let shell = format!(
+        r#"pwd -P > "{seen}"
+echo notes > notes.txt
+"#,
+        seen = seen.display()
+    );
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
+        .write(bench.path(), "agent.sh");
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(bench.show(&card)["task"]["status"], "done");
+    let folder = std::fs::canonicalize(bench.path())
+        .unwrap()
+        .join("workspaces")
+        .join(&card);
+    assert_eq!(
+        Path::new(std::fs::read_to_string(&seen).unwrap().trim()),
+        folder
+    );
+    assert!(!folder.exists(), "a done card's scratch folder is removed");
+}
+
+#[test]
+fn a_workspace_the_world_cannot_give_is_refused_at_add_with_its_own_error() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let plain = bench.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let missing = bench.path().join("missing");
+    let refused = |args: &[&str], needle: &str| {
+        let mut all = vec!["add", "refused"];
+        all.extend_from_slice(args);
+        bench.refused(&all, needle);
+    };
+    refused(
+        &["--workspace", "everywhere"],
+        "not one of scratch, dir:PATH",
+    );
+    refused(&["--workspace", "dir:relative/path"], "not absolute");
+    refused(
+        &["--workspace", &format!("dir:{}/../x", plain.display())],
+        "has a `..` part",
+    );
+    refused(
+        &["--workspace", &format!("dir:{}", missing.display())],
+        "no such folder",
+    );
+    refused(
+        &["--workspace", &format!("worktree:{}", plain.display())],
+        "not in a git repository",
+    );
+    refused(
+        &["--repo", repo.to_str().unwrap(), "--branch", "main"],
+        "branch main is checked out at",
+    );
+    refused(
+        &["--repo", repo.to_str().unwrap(), "--branch=bad..name"],
+        "not a branch name git takes",
+    );
+    refused(
+        &["--branch", "topic"],
+        "--branch is for a worktree workspace",
+    );
+    let listed: Value = serde_json::from_str(&bench.ok(&["ls", "--json"])).unwrap();
+    assert_eq!(
+        listed,
+        serde_json::json!([]),
+        "a refused card changes nothing"
+    );
+    // A folder that is there is kept by its canonical path.
+    let linked = bench.path().join("linked");
+    std::os::unix::fs::symlink(&plain, &linked).unwrap();
+    let card = bench.add(
+        "in a folder",
+        &["--workspace", &format!("dir:{}", linked.display())],
+    );
+    let shown = bench.show(&card);
+    assert_eq!(shown["task"]["workspace_kind"], "dir");
+    assert_eq!(
+        shown["task"]["workspace_path"],
+        std::fs::canonicalize(&plain).unwrap().display().to_string()
+    );
+}
+
+#[test]
+fn a_workspace_gone_since_add_is_the_environments_fault_never_the_cards() {
+    let bench = Bench::new();
+    let folder = bench.path().join("work");
+    std::fs::create_dir_all(&folder).unwrap();
+    let card = bench.add(
+        "its folder goes",
+        &["--workspace", &format!("dir:{}", folder.display())],
+    );
+    std::fs::remove_dir(&folder).unwrap();
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).completing()])
+        .write(bench.path(), "agent.sh");
+    let output = bench
+        .dispatch_command(&agent.path, &["--until-idle"])
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(78), "{said}");
+    assert!(
+        said.contains("workspace folder") && said.contains("is gone"),
+        "{said}"
+    );
+    let task = &bench.show(&card)["task"];
+    assert_eq!(task["status"], "ready", "{task}");
+    assert_eq!(task["consecutive_failures"], 0, "never the card's");
+    assert!(agent.requests().is_empty(), "no agent ran");
+}
