@@ -267,7 +267,12 @@ fn make_runner(
             agent_vars.extend(place.env());
         }
         let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
-        let mut command = agent.to_owned();
+        // The agent runs in its card's workspace: a program named by a
+        // relative path is the one beside the folder this worker started in.
+        let mut command = match std::env::current_dir() {
+            Ok(here) if place.is_some() => crate::agent_check::anchor_program(agent, &here),
+            _ => agent.to_owned(),
+        };
         let seed_worker = match seed {
             Some((profile, place)) => {
                 agent_vars.extend(place.env);

@@ -241,3 +241,40 @@ fn a_workspace_gone_since_add_is_the_environments_fault_never_the_cards() {
     assert_eq!(task["consecutive_failures"], 0, "never the card's");
     assert!(agent.requests().is_empty(), "no agent ran");
 }
+
+#[test]
+fn an_agent_named_by_a_relative_path_runs_from_its_cards_workspace() {
+    let bench = Bench::new();
+    let seen = bench.path().join("seen");
+    let card = bench.add("relative agent", &["--blocked"]);
+    let shell = format!(r#"pwd -P > "{}""#, seen.display());
+    AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
+        .write(bench.path(), "agent.sh");
+    bench.ok(&["unblock", &card]);
+    let output = bench
+        .command()
+        .current_dir(bench.path())
+        .arg("--db")
+        .arg(&bench.db)
+        .args([
+            "dispatch",
+            "--until-idle",
+            "--interval",
+            "0.2",
+            "--agent",
+            "./agent.sh",
+        ])
+        .env("HERMES_KANBAN_STOP_NUDGE", "0")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(bench.show(&card)["task"]["status"], "done");
+    let folder = std::fs::canonicalize(bench.path())
+        .unwrap()
+        .join("workspaces")
+        .join(&card);
+    assert_eq!(
+        Path::new(std::fs::read_to_string(&seen).unwrap().trim()),
+        folder
+    );
+}
