@@ -186,7 +186,10 @@ pub(crate) fn each_card(
 /// An operator's change to one card.
 pub(crate) enum Operation<'a> {
     Cancel(&'a str),
-    Archive,
+    /// Archive, and take its workspace away unless `keep_workspaces`.
+    Archive {
+        keep_workspaces: bool,
+    },
     Hold(&'a str),
     Release,
     Triage(&'a str),
@@ -207,8 +210,12 @@ pub(crate) fn operate(
             block_on(board.cancel(id, reason))?;
             "cancelled (archived; a running worker is stopped by its dispatcher)"
         }
-        Operation::Archive => {
+        Operation::Archive { keep_workspaces } => {
+            let task = block_on(board.show_task(id))?.task;
             block_on(board.archive(id))?;
+            if !keep_workspaces {
+                retire_workspace(&board, &task, env);
+            }
             "archived"
         }
         Operation::Hold(reason) => {
@@ -481,15 +488,42 @@ pub(crate) fn edit(
 }
 
 /// `kanban prune --older-than D [--dry-run]`: the cards and their logs.
+/// Takes an archived or pruned card's workspace away ([`crate::workspace::retire`]),
+/// saying what it kept.
+fn retire_workspace(board: &OpenBoard, task: &kanban_core::TaskRecord, env: &Environment) {
+    // A PostgreSQL board's scratch folders are in its folder on this host.
+    let name = board.name();
+    let db = match postgres_url(std::path::Path::new(&name)) {
+        Some(_) => board.folder.join("kanban.db"),
+        None => std::path::PathBuf::from(name),
+    };
+    if let Some(said) = crate::workspace::retire(task, &db, env) {
+        errln!("{}: {said}", task.id);
+    }
+}
+
 pub(crate) fn prune(
     global: &GlobalArgs,
     env: &Environment,
     older_than: i64,
     dry_run: bool,
+    keep_workspaces: bool,
 ) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     let before = SystemClock.now().saturating_sub(older_than);
+    // Their workspaces are read before their rows go.
+    let going = if dry_run || keep_workspaces {
+        Vec::new()
+    } else {
+        let ids = block_on(board.prune(before, true))?;
+        ids.iter()
+            .filter_map(|id| block_on(board.show_task(id)).ok().map(|view| view.task))
+            .collect()
+    };
     let ids = block_on(board.prune(before, dry_run))?;
+    for task in going.iter().filter(|task| ids.contains(&task.id)) {
+        retire_workspace(&board, task, env);
+    }
     if !dry_run {
         let logs = board.folder.join("logs");
         let files = crate::attach::board_attachments_root(global, env, &board)?;

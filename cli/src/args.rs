@@ -170,13 +170,18 @@ pub(crate) enum Command {
     ///
     /// Example: kanban edit t_1a2b3c4d --result "shipped in 0.3" --metadata '{"tests_run": 12}'
     Edit(EditArgs),
-    /// Archive a card nobody works (`ls --archived` shows it).
+    /// Archive a card nobody works (`ls --archived` shows it). Its scratch
+    /// folder goes, and its git worktree unless it has changes not
+    /// committed (kept, and said); its branch stays.
     ///
     /// Example: kanban archive t_1a2b3c4d
     Archive {
         /// The cards' ids (as `ls` lists them): one or more.
         #[arg(required = true, value_name = "ID")]
         ids: Vec<String>,
+        /// Keep the cards' scratch folders and worktrees.
+        #[arg(long)]
+        keep_workspaces: bool,
     },
     /// Hold a ready, todo or scheduled card: it is parked in `scheduled`, and
     /// neither kanban nor the seed system claims it until `release`.
@@ -244,6 +249,10 @@ pub(crate) enum Command {
         /// List what would go; delete nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Keep the cards' scratch folders and worktrees (otherwise they go
+        /// as `archive` takes them).
+        #[arg(long)]
+        keep_workspaces: bool,
     },
     /// Serve the live web board, a JSON API (/api/, docs/api.md) and
     /// Prometheus metrics (/metrics). Loopback by default; any other address

@@ -260,8 +260,11 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             admin::operate(global, env, &id, Operation::Cancel(&reason))
         }
         Command::Edit(args) => admin::edit(global, env, &args),
-        Command::Archive { ids } => admin::each_card(global, env, &ids, |id| {
-            admin::operate(global, env, id, Operation::Archive)
+        Command::Archive {
+            ids,
+            keep_workspaces,
+        } => admin::each_card(global, env, &ids, |id| {
+            admin::operate(global, env, id, Operation::Archive { keep_workspaces })
         }),
         Command::Hold { id, reason } => admin::operate(global, env, &id, Operation::Hold(&reason)),
         Command::Release { id } => admin::operate(global, env, &id, Operation::Release),
@@ -272,7 +275,8 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Prune {
             older_than,
             dry_run,
-        } => admin::prune(global, env, older_than, dry_run),
+            keep_workspaces,
+        } => admin::prune(global, env, older_than, dry_run, keep_workspaces),
         Command::Logs { id, run, follow } => {
             if follow {
                 runtime::install_signal_handlers(interrupt)?;

@@ -432,6 +432,38 @@ fn take_turn(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     }
 }
 
+/// Takes away the workspace of a card that is archived or pruned: its
+/// scratch folder, and its worktree unless git finds changes in it not
+/// committed (`git worktree remove` without `--force`: kept, and said); its
+/// branch stays. What it did, when there is something to say.
+pub(crate) fn retire(task: &TaskRecord, db: &Path, env: &Environment) -> Option<String> {
+    if !kanban_core::is_valid_task_id(&task.id) {
+        return None;
+    }
+    match WorkspaceKind::parse(&task.workspace_kind)? {
+        WorkspaceKind::Scratch => {
+            let folder = scratch_of(db, &task.id, env);
+            std::fs::remove_dir_all(&folder).ok()?;
+            None
+        }
+        WorkspaceKind::Dir => None,
+        WorkspaceKind::Worktree => {
+            let (repo, target) =
+                worktree_place(Path::new(task.workspace_path.as_deref()?), &task.id).ok()?;
+            if !target.exists() {
+                return None;
+            }
+            let target_text = target.display().to_string();
+            Some(match git(&repo, &["worktree", "remove", &target_text]) {
+                Ok(_) => format!("removed its worktree {target_text} (its branch stays)"),
+                Err(said) => format!(
+                    "kept its worktree {target_text}: {said} (commit or drop the changes, then git worktree remove)"
+                ),
+            })
+        }
+    }
+}
+
 /// Removes a done card's scratch folder (as the seed system does), unless
 /// a card waiting for it may still read what it left.
 pub(crate) fn remove_scratch(place: &Place) {

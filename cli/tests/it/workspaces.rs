@@ -278,3 +278,41 @@ fn an_agent_named_by_a_relative_path_runs_from_its_cards_workspace() {
         folder
     );
 }
+
+#[test]
+fn archive_takes_a_clean_worktree_away_and_keeps_one_with_changes() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let clean = bench.add("clean", &["--repo", repo.to_str().unwrap()]);
+    let dirty = bench.add("dirty", &["--repo", repo.to_str().unwrap()]);
+    let kept = bench.add("kept", &["--repo", repo.to_str().unwrap()]);
+    let shell = format!(
+        r#"echo work > "work.txt" && git add work.txt
+git -c user.name=agent -c user.email=agent@example.invalid commit -q -m "work on $KANBAN_TASK"
+[ "$KANBAN_TASK" = "{dirty}" ] && echo unfinished > notes.txt
+true
+"#
+    );
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
+        .write(bench.path(), "agent.sh");
+    bench.dispatch_until_idle(&agent.path, &["--max-in-progress", "3"]);
+    let worktree = |card: &str| repo.join(".worktrees").join(card);
+    for card in [&clean, &dirty, &kept] {
+        assert_eq!(bench.show(card)["task"]["status"], "done");
+        assert!(worktree(card).is_dir());
+    }
+    let archived = bench.run(&["archive", &clean, &dirty]);
+    assert!(archived.status.success(), "{}", text(&archived.stderr));
+    let said = text(&archived.stderr);
+    assert!(!worktree(&clean).exists(), "a clean worktree goes: {said}");
+    assert!(said.contains("removed its worktree"), "{said}");
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", &format!("wt/{clean}")]),
+        format!("work on {clean}"),
+        "its branch stays"
+    );
+    assert!(worktree(&dirty).join("notes.txt").is_file(), "changes not committed are kept");
+    assert!(said.contains(&format!("{dirty}: kept its worktree")), "{said}");
+    bench.ok(&["archive", &kept, "--keep-workspaces"]);
+    assert!(worktree(&kept).is_dir());
+}
