@@ -311,8 +311,77 @@ true
         format!("work on {clean}"),
         "its branch stays"
     );
-    assert!(worktree(&dirty).join("notes.txt").is_file(), "changes not committed are kept");
-    assert!(said.contains(&format!("{dirty}: kept its worktree")), "{said}");
+    assert!(
+        worktree(&dirty).join("notes.txt").is_file(),
+        "changes not committed are kept"
+    );
+    assert!(
+        said.contains(&format!("{dirty}: kept its worktree")),
+        "{said}"
+    );
     bench.ok(&["archive", &kept, "--keep-workspaces"]);
     assert!(worktree(&kept).is_dir());
+}
+
+#[test]
+fn a_reclaimed_runs_successor_finds_the_worktree_only_after_the_old_agent_is_dead() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let card = bench.add("taken back", &["--repo", repo.to_str().unwrap()]);
+    let meet = bench.path().join("meet");
+    std::fs::create_dir_all(&meet).unwrap();
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(
+        &agent,
+        &format!(
+            r#"#!/bin/sh
+meet="{meet}"
+if [ ! -e "$meet/pid1" ]; then
+  pwd -P > "$meet/cwd1"
+  echo $$ > "$meet/pid1.tmp" && mv "$meet/pid1.tmp" "$meet/pid1"
+  exec sleep 300
+fi
+# A zombie is dead: only its parent has yet to reap it.
+state=$(cut -d' ' -f3 "/proc/$(cat "$meet/pid1")/stat" 2> /dev/null)
+if [ -n "$state" ] && [ "$state" != Z ]; then echo alive > "$meet/second"; else echo dead > "$meet/second"; fi
+pwd -P > "$meet/cwd2"
+"$KANBAN_BIN" complete --summary "second run" >&2 || exit $?
+echo '{{"completed": true, "final_response": "done"}}'
+"#,
+            meet = meet.display()
+        ),
+    );
+    let mut dispatcher = bench
+        .dispatch_command(&agent, &["--until-idle", "--grace", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::wait_for("the first agent", || meet.join("pid1").exists());
+    bench.ok(&["reclaim", &card, "--reason", "the operator takes it back"]);
+    let status = dispatcher.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let read = |name: &str| {
+        std::fs::read_to_string(meet.join(name))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        read("second"),
+        "dead",
+        "the old agent was gone before the next run began"
+    );
+    assert_eq!(
+        read("cwd1"),
+        read("cwd2"),
+        "the next run works on in the same worktree"
+    );
+    assert_eq!(
+        Path::new(&read("cwd2")),
+        repo.join(".worktrees").join(&card)
+    );
+    let shown = bench.show(&card);
+    assert_eq!(shown["task"]["status"], "done");
+    assert_eq!(runs(&shown).len(), 2);
 }
