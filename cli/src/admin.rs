@@ -93,14 +93,7 @@ pub(crate) fn add(
         .map(|raw| parse_moment(raw, now))
         .transpose()
         .map_err(|problem| anyhow::anyhow!("--not-before: {problem}"))?;
-    let (workspace, branch) = crate::workspace::for_add(
-        args.workspace.as_deref(),
-        args.repo.as_deref(),
-        args.branch.as_deref(),
-    )?;
-    let new = NewTask {
-        workspace,
-        branch,
+    let mut new = NewTask {
         not_before,
         every_seconds: args.every,
         title: args.title.clone(),
@@ -122,18 +115,23 @@ pub(crate) fn add(
         max_runtime_seconds: args.max_runtime,
         created_by: args.created_by.clone(),
         tenant: args.tenant.clone(),
+        workspace: None,
+        branch: None,
     };
     // Inside an agent, a card is the run's fan-out: fenced by its claim,
     // and it waits for the run's card.
     if let Ok(claim) = Claim::from_env(env) {
         let on_file = !claim.db.contains("://");
+        let mut agents_workspace = None;
         if let Some(folder) = std::path::Path::new(&claim.db).parent().filter(|_| on_file) {
-            check_assignee(global, env, folder, args.assignee.as_deref())?;
+            agents_workspace = check_assignee(global, env, folder, args.assignee.as_deref())?;
         }
+        (new.workspace, new.branch) = workspace_for_add(args, agents_workspace.as_deref())?;
         return crate::agent_calls::create(env, &claim, new, args.json);
     }
     let board = open_board(global, env)?;
-    check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
+    let agents_workspace = check_assignee(global, env, &board.folder, args.assignee.as_deref())?;
+    (new.workspace, new.branch) = workspace_for_add(args, agents_workspace.as_deref())?;
     let id = block_on(board.create_task(&new))?;
     if args.json {
         outln!("{}", json!({"id": id}));
@@ -437,27 +435,52 @@ pub(crate) fn card_id(board: &OpenBoard, given: &str) -> anyhow::Result<String> 
 
 /// With an agents file, an assignee must name one of its agents: a typo is
 /// caught when it is written, not by a card that never runs.
+/// The workspace `add` gives a card: its own, else its agent's (the
+/// agents file's `workspace`), checked against the world.
+fn workspace_for_add(
+    args: &AddArgs,
+    agents_workspace: Option<&str>,
+) -> anyhow::Result<(
+    Option<kanban_core::workspaces::WorkspaceSpec>,
+    Option<String>,
+)> {
+    let named = args.workspace.is_some() || args.repo.is_some();
+    let spec = if named {
+        args.workspace.as_deref()
+    } else {
+        agents_workspace
+    };
+    crate::workspace::for_add(spec, args.repo.as_deref(), args.branch.as_deref()).map_err(|error| {
+        match (named, agents_workspace) {
+            (false, Some(given)) => error.context(format!("the agent's workspace {given:?}")),
+            _ => error,
+        }
+    })
+}
+
+/// Checks `assignee` against the agents file, when there is one; the
+/// workspace its agent gives the cards that name none.
 fn check_assignee(
     global: &GlobalArgs,
     env: &Environment,
     folder: &std::path::Path,
     assignee: Option<&str>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     let Some(assignee) = assignee.map(str::trim).filter(|a| !a.is_empty()) else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(path) = agents_file_path(global.agents.as_deref(), folder) else {
-        return Ok(());
+        return Ok(None);
     };
     let file = load(&path, env).map_err(anyhow::Error::msg)?;
-    if !file.agents.contains_key(assignee) {
+    let Some(agent) = file.agents.get(assignee) else {
         bail!(
             "--assignee {assignee}: no agent of that name in {} ({}); add it there, or pick one of those",
             path.display(),
             names(&file.agents)
         );
-    }
-    Ok(())
+    };
+    Ok(agent.workspace.clone())
 }
 
 /// `kanban edit ID …`.

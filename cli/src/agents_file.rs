@@ -14,6 +14,7 @@
 //! recovery_delays = "15,45,90"
 //! max_in_progress = 2
 //! provider = "anthropic:team"       # the provider a command agent calls
+//! workspace = "worktree:/src/app"    # its cards' workspace, unless they name one
 //! env = { CODER_PROFILE = "strict" }
 //! ```
 
@@ -50,6 +51,7 @@ struct EntryShape {
     recovery_delays: Option<String>,
     max_in_progress: Option<u32>,
     provider: Option<String>,
+    workspace: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -80,6 +82,9 @@ pub(crate) struct AgentCommand {
     /// The provider a command agent calls, as the file declares it: the
     /// only provider its runs may wall (`walls::entitled_provider`).
     pub(crate) provider: Option<String>,
+    /// The workspace of the cards assigned to it that name none
+    /// (`add --workspace`'s form).
+    pub(crate) workspace: Option<String>,
 }
 
 impl AgentCommand {
@@ -91,6 +96,7 @@ impl AgentCommand {
             env: Vec::new(),
             max_in_progress: None,
             provider: None,
+            workspace: None,
         }
     }
 }
@@ -106,6 +112,7 @@ impl std::fmt::Debug for AgentCommand {
             )
             .field("max_in_progress", &self.max_in_progress)
             .field("provider", &self.provider)
+            .field("workspace", &self.workspace)
             .finish()
     }
 }
@@ -237,7 +244,13 @@ fn agent_of(
             )));
         }
     }
+    if let Some(workspace) = &entry.workspace
+        && let Err(error) = kanban_core::workspaces::parse_workspace(workspace)
+    {
+        return Err(problem(format!("workspace: {error}")));
+    }
     Ok(AgentCommand {
+        workspace: entry.workspace.map(|workspace| workspace.trim().to_owned()),
         spec,
         args,
         env: file_env.into_iter().collect(),

@@ -385,3 +385,36 @@ echo '{{"completed": true, "final_response": "done"}}'
     assert_eq!(shown["task"]["status"], "done");
     assert_eq!(runs(&shown).len(), 2);
 }
+
+#[test]
+fn an_agent_of_the_agents_file_gives_its_cards_a_workspace_unless_they_name_one() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let agents = bench.path().join("kanban.toml");
+    std::fs::write(
+        &agents,
+        format!(
+            "[agents.coder]\ncommand = \"true\"\nworkspace = \"worktree:{}\"\n[agents.writer]\ncommand = \"true\"\n",
+            repo.display()
+        ),
+    )
+    .unwrap();
+    let task = |card: &str| bench.show(card)["task"].clone();
+    let coded = bench.add("code it", &["--assignee", "coder"]);
+    assert_eq!(task(&coded)["workspace_kind"], "worktree");
+    assert_eq!(task(&coded)["workspace_path"], repo.display().to_string());
+    let own = bench.add(
+        "its own",
+        &["--assignee", "coder", "--workspace", "scratch"],
+    );
+    assert_eq!(task(&own)["workspace_kind"], "scratch");
+    let written = bench.add("write it", &["--assignee", "writer"]);
+    assert_eq!(task(&written)["workspace_kind"], "scratch");
+    // A workspace the file names wrong is the file's error, naming it.
+    std::fs::write(
+        &agents,
+        "[agents.coder]\ncommand = \"true\"\nworkspace = \"dir:relative\"\n",
+    )
+    .unwrap();
+    bench.refused(&["add", "again", "--assignee", "coder"], "workspace");
+}
