@@ -548,7 +548,9 @@ pub(crate) enum Command {
     },
     /// Clean up as the seed system does: delete the events older than N
     /// days of cards that are done or archived, and the worker logs not
-    /// written for N days (`prune` deletes whole cards).
+    /// written for N days (`prune` deletes whole cards); and remove the git
+    /// worktrees of cards no longer on the board, keeping any with changes
+    /// not committed.
     ///
     /// Example: kanban gc --event-retention-days 90 --log-retention-days 30
     Gc {

@@ -377,5 +377,11 @@ pub(crate) fn gc(
     outln!(
         "removed {events} event(s) of done or archived cards older than {event_days} day(s), and {removed} worker log(s) not written for {log_days} day(s)"
     );
+    // The worktrees of cards no longer on the board, in the repositories
+    // the board's cards name.
+    let tasks = block_on(board.list_tasks(None))?;
+    for said in crate::workspace::orphan_worktrees(&tasks) {
+        outln!("{said}");
+    }
     Ok(ExitCode::Success)
 }

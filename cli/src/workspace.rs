@@ -464,6 +464,44 @@ pub(crate) fn retire(task: &TaskRecord, db: &Path, env: &Environment) -> Option<
     }
 }
 
+/// Removes the worktrees under `REPO/.worktrees/` of the repositories the
+/// cards of `tasks` name whose card is no longer among them (with
+/// `git worktree remove`: one with changes not committed is kept, and
+/// said); what was done, a line each.
+pub(crate) fn orphan_worktrees(tasks: &[TaskRecord]) -> Vec<String> {
+    let known: std::collections::BTreeSet<&str> =
+        tasks.iter().map(|task| task.id.as_str()).collect();
+    let repos: std::collections::BTreeSet<PathBuf> = tasks
+        .iter()
+        .filter(|task| task.workspace_kind == WorkspaceKind::Worktree.as_str())
+        .filter_map(|task| {
+            let path = task.workspace_path.as_deref()?;
+            worktree_place(Path::new(path), &task.id)
+                .ok()
+                .map(|(repo, _)| repo)
+        })
+        .collect();
+    let mut said = Vec::new();
+    for repo in repos {
+        let Ok(entries) = std::fs::read_dir(repo.join(".worktrees")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str() else { continue };
+            if !kanban_core::is_valid_task_id(id) || known.contains(id) {
+                continue;
+            }
+            let target = entry.path().display().to_string();
+            said.push(match git(&repo, &["worktree", "remove", &target]) {
+                Ok(_) => format!("removed the worktree {target} of {id}, a card no longer on the board (its branch stays)"),
+                Err(error) => format!("kept the worktree {target} of {id}, a card no longer on the board: {error}"),
+            });
+        }
+    }
+    said
+}
+
 /// Removes a done card's scratch folder (as the seed system does), unless
 /// a card waiting for it may still read what it left.
 pub(crate) fn remove_scratch(place: &Place) {

@@ -418,3 +418,46 @@ fn an_agent_of_the_agents_file_gives_its_cards_a_workspace_unless_they_name_one(
     .unwrap();
     bench.refused(&["add", "again", "--assignee", "coder"], "workspace");
 }
+
+#[test]
+fn gc_removes_the_worktrees_of_cards_no_longer_on_the_board_but_not_their_changes() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let live = bench.add("still here", &["--repo", repo.to_str().unwrap()]);
+    let worktrees = repo.join(".worktrees");
+    for gone in ["t_deadbeef", "t_cafef00d"] {
+        let at = worktrees.join(gone);
+        git(
+            &repo,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                &format!("wt/{gone}"),
+                at.to_str().unwrap(),
+            ],
+        );
+    }
+    std::fs::write(worktrees.join("t_cafef00d/notes.txt"), "unfinished\n").unwrap();
+    std::fs::create_dir_all(worktrees.join(&live)).unwrap();
+    let said = bench.ok(&["gc"]);
+    assert!(!worktrees.join("t_deadbeef").exists(), "{said}");
+    assert!(
+        said.contains("removed the worktree") && said.contains("t_deadbeef"),
+        "{said}"
+    );
+    assert!(worktrees.join("t_cafef00d/notes.txt").is_file(), "{said}");
+    assert!(
+        said.contains("kept the worktree") && said.contains("t_cafef00d"),
+        "{said}"
+    );
+    assert!(
+        worktrees.join(&live).is_dir(),
+        "a card on the board keeps its worktree"
+    );
+    assert_eq!(
+        git(&repo, &["rev-parse", "--verify", "-q", "wt/t_deadbeef"]).len(),
+        40
+    );
+}
