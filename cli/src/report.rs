@@ -380,7 +380,7 @@ pub(crate) fn gc(
     // The worktrees of cards no longer on the board, in the repositories
     // the board's cards name.
     let tasks = block_on(board.list_tasks(None))?;
-    for said in crate::workspace::orphan_worktrees(&tasks) {
+    for said in crate::workspace::orphan_worktrees(&tasks, &board.name()) {
         outln!("{said}");
     }
     Ok(ExitCode::Success)

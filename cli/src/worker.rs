@@ -674,6 +674,13 @@ async fn remove_finished_scratch(
     place: &crate::workspace::Place,
     pid: u32,
 ) {
+    // An empty folder holds nothing for anyone: gone, whatever the card's
+    // state (a later run makes it again), without reading the board.
+    if place.kind != kanban_core::workspaces::WorkspaceKind::Scratch
+        || std::fs::remove_dir(&place.path).is_ok()
+    {
+        return;
+    }
     let Ok(view) = held.show_task(&claim.task_id, pid).await else {
         return;
     };

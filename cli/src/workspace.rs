@@ -17,13 +17,18 @@ use kanban_core::{Claim, Environment, TaskRecord, vars};
 /// repository.
 const GIT_LOCK_PATIENCE: Duration = Duration::from_secs(30);
 
-/// `git -C DIR ARGS…`: its trimmed output, or what it said.
+/// `git -C DIR ARGS…`: its trimmed output, or what it said. Git's own
+/// variables of the caller never steer it to another repository.
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     let output = Command::new("git")
         .arg("-C")
         .arg(dir)
         .args(args)
         .env("GIT_TERMINAL_PROMPT", "0")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .env_remove("GIT_COMMON_DIR")
         .output()
         .map_err(|error| format!("cannot run git: {error}; install git"))?;
     if output.status.success() {
@@ -33,11 +38,54 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// The top level of the repository `dir` is in; `None` when it is in none.
-fn top_level(dir: &Path) -> Option<PathBuf> {
-    git(dir, &["rev-parse", "--show-toplevel"])
-        .ok()
-        .map(PathBuf::from)
+/// Where `dir` stands in git: the common git folder of its repository, and
+/// the top level and git folder of the checkout it is in.
+#[derive(Debug)]
+struct GitPlace {
+    common: PathBuf,
+    top: PathBuf,
+    git_dir: PathBuf,
+}
+
+fn git_place(dir: &Path) -> Option<GitPlace> {
+    let found = git(
+        dir,
+        &[
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+            "--show-toplevel",
+            "--git-dir",
+        ],
+    )
+    .ok()?;
+    let mut lines = found.lines().map(PathBuf::from);
+    Some(GitPlace {
+        common: lines.next()?,
+        top: lines.next()?,
+        git_dir: lines.next()?,
+    })
+}
+
+impl GitPlace {
+    /// The repository's main checkout: where its common git folder is.
+    fn main_checkout(&self) -> Result<PathBuf, String> {
+        match self.common.file_name() {
+            Some(name) if name == ".git" => {
+                Ok(self.common.parent().unwrap_or(Path::new("/")).to_owned())
+            }
+            _ => Err(format!(
+                "{} is a bare repository: name a checkout of it for a worktree",
+                self.common.display()
+            )),
+        }
+    }
+
+    /// Whether `path` is the top level of a linked worktree (not the main
+    /// checkout).
+    fn is_linked_worktree(&self, path: &Path) -> bool {
+        self.top == path && self.git_dir != self.common
+    }
 }
 
 /// The nearest folder of `path` that exists.
@@ -64,20 +112,34 @@ fn checked_out(repo: &Path) -> Vec<(String, PathBuf)> {
     found
 }
 
-/// The repository and the worktree's place for a `worktree` workspace
-/// naming `path` (a repository's top level: its `.worktrees/ID`).
+/// The repository (its main checkout) and the worktree's place for a
+/// `worktree` workspace naming `path`, as the seed system reads it: a
+/// linked worktree is itself; the main checkout's top level means its
+/// `.worktrees/ID`; another path is where a new worktree goes, which is
+/// never inside a checkout (it would show in that checkout's status), but
+/// under `.worktrees/` or outside.
 fn worktree_place(path: &Path, task_id: &str) -> Result<(PathBuf, PathBuf), String> {
-    let anchor = nearest_existing(path);
-    let Some(repo) = top_level(anchor) else {
-        return Err(format!(
-            "{} is not in a git repository: name a repository (or a folder in one) for a worktree",
+    let not_in_git = || {
+        format!(
+            "{} is not in a git repository: name a repository (or a worktree of one) for a worktree",
             path.display()
-        ));
+        )
     };
+    let place = git_place(nearest_existing(path)).ok_or_else(not_in_git)?;
+    let repo = place.main_checkout()?;
+    if place.is_linked_worktree(path) {
+        return Ok((repo, path.to_owned()));
+    }
     if path == repo {
-        return Ok((
-            repo.clone(),
-            PathBuf::from(worktree_in(&repo.display().to_string(), task_id)),
+        let target = PathBuf::from(worktree_in(&repo.display().to_string(), task_id));
+        return Ok((repo, target));
+    }
+    let under_worktrees = path.parent() == Some(repo.join(".worktrees").as_path());
+    if path.starts_with(&place.top) && !under_worktrees {
+        return Err(format!(
+            "{} is inside the checkout {}: a worktree there would show in its status; name the repository (its worktree goes to .worktrees/ID) or a place outside it",
+            path.display(),
+            place.top.display()
         ));
     }
     Ok((repo, path.to_owned()))
@@ -92,8 +154,12 @@ pub(crate) fn for_add(
 ) -> anyhow::Result<(Option<WorkspaceSpec>, Option<String>)> {
     let mut spec = spec.map(parse_workspace).transpose()?;
     if let Some(repo) = repo {
-        let absolute =
-            std::path::absolute(repo).with_context(|| format!("--repo {}", repo.display()))?;
+        // The repository, wherever in it (a worktree of it too) it is named:
+        // its main checkout.
+        let absolute = git_place(repo)
+            .ok_or_else(|| anyhow::anyhow!("--repo {}: not a git repository", repo.display()))?
+            .main_checkout()
+            .map_err(anyhow::Error::msg)?;
         match &mut spec {
             None => {
                 spec = Some(WorkspaceSpec {
@@ -202,6 +268,10 @@ impl Place {
     /// worktree's branch and commit.
     pub(crate) fn result(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut facts = serde_json::Map::new();
+        // A scratch folder is the card's own and goes: nothing to record.
+        if self.kind == WorkspaceKind::Scratch {
+            return facts;
+        }
         facts.insert(
             "workspace".to_owned(),
             self.path.display().to_string().into(),
@@ -288,7 +358,7 @@ pub(crate) fn prepare(
         (WorkspaceKind::Worktree, Some(path)) => {
             let (repo, target) = worktree_place(&path, &task.id)?;
             let branch = worktree_branch(&task.id, task.branch_name.as_deref());
-            ensure_worktree(&repo, &target, &branch)?;
+            ensure_worktree(&repo, &target, &branch, &claim.db)?;
             Ok(Place {
                 kind,
                 path: target,
@@ -316,64 +386,71 @@ fn make_private(path: &Path) -> Result<(), String> {
 /// `target` as a worktree of `repo` on `branch`: made once, reused after.
 /// `git worktree` changes on one repository take turns (a lock file in its
 /// git folder, waited for a bounded time).
-fn ensure_worktree(repo: &Path, target: &Path, branch: &str) -> Result<(), String> {
-    let common = git(
-        repo,
-        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-    )
-    .map_err(|said| {
-        format!(
-            "{} is not a git repository any more: {said}",
-            repo.display()
-        )
-    })?;
+fn ensure_worktree(repo: &Path, target: &Path, branch: &str, board: &str) -> Result<(), String> {
+    let place = git_place(repo)
+        .ok_or_else(|| format!("{} is not a git repository any more", repo.display()))?;
+    let _turn = take_turn(&place.common.join("kanban-worktree.lock"))?;
     if target.exists() {
-        let theirs = git(
-            target,
-            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        );
+        // Only the card's own worktree, on its own branch, is worked in.
+        let theirs = git_place(target)
+            .filter(|theirs| theirs.common == place.common && theirs.is_linked_worktree(target));
+        let on = git(target, &["symbolic-ref", "--quiet", "HEAD"]).unwrap_or_default();
         return match theirs {
-            Ok(theirs) if theirs == common => Ok(()),
-            _ => Err(format!(
+            Some(_) if on == format!("refs/heads/{branch}") => Ok(()),
+            Some(_) => Err(format!(
+                "the worktree {} is on {on:?}, not on the card's branch {branch}: check it out there, or name another place",
+                target.display()
+            )),
+            None => Err(format!(
                 "{} exists and is not a worktree of {}: move it away, or name another place",
                 target.display(),
                 repo.display()
             )),
         };
     }
-    let _turn = take_turn(&PathBuf::from(&common).join("kanban-worktree.lock"))?;
     if target.starts_with(repo.join(".worktrees")) {
-        keep_out_of_status(Path::new(&common));
+        keep_out_of_status(&place.common);
     }
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|error| format!("cannot make {}: {error}", parent.display()))?;
     }
     let target_text = target.display().to_string();
-    let exists = git(
-        repo,
-        &[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("refs/heads/{branch}"),
-        ],
-    )
-    .is_ok();
+    let branch_ref = format!("refs/heads/{branch}");
+    let exists = git(repo, &["rev-parse", "--verify", "--quiet", &branch_ref]).is_ok();
     let made = if exists {
-        git(repo, &["worktree", "add", &target_text, branch])
+        git(repo, &["worktree", "add", "--", &target_text, branch])
     } else {
         git(
             repo,
-            &["worktree", "add", "-b", branch, &target_text, "HEAD"],
+            &["worktree", "add", "-b", branch, "--", &target_text, "HEAD"],
         )
     };
-    made.map(|_| ()).map_err(|said| {
+    made.map_err(|said| {
         format!(
             "git worktree add {} on branch {branch} failed: {said}",
             target.display()
         )
-    })
+    })?;
+    mark_as_ours(target, board);
+    Ok(())
+}
+
+/// The file in a worktree's own git folder naming the board that made it:
+/// `gc` takes away only the worktrees its own board made.
+const MARKER: &str = "kanban-board";
+
+fn mark_as_ours(target: &Path, board: &str) {
+    if let Some(place) = git_place(target) {
+        let _ = std::fs::write(place.git_dir.join(MARKER), format!("{board}\n"));
+    }
+}
+
+/// Whether the worktree at `target` was made for a card of `board`.
+fn made_for(target: &Path, board: &str) -> bool {
+    git_place(target)
+        .and_then(|place| std::fs::read_to_string(place.git_dir.join(MARKER)).ok())
+        .is_some_and(|named| named.trim_end() == board)
 }
 
 /// Keeps the cards' worktrees out of the main checkout's status (the
@@ -454,21 +531,24 @@ pub(crate) fn retire(task: &TaskRecord, db: &Path, env: &Environment) -> Option<
                 return None;
             }
             let target_text = target.display().to_string();
-            Some(match git(&repo, &["worktree", "remove", &target_text]) {
-                Ok(_) => format!("removed its worktree {target_text} (its branch stays)"),
-                Err(said) => format!(
-                    "kept its worktree {target_text}: {said} (commit or drop the changes, then git worktree remove)"
-                ),
-            })
+            Some(
+                match git(&repo, &["worktree", "remove", "--", &target_text]) {
+                    Ok(_) => format!("removed its worktree {target_text} (its branch stays)"),
+                    Err(said) => format!(
+                        "kept its worktree {target_text}: {said} (commit or drop the changes, then git worktree remove)"
+                    ),
+                },
+            )
         }
     }
 }
 
-/// Removes the worktrees under `REPO/.worktrees/` of the repositories the
-/// cards of `tasks` name whose card is no longer among them (with
+/// Removes the worktrees under `REPO/.worktrees/` that `board` made, of
+/// the repositories the cards of `tasks` name, whose card is no longer
+/// among them (with
 /// `git worktree remove`: one with changes not committed is kept, and
 /// said); what was done, a line each.
-pub(crate) fn orphan_worktrees(tasks: &[TaskRecord]) -> Vec<String> {
+pub(crate) fn orphan_worktrees(tasks: &[TaskRecord], board: &str) -> Vec<String> {
     let known: std::collections::BTreeSet<&str> =
         tasks.iter().map(|task| task.id.as_str()).collect();
     let repos: std::collections::BTreeSet<PathBuf> = tasks
@@ -489,11 +569,16 @@ pub(crate) fn orphan_worktrees(tasks: &[TaskRecord]) -> Vec<String> {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
-            if !kanban_core::is_valid_task_id(id) || known.contains(id) {
+            // Only the worktrees this board made: not another board's, nor
+            // the seed system's, in the same repository.
+            if !kanban_core::is_valid_task_id(id)
+                || known.contains(id)
+                || !made_for(&entry.path(), board)
+            {
                 continue;
             }
             let target = entry.path().display().to_string();
-            said.push(match git(&repo, &["worktree", "remove", &target]) {
+            said.push(match git(&repo, &["worktree", "remove", "--", &target]) {
                 Ok(_) => format!("removed the worktree {target} of {id}, a card no longer on the board (its branch stays)"),
                 Err(error) => format!("kept the worktree {target} of {id}, a card no longer on the board: {error}"),
             });

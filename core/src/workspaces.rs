@@ -75,6 +75,8 @@ pub enum WorkspaceError {
     ControlCharacter(String),
     #[error("a dir: workspace needs its PATH (dir:/abs/path)")]
     DirWithoutPath,
+    #[error("a worktree workspace names its repository (worktree:/path/to/repo, or --repo)")]
+    WorktreeWithoutPath,
     #[error(
         "branch {0:?} is not a branch name git takes: letters, digits and `/-._`, not starting with `-` or `/`, no `..`, not ending in `.lock`, `/` or `.`"
     )]
@@ -137,8 +139,11 @@ pub fn valid_branch(name: &str) -> bool {
 
 /// Checks a card's workspace and branch together, as `add` takes them.
 pub fn check_workspace(spec: &WorkspaceSpec, branch: Option<&str>) -> Result<(), WorkspaceError> {
-    if let Some(path) = &spec.path {
-        check_path(path)?;
+    match (&spec.path, spec.kind) {
+        (Some(path), _) => check_path(path)?,
+        (None, WorkspaceKind::Dir) => return Err(WorkspaceError::DirWithoutPath),
+        (None, WorkspaceKind::Worktree) => return Err(WorkspaceError::WorktreeWithoutPath),
+        (None, WorkspaceKind::Scratch) => {}
     }
     match branch {
         Some(_) if spec.kind != WorkspaceKind::Worktree => {

@@ -211,7 +211,7 @@ impl Board {
             })?;
         let clock = Arc::new(SystemClock);
         let (ports, name): (Arc<dyn Ports>, String) = if is_postgres_url(path_or_url) {
-            let env = Environment::from_vars(std::env::vars());
+            let env = Environment::from_os_vars(std::env::vars_os());
             let settings = kanban_board_postgres::settings(path_or_url, &env).map_err(raised)?;
             let board = py
                 .detach(|| {

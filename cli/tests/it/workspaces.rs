@@ -63,7 +63,8 @@ fn cards_of_one_repository_commit_in_worktrees_of_their_own_at_once() {
     // for the other to be working too: both run at once.
     let meet_at = meet.display();
     let shell = format!(
-        r#"echo "$KANBAN_TASK" > "work-$KANBAN_TASK.txt"
+        r#"case "$(pwd -P)" in "{repo}"/.worktrees/*) ;; *) echo "not in a worktree: $(pwd -P)" >&2; exit 3;; esac
+echo "$KANBAN_TASK" > "work-$KANBAN_TASK.txt"
 git add "work-$KANBAN_TASK.txt"
 git -c user.name=agent -c user.email=agent@example.invalid commit -q -m "work on $KANBAN_TASK"
 pwd -P > "{meet_at}/$KANBAN_TASK.cwd"
@@ -71,7 +72,8 @@ printf '%s' "$KANBAN_WORKSPACE" > "{meet_at}/$KANBAN_TASK.workspace"
 n=0
 while [ "$(ls "{meet_at}" | grep -c '\.cwd$')" -lt 2 ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done
 [ "$(ls "{meet_at}" | grep -c '\.cwd$')" -ge 2 ] && touch "{meet_at}/$KANBAN_TASK.met"
-"#
+"#,
+        repo = repo.display()
     );
     let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
         .write(bench.path(), "agent.sh");
@@ -287,11 +289,13 @@ fn archive_takes_a_clean_worktree_away_and_keeps_one_with_changes() {
     let dirty = bench.add("dirty", &["--repo", repo.to_str().unwrap()]);
     let kept = bench.add("kept", &["--repo", repo.to_str().unwrap()]);
     let shell = format!(
-        r#"echo work > "work.txt" && git add work.txt
+        r#"case "$(pwd -P)" in "{repo}"/.worktrees/*) ;; *) echo "not in a worktree: $(pwd -P)" >&2; exit 3;; esac
+echo work > "work.txt" && git add work.txt
 git -c user.name=agent -c user.email=agent@example.invalid commit -q -m "work on $KANBAN_TASK"
 [ "$KANBAN_TASK" = "{dirty}" ] && echo unfinished > notes.txt
 true
-"#
+"#,
+        repo = repo.display()
     );
     let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
         .write(bench.path(), "agent.sh");
@@ -425,19 +429,23 @@ fn gc_removes_the_worktrees_of_cards_no_longer_on_the_board_but_not_their_change
     let repo = repository(&bench);
     let live = bench.add("still here", &["--repo", repo.to_str().unwrap()]);
     let worktrees = repo.join(".worktrees");
-    for gone in ["t_deadbeef", "t_cafef00d"] {
+    // Two worktrees this board made (as its worker marks them), and one of
+    // another board's (or the seed system's), unmarked.
+    let board = std::fs::canonicalize(&bench.db)
+        .unwrap()
+        .display()
+        .to_string();
+    for gone in ["t_deadbeef", "t_cafef00d", "t_0a0b0c0d"] {
         let at = worktrees.join(gone);
+        let branch = format!("wt/{gone}");
         git(
             &repo,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "-b",
-                &format!("wt/{gone}"),
-                at.to_str().unwrap(),
-            ],
+            &["worktree", "add", "-q", "-b", &branch, at.to_str().unwrap()],
         );
+        if gone != "t_0a0b0c0d" {
+            let marker = repo.join(".git/worktrees").join(gone).join("kanban-board");
+            std::fs::write(marker, format!("{board}\n")).unwrap();
+        }
     }
     std::fs::write(worktrees.join("t_cafef00d/notes.txt"), "unfinished\n").unwrap();
     std::fs::create_dir_all(worktrees.join(&live)).unwrap();
@@ -459,5 +467,134 @@ fn gc_removes_the_worktrees_of_cards_no_longer_on_the_board_but_not_their_change
     assert_eq!(
         git(&repo, &["rev-parse", "--verify", "-q", "wt/t_deadbeef"]).len(),
         40
+    );
+}
+
+#[test]
+fn a_worktree_named_by_its_own_path_is_made_once_and_worked_on_by_the_next_run() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let place = repo.join(".worktrees").join("custom");
+    let card = bench.add(
+        "its own place",
+        &["--workspace", &format!("worktree:{}", place.display())],
+    );
+    let seen = bench.path().join("seen");
+    let shell = format!(
+        r#"pwd -P >> "{seen}"
+if [ "$(wc -l < "{seen}")" -lt 2 ]; then
+  "$KANBAN_BIN" block --reason "needs a word" --kind needs_input >&2
+  exit 0
+fi
+"$KANBAN_BIN" complete --summary "done" >&2 || exit $?
+"#,
+        seen = seen.display()
+    );
+    let agent = bench.path().join("agent.sh");
+    kanban_testkit::write_executable(&agent, &format!("#!/bin/sh\n{shell}echo '{SUCCESS}'\n"));
+    bench.dispatch_until_idle(&agent, &[]);
+    assert_eq!(bench.show(&card)["task"]["status"], "blocked");
+    bench.ok(&["unblock", &card]);
+    bench.dispatch_until_idle(&agent, &[]);
+    let shown = bench.show(&card);
+    assert_eq!(shown["task"]["status"], "done", "{shown}");
+    let places: Vec<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        places,
+        vec![place.display().to_string(); 2],
+        "both runs in the one worktree"
+    );
+    assert_eq!(
+        git(&place, &["branch", "--show-current"]),
+        format!("wt/{card}")
+    );
+}
+
+#[test]
+fn a_worktree_is_never_made_inside_a_checkout_and_a_repository_is_its_main_checkout() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    bench.refused(
+        &[
+            "add",
+            "inside",
+            "--workspace",
+            &format!("worktree:{}", repo.join("src").display()),
+        ],
+        "is inside the checkout",
+    );
+    bench.refused(
+        &[
+            "add",
+            "nested",
+            "--workspace",
+            &format!("worktree:{}", repo.join(".worktrees/a/b").display()),
+        ],
+        "is inside the checkout",
+    );
+    // A repository named from inside one of its worktrees is its main checkout.
+    let linked = repo.join(".worktrees").join("t_0a0b0c0d");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "other",
+            linked.to_str().unwrap(),
+        ],
+    );
+    let card = bench.add("from a worktree", &["--repo", linked.to_str().unwrap()]);
+    assert_eq!(
+        bench.show(&card)["task"]["workspace_path"],
+        repo.display().to_string()
+    );
+}
+
+#[test]
+fn a_linked_worktree_named_by_its_path_is_worked_in_as_it_is() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let outside = bench.path().join("outside");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "mine",
+            outside.to_str().unwrap(),
+        ],
+    );
+    let outside = std::fs::canonicalize(&outside).unwrap();
+    let at = format!("worktree:{}", outside.display());
+    bench.refused(
+        &[
+            "add",
+            "wrong branch",
+            "--workspace",
+            &at,
+            "--branch",
+            "main",
+        ],
+        "branch main is checked out at",
+    );
+    let card = bench.add("in it", &["--workspace", &at, "--branch", "mine"]);
+    let seen = bench.path().join("seen");
+    let shell = format!(r#"pwd -P > "{}""#, seen.display());
+    let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
+        .write(bench.path(), "agent.sh");
+    bench.dispatch_until_idle(&agent.path, &[]);
+    assert_eq!(bench.show(&card)["task"]["status"], "done");
+    assert_eq!(
+        Path::new(std::fs::read_to_string(&seen).unwrap().trim()),
+        outside
     );
 }

@@ -62,8 +62,9 @@ pub struct Gates {
 }
 
 /// What a tick would do with each card of `lane` (in claim order) at
-/// `now`, with `slots` free on this host: probes first, one card per
-/// walled route whose reset came, then the open routes' cards in order,
+/// `now`, with `slots` free on this host: probes first, one claim (and
+/// slot) per walled route whose reset came, whether or not a card of it
+/// waits, then the open routes' cards in order,
 /// each within its agent's room and the host's slots; as the dispatcher's
 /// claims go.
 pub fn foresee(lane: &[ClaimCandidate], now: i64, slots: usize, gates: &Gates) -> Vec<Foreseen> {
@@ -73,8 +74,17 @@ pub fn foresee(lane: &[ClaimCandidate], now: i64, slots: usize, gates: &Gates) -
         .collect();
     let mut slots = slots;
     let mut room = gates.room.clone();
+    // Probes first: each walled route whose reset came makes one claim call,
+    // in route order, whether or not a card of it waits.
+    let mut probing = BTreeSet::new();
+    for (route, _) in gates.gates.iter().filter(|(_, gate)| **gate == Gate::Probe) {
+        if slots == 0 {
+            break;
+        }
+        slots -= 1;
+        probing.insert(route.clone());
+    }
     let mut probed = BTreeSet::new();
-    // Probes first.
     for (card, verdict) in lane.iter().zip(verdicts.iter_mut()) {
         if verdict.is_some() {
             continue;
@@ -83,19 +93,18 @@ pub fn foresee(lane: &[ClaimCandidate], now: i64, slots: usize, gates: &Gates) -
         if gates.gates.get(&route) != Some(&Gate::Probe) {
             continue;
         }
+        // Its agent's other cards wait for the probe: its room is moot.
         *verdict = Some(if probed.contains(&route) {
             Foreseen::WallProbed {
                 route: label(&route),
             }
-        } else if slots == 0 {
-            Foreseen::NoRoom
-        } else {
-            // Its agent's other cards wait for the probe: its room is moot.
-            slots -= 1;
+        } else if probing.contains(&route) {
             probed.insert(route.clone());
             Foreseen::Probe {
                 route: label(&route),
             }
+        } else {
+            Foreseen::NoRoom
         });
     }
     for (card, verdict) in lane.iter().zip(verdicts.iter_mut()) {

@@ -188,6 +188,13 @@ fn a_wall_holds_its_agents_cards_and_one_card_probes_it_first() {
         foresee(&lane, NOW, 0, &gates),
         [Foreseen::NoRoom, Foreseen::NoRoom, Foreseen::NoRoom]
     );
+    // A probe's claim takes its slot even when no card of its agent waits,
+    // as the tick's claim call does.
+    let lane_without = [card("t_1", None), card("t_4", None)];
+    assert_eq!(
+        foresee(&lane_without, NOW, 2, &gates),
+        [claim("default"), Foreseen::NoRoom]
+    );
     // Each walled agent has its own probe.
     gates.gates.insert(String::new(), Gate::Probe);
     let lane = [card("t_2", Some("coder")), card("t_1", None)];

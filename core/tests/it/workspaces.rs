@@ -149,6 +149,20 @@ fn a_branch_belongs_to_a_worktree_workspace() {
         check_workspace(&spec(WorkspaceKind::Dir, Some("rel")), None),
         Err(WorkspaceError::NotAbsolute("rel".into()))
     );
+    // A card made some other way (an agent's call, the seed system) says
+    // where, or is refused.
+    assert_eq!(
+        check_workspace(&spec(WorkspaceKind::Dir, None), None),
+        Err(WorkspaceError::DirWithoutPath)
+    );
+    assert_eq!(
+        check_workspace(&spec(WorkspaceKind::Worktree, None), None),
+        Err(WorkspaceError::WorktreeWithoutPath)
+    );
+    assert_eq!(
+        check_workspace(&spec(WorkspaceKind::Scratch, None), None),
+        Ok(())
+    );
 }
 
 #[test]
