@@ -360,13 +360,12 @@ fn remove(home: &Home, given: &str, delete: bool) -> anyhow::Result<ExitCode> {
     }
     let folder = home.board_folder(&slug);
     let db = home.board_db(&slug)?;
-    if postgres_url(&db).is_none() && dispatcher_ticks(&db) {
+    // The dispatcher locks beside the board's canonical path.
+    let canonical = std::fs::canonicalize(&db).unwrap_or_else(|_| db.clone());
+    if postgres_url(&db).is_none() && dispatcher_ticks(&canonical) {
         bail!("a dispatcher is ticking board {slug:?}: stop it first; nothing was removed");
     }
-    if home.current().as_deref() == Some(slug.as_str()) {
-        home.clear_current()?;
-        outln!("the default board is the current board again");
-    }
+    let was_current = home.current().as_deref() == Some(slug.as_str());
     let database = postgres_url(&db)
         .map(|url| format!(" (the database {url} is left as it is: drop it there)"))
         .unwrap_or_default();
@@ -374,11 +373,18 @@ fn remove(home: &Home, given: &str, delete: bool) -> anyhow::Result<ExitCode> {
         std::fs::remove_dir_all(&folder)
             .with_context(|| format!("cannot delete {}", folder.display()))?;
         outln!("board {slug:?} is deleted{database}");
+        forget_current(home, was_current)?;
         return Ok(ExitCode::Success);
     }
     let archive = home.boards_root().join("_archived");
-    std::fs::create_dir_all(&archive)
-        .with_context(|| format!("cannot make {}", archive.display()))?;
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&archive)
+            .with_context(|| format!("cannot make {}", archive.display()))?;
+    }
     let stamp = SystemClock.now();
     let mut target = archive.join(format!("{slug}-{stamp}"));
     let mut suffix = 1;
@@ -396,6 +402,16 @@ fn remove(home: &Home, given: &str, delete: bool) -> anyhow::Result<ExitCode> {
         "move the folder back to {} to have it again",
         home.boards_root().join(&slug).display()
     );
+    forget_current(home, was_current)
+}
+
+/// Once a board that was current is gone, the default board is current
+/// again.
+fn forget_current(home: &Home, was_current: bool) -> anyhow::Result<ExitCode> {
+    if was_current {
+        home.clear_current()?;
+        outln!("the default board is the current board again");
+    }
     Ok(ExitCode::Success)
 }
 

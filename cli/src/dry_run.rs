@@ -15,7 +15,7 @@ use kanban_core::{
 };
 use serde_json::{Value, json};
 
-use crate::board_path::{Schema, open_db};
+use crate::board_path::{Schema, open_db, postgres_url};
 use crate::dispatch::DispatchPlan;
 use crate::out::outln;
 use crate::output::{human_time, short, table, visible_line};
@@ -48,10 +48,21 @@ pub(crate) fn dry_run(
 ) -> anyhow::Result<ExitCode> {
     let host = crate::supervisor::hostname();
     let (preview, elsewhere) = block_on(async {
-        let board = open_db(&plan.db, Arc::new(SystemClock), env, Schema::AsItIs, || {
-            Ok(plan.folder.clone())
-        })
-        .await?;
+        // Read only: a seed system's board, or one of an older schema, is
+        // read without being written.
+        let board = if postgres_url(&plan.db).is_some() {
+            open_db(&plan.db, Arc::new(SystemClock), env, Schema::AsItIs, || {
+                Ok(plan.folder.clone())
+            })
+            .await?
+        } else {
+            crate::board_path::OpenBoard::for_reading(
+                kanban_board_sqlite::SqliteBoard::open_for_reading(
+                    &plan.db,
+                    Arc::new(SystemClock),
+                )?,
+            )
+        };
         // The cards no tick claims from where they are, by lane.
         let elsewhere: BTreeMap<String, i64> = board
             .stats()
