@@ -146,13 +146,11 @@ fn task_at(row: &Row, at: usize) -> TxResult<TaskRecord> {
         block_kind: row.opt_text(at + 22)?,
         created_by: row.opt_text(at + 23)?,
         tenant: row.opt_text(at + 24)?,
-        workspace_kind: row.opt_text(at + 25)?.unwrap_or_else(|| {
-            kanban_core::workspaces::WorkspaceKind::Scratch
-                .as_str()
-                .to_owned()
-        }),
-        workspace_path: row.opt_text(at + 26)?,
-        branch_name: row.opt_text(at + 27)?,
+        workspace: kanban_core::workspaces::CardWorkspace::from_columns(
+            row.opt_text(at + 25)?,
+            row.opt_text(at + 26)?,
+            row.opt_text(at + 27)?,
+        ),
     })
 }
 

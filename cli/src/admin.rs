@@ -1042,17 +1042,15 @@ fn events_table(events: &[kanban_core::EventRecord], now: i64) -> String {
 /// The runs table, then each run's handoff metadata.
 /// A card's workspace, when it has one other than a scratch folder.
 fn print_workspace(task: &kanban_core::TaskRecord) {
-    if task.workspace_kind == "scratch" && task.workspace_path.is_none() {
+    if task.workspace.is_none() {
         return;
     }
     outln!(
         "workspace: {}{}{}",
-        visible_line(&task.workspace_kind),
-        task.workspace_path
-            .as_deref()
+        visible_line(task.workspace_kind()),
+        task.workspace_path()
             .map_or_else(String::new, |path| format!(":{}", visible_line(path))),
-        task.branch_name
-            .as_deref()
+        task.branch_name()
             .map_or_else(String::new, |branch| format!(
                 " (branch {})",
                 visible_line(branch)

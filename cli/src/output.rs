@@ -3,9 +3,11 @@
 use kanban_core::{EventRecord, RunRecord, TaskRecord};
 use serde_json::{Value, json};
 
-/// A task as `--json` prints it.
+/// A task as `--json` prints it. The workspace fields are there only for a
+/// card with a workspace other than its own scratch folder: most cards
+/// have none, and a page of a thousand would carry them for nothing.
 pub(crate) fn task_json(task: &TaskRecord) -> Value {
-    json!({
+    let mut shown = json!({
         "id": task.id,
         "title": task.title,
         "body": task.body,
@@ -31,10 +33,15 @@ pub(crate) fn task_json(task: &TaskRecord) -> Value {
         "block_kind": task.block_kind,
         "created_by": task.created_by,
         "tenant": task.tenant,
-        "workspace_kind": task.workspace_kind,
-        "workspace_path": task.workspace_path,
-        "branch_name": task.branch_name,
-    })
+    });
+    let scratch = task.workspace.is_none();
+    let has_one = !scratch;
+    if has_one && let Value::Object(fields) = &mut shown {
+        fields.insert("workspace_kind".to_owned(), task.workspace_kind().into());
+        fields.insert("workspace_path".to_owned(), task.workspace_path().into());
+        fields.insert("branch_name".to_owned(), task.branch_name().into());
+    }
+    shown
 }
 
 /// A run as `--json` prints it.

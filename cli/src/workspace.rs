@@ -319,13 +319,14 @@ pub(crate) fn prepare(
             claim.task_id
         ));
     }
-    let kind = WorkspaceKind::parse(&task.workspace_kind).ok_or_else(|| {
+    let kind = WorkspaceKind::parse(task.workspace_kind()).ok_or_else(|| {
         format!(
             "card {} has a workspace kind this build does not know ({:?})",
-            task.id, task.workspace_kind
+            task.id,
+            task.workspace_kind()
         )
     })?;
-    let given = task.workspace_path.as_deref().map(PathBuf::from);
+    let given = task.workspace_path().map(PathBuf::from);
     match (kind, given) {
         (WorkspaceKind::Scratch, _) => {
             let db = if crate::board_path::postgres_url(Path::new(&claim.db)).is_some() {
@@ -357,7 +358,7 @@ pub(crate) fn prepare(
         )),
         (WorkspaceKind::Worktree, Some(path)) => {
             let (repo, target) = worktree_place(&path, &task.id)?;
-            let branch = worktree_branch(&task.id, task.branch_name.as_deref());
+            let branch = worktree_branch(&task.id, task.branch_name());
             ensure_worktree(&repo, &target, &branch, &claim.db)?;
             Ok(Place {
                 kind,
@@ -517,7 +518,7 @@ pub(crate) fn retire(task: &TaskRecord, db: &Path, env: &Environment) -> Option<
     if !kanban_core::is_valid_task_id(&task.id) {
         return None;
     }
-    match WorkspaceKind::parse(&task.workspace_kind)? {
+    match WorkspaceKind::parse(task.workspace_kind())? {
         WorkspaceKind::Scratch => {
             let folder = scratch_of(db, &task.id, env);
             std::fs::remove_dir_all(&folder).ok()?;
@@ -526,7 +527,7 @@ pub(crate) fn retire(task: &TaskRecord, db: &Path, env: &Environment) -> Option<
         WorkspaceKind::Dir => None,
         WorkspaceKind::Worktree => {
             let (repo, target) =
-                worktree_place(Path::new(task.workspace_path.as_deref()?), &task.id).ok()?;
+                worktree_place(Path::new(task.workspace_path()?), &task.id).ok()?;
             if !target.exists() {
                 return None;
             }
@@ -553,9 +554,9 @@ pub(crate) fn orphan_worktrees(tasks: &[TaskRecord], board: &str) -> Vec<String>
         tasks.iter().map(|task| task.id.as_str()).collect();
     let repos: std::collections::BTreeSet<PathBuf> = tasks
         .iter()
-        .filter(|task| task.workspace_kind == WorkspaceKind::Worktree.as_str())
+        .filter(|task| task.workspace_kind() == WorkspaceKind::Worktree.as_str())
         .filter_map(|task| {
-            let path = task.workspace_path.as_deref()?;
+            let path = task.workspace_path()?;
             worktree_place(Path::new(path), &task.id)
                 .ok()
                 .map(|(repo, _)| repo)

@@ -165,23 +165,33 @@ pub struct TaskRecord {
     /// The namespace it belongs to (the seed system's `tenant`).
     #[serde(default)]
     pub tenant: Option<String>,
-    /// Where its agent works: `scratch`, `dir` or `worktree` (the seed
-    /// system's `workspace_kind`; [`crate::workspaces`]).
-    #[serde(default = "scratch")]
-    pub workspace_kind: String,
-    /// The folder, repository or worktree of a `dir` or `worktree`
-    /// workspace, as given (the seed system's `workspace_path`).
-    #[serde(default)]
-    pub workspace_path: Option<String>,
-    /// The branch of a worktree workspace (the seed system's `branch_name`).
-    #[serde(default)]
-    pub branch_name: Option<String>,
+    /// Where its agent works, when not in a scratch folder of its own (the
+    /// seed system's `workspace_kind`, `workspace_path`, `branch_name`;
+    /// [`crate::workspaces`]). Boxed: most cards have none, and a page of
+    /// cards is read whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Box<crate::workspaces::CardWorkspace>>,
 }
 
-fn scratch() -> String {
-    crate::workspaces::WorkspaceKind::Scratch
-        .as_str()
-        .to_owned()
+impl TaskRecord {
+    /// Its workspace's kind: `scratch`, `dir` or `worktree`.
+    pub fn workspace_kind(&self) -> &str {
+        self.workspace
+            .as_ref()
+            .map_or(crate::workspaces::WorkspaceKind::Scratch.as_str(), |w| {
+                &w.kind
+            })
+    }
+
+    /// The folder, repository or worktree of its workspace, as given.
+    pub fn workspace_path(&self) -> Option<&str> {
+        self.workspace.as_ref().and_then(|w| w.path.as_deref())
+    }
+
+    /// The branch of its worktree, when it names one.
+    pub fn branch_name(&self) -> Option<&str> {
+        self.workspace.as_ref().and_then(|w| w.branch.as_deref())
+    }
 }
 
 /// A run (one claim of a card) as stored.

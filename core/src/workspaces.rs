@@ -60,6 +60,30 @@ pub struct WorkspaceSpec {
     pub path: Option<String>,
 }
 
+/// A card's workspace as stored, when it is not its own scratch folder.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct CardWorkspace {
+    /// `scratch`, `dir` or `worktree` (one this build does not know stays
+    /// as stored).
+    pub kind: String,
+    pub path: Option<String>,
+    pub branch: Option<String>,
+}
+
+impl CardWorkspace {
+    /// The stored columns as a card keeps them: `None` for a scratch folder
+    /// of its own.
+    pub fn from_columns(
+        kind: Option<String>,
+        path: Option<String>,
+        branch: Option<String>,
+    ) -> Option<Box<Self>> {
+        let kind = kind.unwrap_or_else(|| WorkspaceKind::Scratch.as_str().to_owned());
+        let plain = kind == WorkspaceKind::Scratch.as_str() && path.is_none() && branch.is_none();
+        (!plain).then(|| Box::new(Self { kind, path, branch }))
+    }
+}
+
 /// Why a workspace or branch cannot be taken.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WorkspaceError {
