@@ -128,6 +128,21 @@ while [ "$(ls "{meet_at}" | grep -c '\.cwd$')" -lt 2 ] && [ $n -lt 400 ]; do sle
     );
 }
 
+/// Asserts that `card` is done and that its agent worked in its own scratch
+/// folder (the path it wrote to `seen`); that folder.
+fn done_in_its_scratch_folder(bench: &Bench, card: &str, seen: &Path) -> PathBuf {
+    assert_eq!(bench.show(card)["task"]["status"], "done");
+    let folder = std::fs::canonicalize(bench.path())
+        .unwrap()
+        .join("workspaces")
+        .join(card);
+    assert_eq!(
+        Path::new(std::fs::read_to_string(seen).unwrap().trim()),
+        folder
+    );
+    folder
+}
+
 #[test]
 fn a_scratch_folder_is_the_cards_own_and_goes_when_it_is_done() {
     let bench = Bench::new();
@@ -142,15 +157,7 @@ echo notes > notes.txt
     let agent = AgentScript::new(vec![AgentTurn::result(SUCCESS).after(&shell).completing()])
         .write(bench.path(), "agent.sh");
     bench.dispatch_until_idle(&agent.path, &[]);
-    assert_eq!(bench.show(&card)["task"]["status"], "done");
-    let folder = std::fs::canonicalize(bench.path())
-        .unwrap()
-        .join("workspaces")
-        .join(&card);
-    assert_eq!(
-        Path::new(std::fs::read_to_string(&seen).unwrap().trim()),
-        folder
-    );
+    let folder = done_in_its_scratch_folder(&bench, &card, &seen);
     assert!(!folder.exists(), "a done card's scratch folder is removed");
 }
 
@@ -270,15 +277,7 @@ fn an_agent_named_by_a_relative_path_runs_from_its_cards_workspace() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
-    assert_eq!(bench.show(&card)["task"]["status"], "done");
-    let folder = std::fs::canonicalize(bench.path())
-        .unwrap()
-        .join("workspaces")
-        .join(&card);
-    assert_eq!(
-        Path::new(std::fs::read_to_string(&seen).unwrap().trim()),
-        folder
-    );
+    done_in_its_scratch_folder(&bench, &card, &seen);
 }
 
 #[test]
