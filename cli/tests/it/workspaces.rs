@@ -46,8 +46,18 @@ fn repository(bench: &Bench) -> PathBuf {
 
 #[test]
 fn cards_of_one_repository_commit_in_worktrees_of_their_own_at_once() {
-    let bench = Bench::new();
-    let repo = repository(&bench);
+    worktrees_of_their_own_on(&Bench::new());
+}
+
+#[test]
+fn cards_of_one_repository_commit_in_worktrees_of_their_own_on_postgresql() {
+    worktrees_of_their_own_on(&Bench::postgres());
+}
+
+/// Two cards of one repository, each agent committing in its own worktree
+/// while the other works, the main checkout untouched.
+fn worktrees_of_their_own_on(bench: &Bench) {
+    let repo = repository(bench);
     let start = git(&repo, &["rev-parse", "HEAD"]);
     let meet = bench.path().join("meet");
     std::fs::create_dir_all(&meet).unwrap();
