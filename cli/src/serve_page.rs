@@ -209,12 +209,35 @@ fn card_meta(task: &kanban_core::TaskRecord, now: i64) -> Markup {
             @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
             @if let Some(tenant) = &task.tenant { span.pill data-tenant=(tenant) { "tenant " (tenant) } }
             @if let Some(maker) = &task.created_by { span { "by " (maker) } }
+            @if task.workspace.is_some() {
+                span.pill data-workspace=(task.workspace_kind()) {
+                    (task.workspace_kind()) @if let Some(path) = task.workspace_path() { " " (path) }
+                    @if let Some(branch) = task.branch_name() { " · " (branch) }
+                }
+            }
             span { (task.consecutive_failures) " failures" }
             @if let Some(reason) = &task.held_reason { span.pill.warn { "held: " (reason) } }
             @if let Some(kind) = &task.block_kind { @if matches!(task.status.known(), Some(TaskStatus::Blocked | TaskStatus::Triage)) { span.pill.warn { "block: " (kind) } } }
             span { "created " (human_time(task.created_at, now)) }
         }
     }
+}
+
+/// Where a run worked, as its handoff records it: the workspace, and a
+/// worktree's branch and the commit it ended on.
+fn worked_in(run: &kanban_core::RunRecord) -> String {
+    let Some(facts) = &run.metadata else {
+        return String::new();
+    };
+    let text = |key: &str| facts.get(key).and_then(serde_json::Value::as_str);
+    let mut said: Vec<String> = text("workspace").map(str::to_owned).into_iter().collect();
+    if let Some(branch) = text("branch") {
+        said.push(branch.to_owned());
+    }
+    if let Some(commit) = text("commit") {
+        said.push(commit.chars().take(12).collect());
+    }
+    said.join(" · ")
 }
 
 /// A card's attached files, each a link that downloads it.
@@ -315,7 +338,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
         section {
             h3 { "Runs" }
             table {
-                tr { th { "run" } th { "outcome" } th { "exit code" } th { "started" } th { "took" } th { "summary / error" } }
+                tr { th { "run" } th { "outcome" } th { "exit code" } th { "started" } th { "took" } th { "worked in" } th { "summary / error" } }
                 @for run in &view.runs {
                     tr {
                         td { (run.id) }
@@ -323,6 +346,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
                         td { (exit_code(view, run.id)) }
                         td { (human_time(run.started_at, now)) }
                         td { (run.ended_at.map_or_else(|| "running".to_owned(), |end| format!("{}s", end - run.started_at))) }
+                        td data-worked-in=(run.id) { (worked_in(run)) }
                         td { (short(run.summary.as_deref().or(run.error.as_deref()).unwrap_or(""), 120)) }
                     }
                 }

@@ -131,6 +131,18 @@ while [ "$(ls "{meet_at}" | grep -c '\.cwd$')" -lt 2 ] && [ $n -lt 400 ]; do sle
         "the worktrees are not the checkout's"
     );
     assert!(!repo.join(format!("work-{a}.txt")).exists());
+    // The card page says where each card works and where its run ended.
+    let server = crate::serve::Server::start(bench, &[]);
+    let (status, page) = crate::serve::get(&format!("{}/cards/{b}", server.url));
+    assert_eq!(status, 200);
+    let commit = git(&repo, &["rev-parse", "feature/b"]);
+    assert!(
+        page.contains("data-workspace=\"worktree\"")
+            && page.contains("feature/b")
+            && page.contains(&commit[..12]),
+        "{page}"
+    );
+    drop(server);
     let shown = bench.ok(&["show", &b]);
     assert!(
         shown.contains("workspace: worktree:") && shown.contains("(branch feature/b)"),
