@@ -684,19 +684,13 @@ async fn remove_finished_scratch(
     let Ok(view) = held.show_task(&claim.task_id, pid).await else {
         return;
     };
-    if view.task.status.known() != Some(kanban_core::TaskStatus::Done) {
-        return;
-    }
+    let mut children = Vec::new();
     for child in &view.children {
-        let settled = held.show_task(child, pid).await.is_ok_and(|child| {
-            matches!(
-                child.task.status.known(),
-                Some(kanban_core::TaskStatus::Done | kanban_core::TaskStatus::Archived)
-            )
-        });
-        if !settled {
-            return;
-        }
+        let status = held.show_task(child, pid).await.ok();
+        children.push(status.and_then(|child| child.task.status.known()));
+    }
+    if !kanban_core::workspaces::scratch_may_go(view.task.status.known(), &children) {
+        return;
     }
     crate::workspace::remove_scratch(place);
 }

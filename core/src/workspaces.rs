@@ -192,3 +192,19 @@ pub fn worktree_branch(task_id: &str, branch: Option<&str>) -> String {
 pub fn worktree_in(repo_root: &str, task_id: &str) -> String {
     format!("{}/.worktrees/{task_id}", repo_root.trim_end_matches('/'))
 }
+
+/// Whether a card's scratch folder, not empty, may go after its run: the
+/// card is done (as the seed system removes it at completion) and every
+/// card that waits for it is done or archived, so none of them may still
+/// read what it left. A child whose status could not be read (`None`)
+/// keeps it.
+pub fn scratch_may_go(
+    card: Option<crate::TaskStatus>,
+    children: &[Option<crate::TaskStatus>],
+) -> bool {
+    use crate::TaskStatus::{Archived, Done};
+    card == Some(Done)
+        && children
+            .iter()
+            .all(|child| matches!(child, Some(Done | Archived)))
+}

@@ -33,6 +33,14 @@ fn git(dir: &Path, args: &[&str]) -> String {
     text(&output.stdout).trim().to_owned()
 }
 
+/// A worktree of `repo` at `at` on a new `branch`, made by git itself.
+fn linked_worktree(repo: &Path, branch: &str, at: &Path) {
+    git(
+        repo,
+        &["worktree", "add", "-q", "-b", branch, at.to_str().unwrap()],
+    );
+}
+
 /// A repository with one commit on `main`.
 fn repository(bench: &Bench) -> PathBuf {
     let repo = bench.path().join("repo");
@@ -283,19 +291,8 @@ fn an_agent_named_by_a_relative_path_runs_from_its_cards_workspace() {
         .write(bench.path(), "agent.sh");
     bench.ok(&["unblock", &card]);
     let output = bench
-        .command()
+        .dispatch_command(Path::new("./agent.sh"), &["--until-idle"])
         .current_dir(bench.path())
-        .arg("--db")
-        .arg(&bench.db)
-        .args([
-            "dispatch",
-            "--until-idle",
-            "--interval",
-            "0.2",
-            "--agent",
-            "./agent.sh",
-        ])
-        .env("HERMES_KANBAN_STOP_NUDGE", "0")
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -459,11 +456,7 @@ fn gc_removes_the_worktrees_of_cards_no_longer_on_the_board_but_not_their_change
         .to_string();
     for gone in ["t_deadbeef", "t_cafef00d", "t_0a0b0c0d"] {
         let at = worktrees.join(gone);
-        let branch = format!("wt/{gone}");
-        git(
-            &repo,
-            &["worktree", "add", "-q", "-b", &branch, at.to_str().unwrap()],
-        );
+        linked_worktree(&repo, &format!("wt/{gone}"), &at);
         if gone != "t_0a0b0c0d" {
             let marker = repo.join(".git/worktrees").join(gone).join("kanban-board");
             std::fs::write(marker, format!("{board}\n")).unwrap();
@@ -561,17 +554,7 @@ fn a_worktree_is_never_made_inside_a_checkout_and_a_repository_is_its_main_check
     );
     // A repository named from inside one of its worktrees is its main checkout.
     let linked = repo.join(".worktrees").join("t_0a0b0c0d");
-    git(
-        &repo,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "other",
-            linked.to_str().unwrap(),
-        ],
-    );
+    linked_worktree(&repo, "other", &linked);
     let card = bench.add("from a worktree", &["--repo", linked.to_str().unwrap()]);
     assert_eq!(
         bench.show(&card)["task"]["workspace_path"],
@@ -584,17 +567,7 @@ fn a_linked_worktree_named_by_its_path_is_worked_in_as_it_is() {
     let bench = Bench::new();
     let repo = repository(&bench);
     let outside = bench.path().join("outside");
-    git(
-        &repo,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "mine",
-            outside.to_str().unwrap(),
-        ],
-    );
+    linked_worktree(&repo, "mine", &outside);
     let outside = std::fs::canonicalize(&outside).unwrap();
     let at = format!("worktree:{}", outside.display());
     bench.refused(

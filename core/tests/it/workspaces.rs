@@ -173,3 +173,25 @@ fn a_worktree_has_the_seed_systems_branch_and_place_unless_named() {
     assert_eq!(worktree_in("/src/repo", "t_1"), "/src/repo/.worktrees/t_1");
     assert_eq!(worktree_in("/src/repo/", "t_1"), "/src/repo/.worktrees/t_1");
 }
+
+#[test]
+fn a_scratch_folder_goes_only_with_its_card_done_and_every_waiting_card_settled() {
+    use kanban_core::TaskStatus::{Archived, Blocked, Done, Ready, Running};
+    use kanban_core::workspaces::scratch_may_go;
+    assert!(scratch_may_go(Some(Done), &[]));
+    assert!(scratch_may_go(Some(Done), &[Some(Done), Some(Archived)]));
+    for card in [
+        None,
+        Some(Ready),
+        Some(Running),
+        Some(Blocked),
+        Some(Archived),
+    ] {
+        assert!(!scratch_may_go(card, &[]), "{card:?}");
+    }
+    assert!(!scratch_may_go(Some(Done), &[Some(Done), Some(Ready)]));
+    assert!(
+        !scratch_may_go(Some(Done), &[None]),
+        "a child not read keeps it"
+    );
+}
