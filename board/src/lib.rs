@@ -11,6 +11,7 @@ mod admin;
 mod dispatch;
 mod engine;
 mod statements;
+mod triage;
 mod worker;
 
 pub use engine::{
@@ -328,6 +329,15 @@ macro_rules! board_ports {
                 edit: &::kanban_core::rules::CardEdit,
             ) -> Result<(), ::kanban_core::BoardError> {
                 (**self).edit(task_id, edit).await
+            }
+            async fn settle_triage(
+                &self,
+                task_id: &str,
+                plan: &::kanban_core::triage::TriagePlan,
+                agent: &str,
+                author: &str,
+            ) -> Result<Vec<String>, ::kanban_core::BoardError> {
+                (**self).settle_triage(task_id, plan, agent, author).await
             }
             async fn create_swarm(
                 &self,

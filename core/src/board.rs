@@ -310,6 +310,15 @@ pub trait BoardAdmin: Send + Sync {
     async fn review(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError>;
     /// Edits a card's fields ([`crate::rules::edit`]).
     async fn edit(&self, task_id: &str, edit: &crate::rules::CardEdit) -> Result<(), BoardError>;
+    /// Writes an agent's plan for a card in triage in one transaction
+    /// ([`crate::triage`]): the ids of the cards it made, in plan order.
+    async fn settle_triage(
+        &self,
+        task_id: &str,
+        plan: &crate::triage::TriagePlan,
+        agent: &str,
+        author: &str,
+    ) -> Result<Vec<String>, BoardError>;
     /// Makes a swarm ([`crate::swarm`]) in one transaction; its cards, or
     /// the first swarm's for a repeated idempotency key.
     async fn create_swarm(

@@ -28,6 +28,7 @@ pub mod rules;
 pub mod shapes;
 pub mod swarm;
 pub mod tables;
+pub mod triage;
 mod turn;
 mod turns;
 pub mod walls;

@@ -61,6 +61,8 @@ macro_rules! board_contract_tests {
             batched_claims_and_routing_filters,
             held_and_delayed_cards_wait,
             triage_schedule_promote_and_review,
+            a_triage_card_is_specified_once,
+            a_triage_card_is_decomposed_whole_and_once,
             typed_blocks_route_and_a_loop_goes_to_triage,
             a_run_fans_out_to_cards_of_its_own_only,
             attachments_and_tenants_are_kept_and_a_run_attaches_only_while_it_owns_its_card,
@@ -1389,6 +1391,170 @@ pub fn triage_schedule_promote_and_review<B: BoardAdmin + DispatchBoard>(
     assert!(matches!(
         block_on(board.review(&parent, None)).and(block_on(board.review(&parent, None))),
         Err(BoardError::InvalidTransition { .. })
+    ));
+}
+
+/// A card in triage, specified: only its changed fields change, it is in
+/// line (in todo while a parent is open), a note names the agent. Once: a
+/// card out of triage is refused and nothing is written.
+pub fn a_triage_card_is_specified_once<B: BoardAdmin + DispatchBoard>(board: &B, _: &VirtualClock) {
+    use kanban_core::triage::{Specification, TriagePlan};
+    let idea = create(
+        board,
+        &NewTask {
+            start: kanban_core::rules::Start::Triage,
+            body: Some("rough".into()),
+            ..task("an idea")
+        },
+    );
+    let spec = TriagePlan::Specify(Specification {
+        title: Some("an idea".into()),
+        body: Some("**Goal** done".into()),
+        assignee: None,
+    });
+    assert_eq!(
+        block_on(board.settle_triage(&idea, &spec, "planner", "ann")).unwrap(),
+        Vec::<String>::new()
+    );
+    let view = block_on(board.show_task(&idea)).unwrap();
+    assert_eq!(view.task.status, TaskStatus::Ready);
+    assert_eq!(view.task.title, "an idea");
+    assert_eq!(view.task.body.as_deref(), Some("**Goal** done"));
+    let note = view.comments.last().expect("a note");
+    assert_eq!(note.author, "ann");
+    assert!(note.body.contains("planner"), "{}", note.body);
+    let specified = view
+        .events
+        .iter()
+        .find(|e| e.kind == "specified")
+        .expect("event");
+    assert_eq!(
+        specified.payload["changed_fields"],
+        serde_json::json!(["body"])
+    );
+    let again = block_on(board.settle_triage(&idea, &spec, "planner", "ann"));
+    assert!(
+        matches!(again, Err(BoardError::InvalidTransition { .. })),
+        "{again:?}"
+    );
+    assert_eq!(block_on(board.show_task(&idea)).unwrap().comments.len(), 1);
+
+    // A plan that breaks core's bounds is refused whole.
+    let blank = TriagePlan::Decompose {
+        rationale: None,
+        children: vec![],
+    };
+    let shaped = create(
+        board,
+        &NewTask {
+            start: kanban_core::rules::Start::Triage,
+            ..task("shape")
+        },
+    );
+    assert!(matches!(
+        block_on(board.settle_triage(&shaped, &blank, "planner", "ann")),
+        Err(BoardError::InvalidInput(_))
+    ));
+    assert_eq!(status(board, &shaped), TaskStatus::Triage);
+
+    // When the card was already waiting for an open parent, the
+    // specified card waits in todo.
+    let parent = create(board, &task("first"));
+    let waiting = create(
+        board,
+        &NewTask {
+            start: kanban_core::rules::Start::Triage,
+            parents: vec![parent],
+            ..task("later")
+        },
+    );
+    block_on(board.settle_triage(&waiting, &spec, "planner", "ann")).unwrap();
+    assert_eq!(status(board, &waiting), TaskStatus::Todo);
+}
+
+/// A card in triage, decomposed: its children are made with their links,
+/// the tenant, priority and workspace of the card, and the card waits for
+/// all of them. Once: a second decomposition, or one of a card out of
+/// triage, is refused and makes nothing.
+pub fn a_triage_card_is_decomposed_whole_and_once<B: BoardAdmin + DispatchBoard>(
+    board: &B,
+    _: &VirtualClock,
+) {
+    use kanban_core::triage::{ChildCard, TriagePlan};
+    let big = create(
+        board,
+        &NewTask {
+            start: kanban_core::rules::Start::Triage,
+            tenant: Some("acme".into()),
+            priority: 3,
+            workspace: Some(kanban_core::workspaces::WorkspaceSpec {
+                kind: kanban_core::workspaces::WorkspaceKind::Dir,
+                path: Some("/srv/app".into()),
+            }),
+            ..task("a big idea")
+        },
+    );
+    let child = |title: &str, parents: Vec<usize>| ChildCard {
+        title: title.into(),
+        body: Some(format!("do {title}")),
+        assignee: Some("coder".into()),
+        parents,
+    };
+    let plan = TriagePlan::Decompose {
+        rationale: Some("two steps".into()),
+        // The second is listed first and waits for the first.
+        children: vec![child("docs", vec![1]), child("api", vec![])],
+    };
+    let before = block_on(board.list_tasks(None)).unwrap().len();
+    let ids = block_on(board.settle_triage(&big, &plan, "planner", "ann")).unwrap();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), before + 2);
+    let (docs, api) = (&ids[0], &ids[1]);
+    let links = block_on(board.links()).unwrap();
+    for pair in [(api, docs), (docs, &big), (api, &big)] {
+        assert!(
+            links.contains(&(pair.0.clone(), pair.1.clone())),
+            "{pair:?} in {links:?}"
+        );
+    }
+    assert_eq!(status(board, api), TaskStatus::Ready);
+    assert_eq!(status(board, docs), TaskStatus::Todo);
+    assert_eq!(status(board, &big), TaskStatus::Todo);
+    let made = block_on(board.show_task(docs)).unwrap().task;
+    assert_eq!(made.title, "docs");
+    assert_eq!(made.body.as_deref(), Some("do docs"));
+    assert_eq!(made.assignee.as_deref(), Some("coder"));
+    assert_eq!(made.tenant.as_deref(), Some("acme"));
+    assert_eq!(made.priority, 3);
+    assert_eq!(made.created_by.as_deref(), Some("ann"));
+    assert_eq!(made.workspace_kind(), "dir");
+    assert_eq!(made.workspace_path(), Some("/srv/app"));
+    let root = block_on(board.show_task(&big)).unwrap();
+    let note = &root.comments.last().expect("a note").body;
+    assert!(
+        note.contains(docs.as_str()) && note.contains("two steps"),
+        "{note}"
+    );
+    let decomposed = root
+        .events
+        .iter()
+        .find(|e| e.kind == "decomposed")
+        .expect("event");
+    assert_eq!(decomposed.payload["child_ids"], serde_json::json!(ids));
+    // Once: a second decomposition is refused and makes nothing.
+    let count = block_on(board.list_tasks(None)).unwrap().len();
+    assert!(matches!(
+        block_on(board.settle_triage(&big, &plan, "planner", "ann")),
+        Err(BoardError::InvalidTransition { .. })
+    ));
+    assert!(matches!(
+        block_on(board.settle_triage(api, &plan, "planner", "ann")),
+        Err(BoardError::InvalidTransition { .. })
+    ));
+    assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), count);
+    assert!(matches!(
+        block_on(board.settle_triage("t_nothere", &plan, "planner", "ann")),
+        Err(BoardError::TaskNotFound(_))
     ));
 }
 
