@@ -427,6 +427,20 @@ impl HttpAgent {
         }
     }
 
+    /// One question outside any card's run (the specifier, the decomposer):
+    /// a system and a user message, the model's text answer, through the
+    /// same retries as a turn's calls. Tools are neither offered nor run.
+    pub fn ask(&mut self, system: &str, user: &str) -> Result<String, String> {
+        self.messages = vec![
+            json!({"role": "system", "content": system}),
+            json!({"role": "user", "content": user}),
+        ];
+        let answer = self.call().map_err(|failure| failure.detail)?;
+        self.messages
+            .push(json!({"role": "assistant", "content": answer.content}));
+        Ok(answer.content)
+    }
+
     /// The conversation so far.
     pub fn messages(&self) -> &[Value] {
         &self.messages

@@ -1,10 +1,9 @@
 //! A judge command for goal mode.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use async_trait::async_trait;
 use kanban_core::{Judge, JudgeError, Verdict};
+
+use crate::oneshot::OneShotCommand;
 
 /// Parses the judge's output: the last line that is a JSON object with a
 /// `verdict` of `done`, `blocked`, `continue` or `wait`.
@@ -49,67 +48,17 @@ impl CommandJudge {
 #[async_trait]
 impl Judge for CommandJudge {
     async fn judge(&self, goal: &str, last_response: &str) -> Result<Verdict, JudgeError> {
-        use std::io::Read;
-        let mut command = Command::new(crate::exec::shell());
-        command
-            .arg("-c")
-            .arg(&self.command)
-            .envs(self.env.iter().map(|(k, v)| (k, v)));
-        for name in &self.env_remove {
-            command.env_remove(name);
-        }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|error| {
-                JudgeError(format!(
-                    "cannot start the judge `{}`: {error}",
-                    self.command
-                ))
-            })?;
         let request = serde_json::json!({"goal": goal, "last_response": last_response}).to_string();
-        if let Some(mut stdin) = child.stdin.take() {
-            // From a thread: a judge that writes before it reads must not deadlock us.
-            std::thread::spawn(move || {
-                let _ = stdin.write_all(request.as_bytes());
-            });
-        }
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let reader = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stdout.read_to_string(&mut text);
-            text
-        });
-        let deadline = std::time::Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if std::time::Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(JudgeError(format!(
-                        "the judge `{}` gave no verdict within {:?}",
-                        self.command, self.timeout
-                    )));
-                }
-                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
-                Err(error) => {
-                    return Err(JudgeError(format!(
-                        "the judge `{}` failed: {error}",
-                        self.command
-                    )));
-                }
-            }
+        let run = OneShotCommand {
+            command: self.command.clone(),
+            env: self.env.clone(),
+            env_remove: self.env_remove.clone(),
+            cwd: None,
+            timeout: self.timeout,
         };
-        let text = reader.join().unwrap_or_default();
-        if !status.success() {
-            return Err(JudgeError(format!(
-                "the judge `{}` exited with {status}",
-                self.command
-            )));
-        }
+        let text = run
+            .run(&request)
+            .map_err(|error| JudgeError(format!("the judge {error}")))?;
         parse_verdict(&text)
     }
 }

@@ -14,6 +14,7 @@ mod exec;
 mod http;
 mod judge;
 mod mcp;
+mod oneshot;
 mod protocol;
 mod seed_worker;
 mod tools;
@@ -30,6 +31,7 @@ pub use mcp::{
     MCP_MAX_LINE_BYTES, MCP_PROTOCOL_VERSION, MCP_PROTOCOL_VERSIONS, McpServer,
     unreadable_line_answer,
 };
+pub use oneshot::{ONE_SHOT_ANSWER_BYTES, OneShotCommand};
 pub use protocol::{AgentExit, ResultLine, STDOUT_TAIL_CHARS, parse_result_line, settle_turn};
 pub use seed_worker::{
     SEED_RATE_LIMIT_EXIT, SEED_WORKER_PREFIX, SeedWorkerTurn, seed_worker_args,
