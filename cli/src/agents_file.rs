@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! default = "coder"                  # the agent for cards with no assignee
+//! triage_agent = "planner"           # the agent `specify` and `decompose` ask
 //!
 //! [agents.coder]
 //! command = "./agents/coder.sh"      # or: http = "https://api.example/v1?model=m"
@@ -16,6 +17,7 @@
 //! provider = "anthropic:team"       # the provider a command agent calls
 //! workspace = "worktree:/src/app"    # its cards' workspace, unless they name one
 //! env = { CODER_PROFILE = "strict" }
+//! description = "writes and tests Rust"  # what `decompose` routes to it
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,6 +38,7 @@ pub(crate) const AGENTS_FILE: &str = "kanban.toml";
 #[serde(deny_unknown_fields)]
 struct FileShape {
     default: Option<String>,
+    triage_agent: Option<String>,
     #[serde(default)]
     agents: BTreeMap<String, EntryShape>,
 }
@@ -52,6 +55,7 @@ struct EntryShape {
     max_in_progress: Option<u32>,
     provider: Option<String>,
     workspace: Option<String>,
+    description: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -85,6 +89,8 @@ pub(crate) struct AgentCommand {
     /// The workspace of the cards assigned to it that name none
     /// (`add --workspace`'s form).
     pub(crate) workspace: Option<String>,
+    /// What it is good at: the decomposer routes child cards by it.
+    pub(crate) description: Option<String>,
 }
 
 impl AgentCommand {
@@ -97,6 +103,7 @@ impl AgentCommand {
             max_in_progress: None,
             provider: None,
             workspace: None,
+            description: None,
         }
     }
 }
@@ -113,6 +120,7 @@ impl std::fmt::Debug for AgentCommand {
             .field("max_in_progress", &self.max_in_progress)
             .field("provider", &self.provider)
             .field("workspace", &self.workspace)
+            .field("description", &self.description)
             .finish()
     }
 }
@@ -124,6 +132,8 @@ pub(crate) struct AgentsFile {
     pub(crate) agents: BTreeMap<String, AgentCommand>,
     /// The agent for cards with no assignee.
     pub(crate) default: Option<String>,
+    /// The agent `specify` and `decompose` ask when none is named.
+    pub(crate) triage_agent: Option<String>,
 }
 
 /// Where the agents file is: `--agents FILE` (it must exist), else
@@ -160,18 +170,24 @@ pub(crate) fn load(path: &Path, env: &Environment) -> Result<AgentsFile, String>
         let agent = agent_of(&where_, folder, &name, entry, env)?;
         agents.insert(name, agent);
     }
-    if let Some(default) = &shape.default
-        && !agents.contains_key(default)
-    {
-        return Err(format!(
-            "{where_}: default = {default:?} names no agent of the file ({})",
-            names(&agents)
-        ));
+    for (key, named) in [
+        ("default", &shape.default),
+        ("triage_agent", &shape.triage_agent),
+    ] {
+        if let Some(name) = named
+            && !agents.contains_key(name)
+        {
+            return Err(format!(
+                "{where_}: {key} = {name:?} names no agent of the file ({})",
+                names(&agents)
+            ));
+        }
     }
     Ok(AgentsFile {
         path: path.to_owned(),
         agents,
         default: shape.default,
+        triage_agent: shape.triage_agent,
     })
 }
 
@@ -231,26 +247,16 @@ fn agent_of(
             "env key {key:?}: a variable's name is not empty and holds no `=` (and neither name nor value a NUL)"
         )));
     }
-    if let Some(provider) = &entry.provider {
-        if spec.starts_with("http:") {
-            return Err(problem(
-                "provider is for command agents: an HTTP agent's provider is its endpoint and key"
-                    .to_owned(),
-            ));
-        }
-        if !kanban_core::walls::is_declarable_provider(provider) {
-            return Err(problem(format!(
-                "provider {provider:?}: name the provider the agent calls (like \"anthropic:team\"); `agent:` names are the agents' own"
-            )));
-        }
-    }
-    if let Some(workspace) = &entry.workspace
-        && let Err(error) = kanban_core::workspaces::parse_workspace(workspace)
-    {
-        return Err(problem(format!("workspace: {error}")));
-    }
+    check_provider_workspace_description(
+        &entry.provider,
+        &entry.workspace,
+        &entry.description,
+        &spec,
+    )
+    .map_err(&problem)?;
     Ok(AgentCommand {
         workspace: entry.workspace.map(|workspace| workspace.trim().to_owned()),
+        description: entry.description,
         spec,
         args,
         env: file_env.into_iter().collect(),
@@ -259,6 +265,40 @@ fn agent_of(
             .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
         provider: entry.provider.map(|provider| provider.trim().to_owned()),
     })
+}
+
+/// The provider (command agents only, a declarable name), workspace and
+/// description of an agent, checked.
+fn check_provider_workspace_description(
+    provider: &Option<String>,
+    workspace: &Option<String>,
+    description: &Option<String>,
+    spec: &str,
+) -> Result<(), String> {
+    if let Some(provider) = provider {
+        if spec.starts_with("http:") {
+            return Err(
+                "provider is for command agents: an HTTP agent's provider is its endpoint and key"
+                    .to_owned(),
+            );
+        }
+        if !kanban_core::walls::is_declarable_provider(provider) {
+            return Err(format!(
+                "provider {provider:?}: name the provider the agent calls (like \"anthropic:team\"); `agent:` names are the agents' own"
+            ));
+        }
+    }
+    if let Some(workspace) = workspace
+        && let Err(error) = kanban_core::workspaces::parse_workspace(workspace)
+    {
+        return Err(format!("workspace: {error}"));
+    }
+    if let Some(description) = description
+        && (description.len() > 2000 || description.contains('\0'))
+    {
+        return Err("description: at most 2000 bytes of text, no NUL".to_owned());
+    }
+    Ok(())
 }
 
 /// The `--agent` spec of an agent given by exactly one of its three keys.

@@ -226,6 +226,32 @@ pub(crate) enum Command {
         /// The card that waits.
         child: String,
     },
+    /// Turn a card in triage (a rough idea) into a specified card, in line:
+    /// one turn of an agent of the agents file writes its title and body.
+    ///
+    /// The agent (a command, or an OpenAI-compatible endpoint) is asked
+    /// with a documented prompt and answers {"title", "body"} as JSON
+    /// (docs/workspaces.md, "The specifier and the decomposer"). An answer
+    /// that is not that JSON, or breaks a bound, writes nothing and says
+    /// why. The card changes once: a card no longer in triage is refused.
+    /// A note with the author and the agent is left on the card.
+    ///
+    /// Example: kanban specify t_1a2b3c4d --agent planner
+    ///
+    /// Example: kanban specify --all --tenant acme --json
+    Specify(TriageArgs),
+    /// Split a card in triage into linked child cards, each routed to an
+    /// agent of the agents file by its description; the card waits for all
+    /// of them. One turn of an agent writes the graph, or, when the idea is
+    /// one piece of work, specifies the card as `specify` does.
+    ///
+    /// The answer is checked whole before anything is written: at most 12
+    /// cards, parents that are other cards of the answer and no cycle,
+    /// assignees that are agents of the file. The cards, their links and
+    /// the card's move are one transaction.
+    ///
+    /// Example: kanban decompose t_1a2b3c4d --agent planner
+    Decompose(TriageArgs),
     /// Make a swarm in one transaction: a card per --worker, ready at once;
     /// a verifier card that waits for every worker; a synthesizer card that
     /// waits for the verifier; and a root card, done at once, that keeps
@@ -1111,6 +1137,36 @@ pub(crate) struct ProveArgs {
 }
 
 /// A block kind, by the seed system's names.
+/// `kanban specify`'s and `kanban decompose`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct TriageArgs {
+    /// The card (as `ls` lists it); or --all.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub(crate) id: Option<String>,
+    /// Every card in triage, oldest first; exits 0 when at least one
+    /// succeeded (or there was none), 1 when every one failed.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// With --all, only the cards of this tenant.
+    #[arg(long, value_name = "NAME", requires = "all")]
+    pub(crate) tenant: Option<String>,
+    /// The agent of the agents file that answers (default: the file's
+    /// `triage_agent`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) agent: Option<String>,
+    /// Who the note on the card names (default $HERMES_PROFILE, else
+    /// $USER, else the command's name).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) author: Option<String>,
+    /// The longest the agent may take to answer.
+    #[arg(long, value_name = "DURATION", default_value = "3m")]
+    pub(crate) timeout: String,
+    /// One JSON object per card on stdout: task_id, ok, reason, new_title
+    /// (and for decompose: fanout, child_ids).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// `kanban swarm`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct SwarmArgs {

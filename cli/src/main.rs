@@ -33,6 +33,7 @@ mod serve_net;
 mod serve_page;
 mod sim_agent;
 mod supervisor;
+mod triage;
 mod watch;
 mod worker;
 mod worker_calls;
@@ -146,6 +147,7 @@ fn json_requested(command: &Command) -> bool {
         | Command::Walls { json, .. } => *json,
         Command::Add(args) => args.json,
         Command::Swarm(args) => args.json,
+        Command::Specify(args) | Command::Decompose(args) => args.json,
         Command::Prove(args) => args.json,
         _ => false,
     }
@@ -271,6 +273,8 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Link { parent, child } if in_run(env) => agent_calls::link(env, &parent, &child),
         Command::Link { parent, child } => admin::link(global, env, &parent, &child, true),
         Command::Swarm(args) => admin::swarm(global, env, &args),
+        Command::Specify(args) => triage::triage(global, env, &args, triage::Ask::Specify),
+        Command::Decompose(args) => triage::triage(global, env, &args, triage::Ask::Decompose),
         Command::Unlink { parent, child } => admin::link(global, env, &parent, &child, false),
         Command::Prune {
             older_than,

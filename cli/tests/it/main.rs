@@ -25,6 +25,7 @@ mod seed_interop;
 mod serve;
 mod serve_attacks;
 mod storm;
+mod triage;
 mod walls;
 mod worker;
 mod workspaces;
