@@ -49,12 +49,13 @@ impl CommandJudge {
 impl Judge for CommandJudge {
     async fn judge(&self, goal: &str, last_response: &str) -> Result<Verdict, JudgeError> {
         let request = serde_json::json!({"goal": goal, "last_response": last_response}).to_string();
+        // In the worker's process group: whoever stops the worker stops
+        // its judge with it.
         let run = OneShotCommand {
-            command: self.command.clone(),
             env: self.env.clone(),
             env_remove: self.env_remove.clone(),
-            cwd: None,
-            timeout: self.timeout,
+            own_group: false,
+            ..OneShotCommand::new(self.command.clone(), self.timeout)
         };
         let text = run
             .run(&request)

@@ -781,3 +781,59 @@ fn the_seed_workers_session_line_is_read_only_when_plain() {
     );
     assert_eq!(recovery.join(" "), "-p p --cli --accept-hooks chat -q m -Q");
 }
+
+#[test]
+fn a_one_shot_command_is_read_to_its_end_and_stopped_whole() {
+    use kanban_agent_port::{ONE_SHOT_ANSWER_BYTES, OneShotCommand};
+    let timeout = Duration::from_secs(20);
+    // More than the head it keeps, then the line a judge looks for: the
+    // command is read to its end (no broken pipe), its head and its end kept.
+    let chatty = OneShotCommand::new(
+        format!(
+            "head -c {} /dev/zero | tr '\\0' x; echo; echo '{{\"verdict\": \"done\"}}'",
+            ONE_SHOT_ANSWER_BYTES * 3
+        ),
+        timeout,
+    );
+    let answer = chatty.run("").expect("it exits 0");
+    assert!(answer.len() < 2 * usize::try_from(ONE_SHOT_ANSWER_BYTES).unwrap());
+    assert!(answer.starts_with("xxxx"));
+    assert!(
+        answer.trim_end().ends_with(r#"{"verdict": "done"}"#),
+        "{}",
+        &answer[answer.len() - 80..]
+    );
+    // A process that left the group and holds the output open does not
+    // hold the answer back.
+    let started = std::time::Instant::now();
+    let leaver = OneShotCommand::new("setsid sleep 30 & echo answered".to_owned(), timeout);
+    assert_eq!(leaver.run("").expect("it exits 0").trim(), "answered");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // An interrupt stops it.
+    let flag = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stopping = flag.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        stopping.store(1, std::sync::atomic::Ordering::SeqCst);
+    });
+    let waiting = OneShotCommand {
+        interrupt: Some(flag),
+        ..OneShotCommand::new("sleep 30".to_owned(), timeout)
+    };
+    let started = std::time::Instant::now();
+    let error = waiting.run("").expect_err("interrupted");
+    assert!(error.contains("interrupted"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // A failing one says how it ended.
+    let failing = OneShotCommand::new("exit 3".to_owned(), timeout);
+    assert!(
+        failing
+            .run("")
+            .expect_err("fails")
+            .contains("exit status: 3")
+    );
+}
