@@ -12,10 +12,10 @@ use kanban_board::TxResult;
 use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Migration N (1-based) brings a board from version N-1 to N.
-pub const MIGRATIONS: [&str; 5] = [
+pub const MIGRATIONS: [&str; 6] = [
     r#"
 CREATE TABLE tasks (
     id                   TEXT PRIMARY KEY,
@@ -139,6 +139,40 @@ CREATE INDEX idx_attachments_task ON task_attachments(task_id, created_at);
 ALTER TABLE tasks ADD COLUMN workspace_kind TEXT NOT NULL DEFAULT 'scratch';
 ALTER TABLE tasks ADD COLUMN workspace_path TEXT;
 ALTER TABLE tasks ADD COLUMN branch_name TEXT;
+"#,
+    // 6: notifications: subscriptions, and the outbox a board writes in
+    // the transaction of each event a subscription wants.
+    r#"
+CREATE TABLE notify_subscriptions (
+    id          BIGSERIAL PRIMARY KEY,
+    scope       TEXT NOT NULL,
+    target      TEXT,
+    kinds       TEXT NOT NULL,
+    channel     TEXT NOT NULL,
+    address     TEXT NOT NULL,
+    format      TEXT NOT NULL DEFAULT 'json',
+    secret      TEXT,
+    created_by  TEXT,
+    created_at  BIGINT NOT NULL,
+    removed_at  BIGINT
+);
+CREATE TABLE notify_outbox (
+    id              BIGSERIAL PRIMARY KEY,
+    subscription_id BIGINT NOT NULL,
+    event_id        BIGINT NOT NULL,
+    task_id         TEXT NOT NULL,
+    created_at      BIGINT NOT NULL,
+    attempts        BIGINT NOT NULL DEFAULT 0,
+    next_attempt_at BIGINT NOT NULL,
+    first_tried_at  BIGINT,
+    last_error      TEXT,
+    delivered_at    BIGINT,
+    dead_at         BIGINT,
+    lease_owner     TEXT,
+    lease_until     BIGINT
+);
+CREATE INDEX idx_outbox_open ON notify_outbox(delivered_at, dead_at, next_attempt_at);
+CREATE INDEX idx_outbox_order ON notify_outbox(subscription_id, task_id, id);
 "#,
 ];
 

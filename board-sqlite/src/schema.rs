@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 8] = [
+pub const MIGRATIONS: [&str; 9] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -157,5 +157,39 @@ CREATE TABLE IF NOT EXISTS task_attachments (
 );
 CREATE INDEX IF NOT EXISTS idx_attachments_task ON task_attachments(task_id, created_at);
 CREATE INDEX IF NOT EXISTS idx_tasks_tenant ON tasks(tenant);
+"#,
+    // 9: notifications: subscriptions, and the outbox a board writes in
+    // the transaction of each event a subscription wants.
+    r#"
+CREATE TABLE IF NOT EXISTS notify_subscriptions (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    scope       TEXT NOT NULL,
+    target      TEXT,
+    kinds       TEXT NOT NULL,
+    channel     TEXT NOT NULL,
+    address     TEXT NOT NULL,
+    format      TEXT NOT NULL DEFAULT 'json',
+    secret      TEXT,
+    created_by  TEXT,
+    created_at  INTEGER NOT NULL,
+    removed_at  INTEGER
+);
+CREATE TABLE IF NOT EXISTS notify_outbox (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscription_id INTEGER NOT NULL,
+    event_id        INTEGER NOT NULL,
+    task_id         TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL,
+    first_tried_at  INTEGER,
+    last_error      TEXT,
+    delivered_at    INTEGER,
+    dead_at         INTEGER,
+    lease_owner     TEXT,
+    lease_until     INTEGER
+);
+CREATE INDEX IF NOT EXISTS idx_outbox_open ON notify_outbox(delivered_at, dead_at, next_attempt_at);
+CREATE INDEX IF NOT EXISTS idx_outbox_order ON notify_outbox(subscription_id, task_id, id);
 "#,
 ];

@@ -10,6 +10,7 @@
 mod admin;
 mod dispatch;
 mod engine;
+mod notify;
 mod statements;
 mod triage;
 mod worker;
@@ -330,13 +331,43 @@ macro_rules! board_ports {
             ) -> Result<(), ::kanban_core::BoardError> {
                 (**self).edit(task_id, edit).await
             }
+            async fn subscribe(
+                &self,
+                new: &::kanban_core::notify::NewSubscription,
+            ) -> Result<i64, ::kanban_core::BoardError> {
+                (**self).subscribe(new).await
+            }
+            async fn subscriptions(
+                &self,
+            ) -> Result<Vec<::kanban_core::notify::SubscriptionView>, ::kanban_core::BoardError> {
+                (**self).subscriptions().await
+            }
+            async fn unsubscribe(&self, id: i64) -> Result<bool, ::kanban_core::BoardError> {
+                (**self).unsubscribe(id).await
+            }
+            async fn lease_notifications(
+                &self,
+                owner: &str,
+                lease_seconds: i64,
+                count: usize,
+            ) -> Result<Vec<::kanban_core::notify::Delivery>, ::kanban_core::BoardError> {
+                (**self).lease_notifications(owner, lease_seconds, count).await
+            }
+            async fn settle_notification(
+                &self,
+                outbox_id: i64,
+                owner: &str,
+                result: &::kanban_core::notify::DeliveryResult,
+            ) -> Result<bool, ::kanban_core::BoardError> {
+                (**self).settle_notification(outbox_id, owner, result).await
+            }
             async fn settle_triage(
                 &self,
                 task_id: &str,
                 plan: &::kanban_core::triage::TriagePlan,
                 agent: &str,
                 author: &str,
-            ) -> Result<Vec<String>, ::kanban_core::BoardError> {
+            ) -> Result<::kanban_core::triage::Settled, ::kanban_core::BoardError> {
                 (**self).settle_triage(task_id, plan, agent, author).await
             }
             async fn create_swarm(

@@ -7,6 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use kanban_core::attachments::{AttachmentRecord, NewAttachment};
 use kanban_core::lease::{LeaseView, RunLease, TaskLease};
+use kanban_core::notify::{
+    AfterFailure, Delivery, DeliveryResult, NewSubscription, NotifiedCard, SubscriptionView,
+};
 use kanban_core::rules::{
     CardEdit, CardState, Change, ClaimCandidate, MadeCard, NewEvent, RunRow, Transition,
 };
@@ -1306,7 +1309,243 @@ impl Tx<'_> {
                 args![task_id, event.run_id, &event.kind, payload, now],
             )
             .await?;
+        // Most events notify nobody: no subscription is read for them.
+        let kinds = kanban_core::notify::notify_kinds(&event.kind, &event.payload);
+        let Some(first) = kinds.first() else {
+            return Ok(());
+        };
+        let second = kinds.get(1).unwrap_or(first);
+        let (first, second) = (format!("%,{first},%"), format!("%,{second},%"));
+        // The outbox rows of this event, in its transaction: one per
+        // subscription that wants it. The event is the newest of its kind
+        // on its card (read on an index, with no RETURNING, which would
+        // cost SQLite a statement journal).
+        self.sql
+            .execute(
+                "INSERT INTO notify_outbox (subscription_id, event_id, task_id, created_at, next_attempt_at)
+                 SELECT s.id, (SELECT MAX(e.id) FROM task_events e WHERE e.task_id = $1 AND e.kind = $2), $1, $3, $3
+                   FROM notify_subscriptions s
+                  WHERE s.removed_at IS NULL AND (s.kinds LIKE $4 OR s.kinds LIKE $5)
+                    AND (s.scope = 'board'
+                      OR (s.scope = 'card' AND s.target = $1)
+                      OR (s.scope = 'assignee' AND s.target = (SELECT c.assignee FROM tasks c WHERE c.id = $1))
+                      OR (s.scope = 'tenant' AND s.target = (SELECT c.tenant FROM tasks c WHERE c.id = $1)))",
+                args![task_id, &event.kind, now, &first, &second],
+            )
+            .await?;
         Ok(())
+    }
+
+    /// Stores a subscription; its id.
+    pub(crate) async fn insert_subscription(
+        &mut self,
+        new: &NewSubscription,
+        now: i64,
+    ) -> TxResult<i64> {
+        let (scope, target) = new.scope.columns();
+        let kinds: Vec<&str> = new.kinds.iter().map(String::as_str).collect();
+        let kinds = kanban_core::notify::stored_kinds(&kinds);
+        self.value(
+            "INSERT INTO notify_subscriptions (scope, target, kinds, channel, address, format, secret, created_by, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+            args![scope, target, &kinds, &new.channel, &new.address, &new.format, new.secret.as_deref(), new.created_by.as_deref(), now],
+        )
+        .await?
+        .int(0)
+    }
+
+    /// The subscriptions not removed, oldest first, with their counts.
+    pub(crate) async fn subscriptions(&mut self) -> TxResult<Vec<SubscriptionView>> {
+        mapped(
+            self.sql,
+            "SELECT s.id, s.scope, s.target, s.kinds, s.channel, s.address, s.format, s.secret, s.created_by, s.created_at,
+                    (SELECT COUNT(*) FROM notify_outbox o WHERE o.subscription_id = s.id AND o.delivered_at IS NULL AND o.dead_at IS NULL),
+                    (SELECT COUNT(*) FROM notify_outbox o WHERE o.subscription_id = s.id AND o.delivered_at IS NOT NULL),
+                    (SELECT COUNT(*) FROM notify_outbox o WHERE o.subscription_id = s.id AND o.dead_at IS NOT NULL),
+                    (SELECT o.last_error FROM notify_outbox o WHERE o.subscription_id = s.id AND o.last_error IS NOT NULL ORDER BY o.id DESC LIMIT 1)
+               FROM notify_subscriptions s WHERE s.removed_at IS NULL ORDER BY s.id",
+            args![],
+            |row| {
+                Ok(SubscriptionView {
+                    id: row.int(0)?,
+                    scope: row.text(1)?,
+                    target: row.opt_text(2)?,
+                    kinds: kanban_core::notify::kinds_of_stored(&row.text(3)?),
+                    channel: row.text(4)?,
+                    address: row.text(5)?,
+                    format: row.text(6)?,
+                    secret: row.opt_text(7)?,
+                    created_by: row.opt_text(8)?,
+                    created_at: row.int(9)?,
+                    pending: row.int(10)?,
+                    delivered: row.int(11)?,
+                    dead: row.int(12)?,
+                    last_error: row.opt_text(13)?,
+                })
+            },
+        )
+        .await
+    }
+
+    /// Removes a subscription; its open notifications die with it. False
+    /// when there is none of that id.
+    pub(crate) async fn remove_subscription(&mut self, id: i64, now: i64) -> TxResult<bool> {
+        let removed = self
+            .sql
+            .execute(
+                "UPDATE notify_subscriptions SET removed_at = $1 WHERE id = $2 AND removed_at IS NULL",
+                args![now, id],
+            )
+            .await?;
+        self.sql
+            .execute(
+                "UPDATE notify_outbox SET dead_at = $1, last_error = 'unsubscribed'
+                  WHERE subscription_id = $2 AND delivered_at IS NULL AND dead_at IS NULL",
+                args![now, id],
+            )
+            .await?;
+        Ok(removed == 1)
+    }
+
+    /// Whether some notification is due and held by no deliverer.
+    pub(crate) async fn any_notification_due(&mut self, now: i64) -> TxResult<bool> {
+        self.flag(
+            "SELECT EXISTS (SELECT 1 FROM notify_outbox
+                             WHERE delivered_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
+                               AND (lease_until IS NULL OR lease_until < $1))",
+            args![now],
+        )
+        .await
+    }
+
+    /// Leases up to `count` due notifications to `owner` until `until`: in
+    /// order per subscription and card (a notification waits while an
+    /// earlier one of its card is open), rows another deliverer holds
+    /// passed over.
+    pub(crate) async fn lease_notifications(
+        &mut self,
+        owner: &str,
+        until: i64,
+        now: i64,
+        count: usize,
+    ) -> TxResult<Vec<i64>> {
+        let query = format!(
+            "SELECT t.id FROM notify_outbox t
+              WHERE t.delivered_at IS NULL AND t.dead_at IS NULL AND t.next_attempt_at <= $1
+                AND (t.lease_until IS NULL OR t.lease_until < $1)
+                AND NOT EXISTS (SELECT 1 FROM notify_outbox p
+                                 WHERE p.subscription_id = t.subscription_id AND p.task_id = t.task_id
+                                   AND p.id < t.id AND p.delivered_at IS NULL AND p.dead_at IS NULL)
+              ORDER BY t.id LIMIT $2{}",
+            self.locking(|dialect| dialect.skip_locked)
+        );
+        let ids = rows(
+            self.sql.rows(&query, args![now, limit(count)]).await?,
+            |row| row.int(0),
+        )?;
+        let mut leased = Vec::with_capacity(ids.len());
+        for id in ids {
+            let taken = self
+                .sql
+                .execute(
+                    "UPDATE notify_outbox SET lease_owner = $1, lease_until = $2
+                      WHERE id = $3 AND delivered_at IS NULL AND dead_at IS NULL
+                        AND (lease_until IS NULL OR lease_until < $4)",
+                    args![owner, until, id, now],
+                )
+                .await?;
+            if taken == 1 {
+                leased.push(id);
+            }
+        }
+        Ok(leased)
+    }
+
+    /// A leased notification with what it carries.
+    pub(crate) async fn delivery(&mut self, outbox_id: i64) -> TxResult<Option<Delivery>> {
+        let found = self
+            .one(
+                "SELECT o.id, o.attempts, o.first_tried_at, s.id, s.channel, s.address, s.format, s.secret,
+                        e.id, e.task_id, e.run_id, e.kind, e.payload, e.created_at,
+                        o.task_id, c.title, c.status, c.assignee, c.tenant
+                   FROM notify_outbox o
+                   JOIN notify_subscriptions s ON s.id = o.subscription_id
+                   LEFT JOIN task_events e ON e.id = o.event_id
+                   LEFT JOIN tasks c ON c.id = o.task_id
+                  WHERE o.id = $1",
+                args![outbox_id],
+            )
+            .await?;
+        let Some(row) = found else {
+            return Ok(None);
+        };
+        let event = match row.opt_int(8)? {
+            Some(id) => Some(EventRecord {
+                id,
+                task_id: row.text(9)?,
+                run_id: row.opt_int(10)?,
+                kind: row.text(11)?,
+                payload: row.json(12)?.unwrap_or(Value::Null),
+                created_at: row.int(13)?,
+            }),
+            None => None,
+        };
+        Ok(Some(Delivery {
+            outbox_id: row.int(0)?,
+            attempts: u32::try_from(row.int(1)?).unwrap_or(u32::MAX),
+            first_tried_at: row.opt_int(2)?,
+            subscription_id: row.int(3)?,
+            channel: row.text(4)?,
+            address: row.text(5)?,
+            format: row.text(6)?,
+            secret: row.opt_text(7)?,
+            event,
+            card: NotifiedCard {
+                id: row.text(14)?,
+                title: row.opt_text(15)?.unwrap_or_default(),
+                status: row.opt_text(16)?.unwrap_or_else(|| "gone".to_owned()),
+                assignee: row.opt_text(17)?,
+                tenant: row.opt_text(18)?,
+            },
+        }))
+    }
+
+    /// Records an attempt at a notification `owner` holds; false when it no
+    /// longer holds it (its lease ran out and another took it).
+    pub(crate) async fn settle_notification(
+        &mut self,
+        outbox_id: i64,
+        owner: &str,
+        result: &DeliveryResult,
+        now: i64,
+    ) -> TxResult<bool> {
+        let changed = match result {
+            DeliveryResult::Delivered => {
+                self.sql
+                    .execute(
+                        "UPDATE notify_outbox SET delivered_at = $1, attempts = attempts + 1, last_error = NULL,
+                                first_tried_at = COALESCE(first_tried_at, $1), lease_owner = NULL, lease_until = NULL
+                          WHERE id = $2 AND lease_owner = $3 AND delivered_at IS NULL AND dead_at IS NULL",
+                        args![now, outbox_id, owner],
+                    )
+                    .await?
+            }
+            DeliveryResult::Failed { error, next } => {
+                let (retry_at, dead_at) = match next {
+                    AfterFailure::RetryAt(at) => (*at, None),
+                    AfterFailure::Dead => (now, Some(now)),
+                };
+                self.sql
+                    .execute(
+                        "UPDATE notify_outbox SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2,
+                                dead_at = $3, first_tried_at = COALESCE(first_tried_at, $4), lease_owner = NULL, lease_until = NULL
+                          WHERE id = $5 AND lease_owner = $6 AND delivered_at IS NULL AND dead_at IS NULL",
+                        args![error, retry_at, dead_at, now, outbox_id, owner],
+                    )
+                    .await?
+            }
+        };
+        Ok(changed == 1)
     }
 
     /// A fresh card id no card has: `t_` and eight hex digits.

@@ -4,27 +4,14 @@
 //! refused) nothing at all.
 
 use kanban_core::rules::Start;
-use kanban_core::triage::{self, Specification, TriagePlan};
-use kanban_core::workspaces::{WorkspaceKind, WorkspaceSpec};
-use kanban_core::{BoardError, NewTask, TaskRecord, events};
+use kanban_core::triage::{self, Settled, Specification, TriagePlan};
+use kanban_core::{BoardError, NewTask, events};
 
 use crate::StoredBoard;
 use crate::admin::{insert_task, link_cards};
 use crate::engine::{Durability, Engine, TxResult};
 use crate::statements::Tx;
 use crate::worker::{apply, existing_card};
-
-/// The workspace a decomposed card's children inherit: its kind and path
-/// (so a fan-out of code work lands in the same repository), never its
-/// branch, which is the card's own.
-fn inherited_workspace(root: &TaskRecord) -> Option<WorkspaceSpec> {
-    let workspace = root.workspace.as_ref()?;
-    let kind = WorkspaceKind::parse(&workspace.kind)?;
-    (kind != WorkspaceKind::Scratch || workspace.path.is_some()).then(|| WorkspaceSpec {
-        kind,
-        path: workspace.path.clone(),
-    })
-}
 
 async fn settle_plan(
     tx: &mut Tx<'_>,
@@ -33,7 +20,7 @@ async fn settle_plan(
     agent: &str,
     author: &str,
     now: i64,
-) -> TxResult<Vec<String>> {
+) -> TxResult<Settled> {
     let Some(root) = tx.task(task_id).await? else {
         return Err(BoardError::TaskNotFound(task_id.to_owned()).into());
     };
@@ -63,7 +50,7 @@ async fn settle_plan(
                 start: Start::InLine,
                 created_by: Some(author.to_owned()),
                 tenant: root.tenant.clone(),
-                workspace: inherited_workspace(&root),
+                workspace: child.workspace.clone(),
                 ..NewTask::default()
             };
             events::check_new_task(&new)?;
@@ -77,23 +64,25 @@ async fn settle_plan(
     let card = existing_card(tx, task_id).await?;
     let transition = triage::settle(&card, &current, plan, &child_ids, author)?;
     apply(tx, task_id, &transition, now).await?;
+    let status = transition.status.unwrap_or(card.status);
     tx.insert_comment(task_id, author, &triage::note(plan, agent, &child_ids), now)
         .await?;
     tx.append_event(task_id, &events::commented(None, author), now)
         .await?;
-    Ok(child_ids)
+    Ok(Settled { child_ids, status })
 }
 
 impl<E: Engine> StoredBoard<E> {
     /// Writes the plan an agent answered for a card in triage (core's
-    /// [`triage`]): the ids of the cards it made, in the plan's order.
+    /// [`triage`]): the cards it made, in the plan's order, and where the
+    /// card went.
     pub async fn settle_triage(
         &self,
         task_id: &str,
         plan: &TriagePlan,
         agent: &str,
         author: &str,
-    ) -> Result<Vec<String>, BoardError> {
+    ) -> Result<Settled, BoardError> {
         triage::check_plan(plan)?;
         if let Err(problem) = events::check_label(author) {
             return Err(BoardError::InvalidInput(format!("the author {problem}")));

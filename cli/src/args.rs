@@ -226,6 +226,21 @@ pub(crate) enum Command {
         /// The card that waits.
         child: String,
     },
+    /// Tell people when cards need them: subscriptions delivered to a
+    /// webhook or a command by every dispatcher of the board.
+    ///
+    /// A notification is written in the transaction of the event that
+    /// causes it, then delivered by any dispatcher (or `notify deliver`),
+    /// each with a stable id, retried with backoff for up to a day, in
+    /// order per card (docs/notifications.md).
+    ///
+    /// Example: kanban notify subscribe --all-cards --events needs_input,failed --webhook https://hooks.example/k --secret-env KANBAN_HOOK_SECRET
+    ///
+    /// Example: kanban notify list
+    Notify {
+        #[command(subcommand)]
+        command: NotifyCommand,
+    },
     /// Turn a card in triage (a rough idea) into a specified card, in line:
     /// one turn of an agent of the agents file writes its title and body.
     ///
@@ -1137,6 +1152,92 @@ pub(crate) struct ProveArgs {
 }
 
 /// A block kind, by the seed system's names.
+/// `kanban notify`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum NotifyCommand {
+    /// Subscribe a webhook or a command to the events of a card, an
+    /// assignee, a tenant or the whole board; prints the subscription's id.
+    ///
+    /// Kinds: needs_input, blocked, done, failed (past the failure limit),
+    /// wall (armed or lifted), overrun (past the max runtime), or all.
+    ///
+    /// Example: kanban notify subscribe --card t_1a2b3c4d --events done --command "notify-send kanban"
+    Subscribe(Box<SubscribeArgs>),
+    /// The subscriptions, with their pending, delivered and dead
+    /// notifications and the last error.
+    ///
+    /// Example: kanban notify list --json
+    #[command(visible_alias = "ls")]
+    List {
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a subscription; its notifications not yet delivered are
+    /// dropped.
+    ///
+    /// Example: kanban notify unsubscribe 3
+    #[command(visible_alias = "rm")]
+    Unsubscribe {
+        /// The subscription's id (as `notify list` shows it).
+        id: i64,
+    },
+    /// Deliver the notifications that are due now, as a dispatcher does
+    /// (for a board no dispatcher runs on).
+    ///
+    /// Example: kanban notify deliver
+    Deliver,
+}
+
+/// `kanban notify subscribe`'s arguments.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["card", "assignee", "tenant", "all_cards"])))]
+#[command(group(clap::ArgGroup::new("channel").required(true).args(["webhook", "command"])))]
+pub(crate) struct SubscribeArgs {
+    /// The events of one card.
+    #[arg(long, value_name = "ID")]
+    pub(crate) card: Option<String>,
+    /// The events of the cards assigned to this agent.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) assignee: Option<String>,
+    /// The events of the cards of this tenant.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tenant: Option<String>,
+    /// The events of every card of the board.
+    #[arg(long)]
+    pub(crate) all_cards: bool,
+    /// The kinds of event, separated by commas, or `all`.
+    #[arg(long, value_name = "KINDS", default_value = "needs_input,failed")]
+    pub(crate) events: String,
+    /// POST each notification to this URL (JSON; signed when a secret is named).
+    #[arg(long, value_name = "URL")]
+    pub(crate) webhook: Option<String>,
+    /// Run this command (`sh -c`) with each notification as JSON on its stdin.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) command: Option<String>,
+    /// The webhook's body: json (the documented notification) or slack
+    /// (`{"text": …}`, which Slack, Mattermost, Discord's /slack path and
+    /// ntfy take).
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = ["json", "slack"])]
+    pub(crate) format: String,
+    /// Sign each webhook body with the secret in this environment variable
+    /// of the dispatchers (never stored in the board).
+    #[arg(
+        long,
+        value_name = "VAR",
+        conflicts_with = "secret_file",
+        requires = "webhook"
+    )]
+    pub(crate) secret_env: Option<String>,
+    /// Sign each webhook body with the secret in this file (owner-only, or
+    /// it is refused), read by the dispatchers.
+    #[arg(long, value_name = "PATH", requires = "webhook")]
+    pub(crate) secret_file: Option<PathBuf>,
+    /// Print {"id": N}.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// `kanban specify`'s and `kanban decompose`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct TriageArgs {

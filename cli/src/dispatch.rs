@@ -303,19 +303,31 @@ pub(crate) fn run(
         notes: Arc::new(Notes::default()),
     };
     let mut dispatcher = Dispatcher::new(ports, plan.settings.clone());
+    let deliverer = crate::notify::Background::start(&plan.db, &plan.folder, env);
     let end = runtime.block_on(dispatcher.run(plan.mode));
+    deliverer.stop();
     // Workers that outlive this dispatcher (`--once`, a halt) are told it
     // is closing, after the calls it took are answered; they go on, on the
     // board itself.
+    close_link(&runtime, &closing, serving);
+    if let DispatchEnd::Halted(fault) = &end {
+        errln!("error: the dispatcher stopped: {fault}");
+    }
+    Ok(end.exit_code())
+}
+
+/// Tells the workers the link is closing, and waits a moment for the calls
+/// it took to be answered.
+fn close_link(
+    runtime: &tokio::runtime::Runtime,
+    closing: &tokio::sync::watch::Sender<bool>,
+    serving: Option<tokio::task::JoinHandle<()>>,
+) {
     let _ = closing.send(true);
     if let Some(serving) = serving {
         let _ =
             runtime.block_on(async { tokio::time::timeout(LINK_CLOSING_PATIENCE, serving).await });
     }
-    if let DispatchEnd::Halted(fault) = &end {
-        errln!("error: the dispatcher stopped: {fault}");
-    }
-    Ok(end.exit_code())
 }
 
 /// What a dispatcher holds while it runs: a SQLite board's lock, a watch

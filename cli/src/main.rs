@@ -21,6 +21,7 @@ mod home;
 mod logs;
 mod mcp;
 mod metrics;
+mod notify;
 mod orphans;
 mod out;
 mod output;
@@ -273,8 +274,13 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Link { parent, child } if in_run(env) => agent_calls::link(env, &parent, &child),
         Command::Link { parent, child } => admin::link(global, env, &parent, &child, true),
         Command::Swarm(args) => admin::swarm(global, env, &args),
-        Command::Specify(args) => triage::triage(global, env, &args, triage::Ask::Specify),
-        Command::Decompose(args) => triage::triage(global, env, &args, triage::Ask::Decompose),
+        Command::Notify { command } => notify::notify(global, env, command),
+        Command::Specify(args) => {
+            triage::triage(global, env, &args, triage::Ask::Specify, interrupt)
+        }
+        Command::Decompose(args) => {
+            triage::triage(global, env, &args, triage::Ask::Decompose, interrupt)
+        }
         Command::Unlink { parent, child } => admin::link(global, env, &parent, &child, false),
         Command::Prune {
             older_than,

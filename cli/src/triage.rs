@@ -54,6 +54,8 @@ struct Done {
 /// The agent that answers, as the agents file names it.
 struct Answerer {
     name: String,
+    /// Set on Ctrl-C: a command agent is stopped with its group.
+    interrupt: Arc<AtomicUsize>,
     agent: AgentCommand,
     timeout: std::time::Duration,
 }
@@ -63,6 +65,7 @@ pub(crate) fn triage(
     env: &Environment,
     args: &TriageArgs,
     ask: Ask,
+    interrupt: &Arc<AtomicUsize>,
 ) -> anyhow::Result<ExitCode> {
     if crate::in_run(env) {
         bail!(
@@ -77,10 +80,11 @@ pub(crate) fn triage(
         .as_deref()
         .or_else(|| env.get_trimmed("HERMES_PROFILE"))
         .or_else(|| env.get_trimmed("USER"))
-        .map_or_else(
-            || format!("{}r", ask.name().trim_end_matches('e')),
-            str::to_owned,
-        );
+        .unwrap_or(match ask {
+            Ask::Specify => "specifier",
+            Ask::Decompose => "decomposer",
+        })
+        .to_owned();
     if let Err(problem) = kanban_core::events::check_label(author.trim()) {
         bail!("--author {problem}");
     }
@@ -89,7 +93,9 @@ pub(crate) fn triage(
         .map(|path| load(&path, env))
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let answerer = answerer(file.as_ref(), args.agent.as_deref(), timeout)?;
+    let mut answerer = answerer(file.as_ref(), args.agent.as_deref(), timeout)?;
+    crate::runtime::install_signal_handlers(interrupt)?;
+    answerer.interrupt = interrupt.clone();
     let roster = roster(file.as_ref());
     let ids = if args.all {
         // In the order they were added.
@@ -102,7 +108,12 @@ pub(crate) fn triage(
     };
     if ids.is_empty() {
         if args.json {
-            outln!("{}", json!({"total": 0, "ok": 0}));
+            // The seed system's line for nothing to do.
+            let done = match ask {
+                Ask::Specify => "specified",
+                Ask::Decompose => "decomposed",
+            };
+            outln!("{}", json!({done: 0, "total": 0}));
         } else {
             let tenant = args
                 .tenant
@@ -115,6 +126,10 @@ pub(crate) fn triage(
     }
     let mut succeeded = 0;
     for id in &ids {
+        if interrupt.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+            errln!("interrupted: {id} and the cards after it were not asked about");
+            return Ok(ExitCode::Interrupted);
+        }
         let outcome = Outcome {
             task_id: id.clone(),
             result: one_card(&board, id, ask, &answerer, &roster, author.trim(), env),
@@ -160,6 +175,7 @@ fn answerer(
     }
     Ok(Answerer {
         name: name.to_owned(),
+        interrupt: Arc::default(),
         agent: agent.clone(),
         timeout,
     })
@@ -215,12 +231,18 @@ fn one_card(
         Ask::Decompose => triage::decompose_prompt(&card, roster),
     };
     let answer = ask_agent(answerer, &prompt, ask, id, env)?;
-    let plan = match ask {
+    let mut plan = match ask {
         Ask::Specify => triage::read_specification(&answer).map(TriagePlan::Specify),
         Ask::Decompose => triage::read_decomposition(&answer, roster),
     }
     .map_err(|error| format!("{error}; nothing was written"))?;
-    let child_ids = block_on(board.settle_triage(id, &plan, &answerer.name, author)).map_err(
+    if let TriagePlan::Decompose { children, .. } = &mut plan {
+        let workspace = crate::workspace::for_children(&task);
+        for child in children {
+            child.workspace.clone_from(&workspace);
+        }
+    }
+    let settled = block_on(board.settle_triage(id, &plan, &answerer.name, author)).map_err(
         |error| match error {
             BoardError::InvalidTransition { status, .. } => format!(
                 "{id} left triage (it is {status}) while the agent answered; nothing was written"
@@ -228,7 +250,6 @@ fn one_card(
             other => other.to_string(),
         },
     )?;
-    let after = block_on(board.show_task(id)).map_err(|error| error.to_string())?;
     let (new_title, fanout) = match &plan {
         TriagePlan::Specify(spec) => (
             spec.title.clone().filter(|title| *title != task.title),
@@ -237,10 +258,10 @@ fn one_card(
         TriagePlan::Decompose { .. } => (None, true),
     };
     Ok(Done {
-        status: after.task.status.known().unwrap_or(TaskStatus::Todo),
+        status: settled.status,
         new_title,
         fanout,
-        child_ids,
+        child_ids: settled.child_ids,
     })
 }
 
@@ -258,7 +279,7 @@ fn ask_agent(
         let mut config = HttpAgentConfig::parse(spec, env)
             .map_err(|error| format!("the agent {name}: {error}"))?;
         config.timeout = answerer.timeout;
-        let activity = Activity::new(Arc::new(SystemClock), Arc::new(AtomicUsize::new(0)));
+        let activity = Activity::new(Arc::new(SystemClock), answerer.interrupt.clone());
         let mut agent =
             HttpAgent::new(config, None, None, format!("{}-{id}", ask.name()), activity);
         return agent
@@ -272,11 +293,10 @@ fn ask_agent(
         "message": prompt.user,
     });
     let command = OneShotCommand {
-        command: spec.clone(),
         env: answerer.agent.env.clone(),
         env_remove: SECRET_VARS.iter().map(|name| (*name).to_owned()).collect(),
-        cwd: None,
-        timeout: answerer.timeout,
+        interrupt: Some(answerer.interrupt.clone()),
+        ..OneShotCommand::new(spec.clone(), answerer.timeout)
     };
     command
         .run(&request.to_string())

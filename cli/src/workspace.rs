@@ -145,6 +145,28 @@ fn worktree_place(path: &Path, task_id: &str) -> Result<(PathBuf, PathBuf), Stri
     Ok((repo, path.to_owned()))
 }
 
+/// The workspace the children of a decomposed card get: a `dir:` the same
+/// folder; a worktree card's repository (its main checkout), so each child
+/// gets a worktree of its own; else, or when the repository is gone, none
+/// (a scratch folder each).
+pub(crate) fn for_children(root: &TaskRecord) -> Option<WorkspaceSpec> {
+    let path = Path::new(root.workspace_path()?);
+    match WorkspaceKind::parse(root.workspace_kind())? {
+        WorkspaceKind::Dir => Some(WorkspaceSpec {
+            kind: WorkspaceKind::Dir,
+            path: Some(path.display().to_string()),
+        }),
+        WorkspaceKind::Worktree => {
+            let repo = git_place(nearest_existing(path))?.main_checkout().ok()?;
+            Some(WorkspaceSpec {
+                kind: WorkspaceKind::Worktree,
+                path: Some(repo.display().to_string()),
+            })
+        }
+        WorkspaceKind::Scratch => None,
+    }
+}
+
 /// `add --workspace SPEC --repo R --branch B`, checked against the world:
 /// what the card keeps (paths canonical, symbolic links resolved).
 pub(crate) fn for_add(

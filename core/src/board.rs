@@ -310,15 +310,37 @@ pub trait BoardAdmin: Send + Sync {
     async fn review(&self, task_id: &str, reason: Option<&str>) -> Result<(), BoardError>;
     /// Edits a card's fields ([`crate::rules::edit`]).
     async fn edit(&self, task_id: &str, edit: &crate::rules::CardEdit) -> Result<(), BoardError>;
+    /// Stores a notification subscription; its id.
+    async fn subscribe(&self, new: &crate::notify::NewSubscription) -> Result<i64, BoardError>;
+    /// The subscriptions, with their notifications' counts.
+    async fn subscriptions(&self) -> Result<Vec<crate::notify::SubscriptionView>, BoardError>;
+    /// Removes a subscription; false when there is none of that id.
+    async fn unsubscribe(&self, id: i64) -> Result<bool, BoardError>;
+    /// Leases up to `count` due notifications to `owner` for `lease_seconds`.
+    async fn lease_notifications(
+        &self,
+        owner: &str,
+        lease_seconds: i64,
+        count: usize,
+    ) -> Result<Vec<crate::notify::Delivery>, BoardError>;
+    /// Records an attempt at a notification `owner` holds; false when it
+    /// lost its lease.
+    async fn settle_notification(
+        &self,
+        outbox_id: i64,
+        owner: &str,
+        result: &crate::notify::DeliveryResult,
+    ) -> Result<bool, BoardError>;
     /// Writes an agent's plan for a card in triage in one transaction
-    /// ([`crate::triage`]): the ids of the cards it made, in plan order.
+    /// ([`crate::triage`]): the cards it made, in plan order, and where the
+    /// card went.
     async fn settle_triage(
         &self,
         task_id: &str,
         plan: &crate::triage::TriagePlan,
         agent: &str,
         author: &str,
-    ) -> Result<Vec<String>, BoardError>;
+    ) -> Result<crate::triage::Settled, BoardError>;
     /// Makes a swarm ([`crate::swarm`]) in one transaction; its cards, or
     /// the first swarm's for a repeated idempotency key.
     async fn create_swarm(

@@ -94,6 +94,9 @@ pub struct ChildCard {
     pub assignee: Option<String>,
     /// Indices of the sibling cards it waits for.
     pub parents: Vec<usize>,
+    /// Where its agent works: never from an answer, but the host's choice
+    /// from the decomposed card's workspace; none: a scratch folder.
+    pub workspace: Option<crate::workspaces::WorkspaceSpec>,
 }
 
 /// What an answer asks the board to do with the card in triage.
@@ -108,6 +111,14 @@ pub enum TriagePlan {
         rationale: Option<String>,
         children: Vec<ChildCard>,
     },
+}
+
+/// What writing a plan did: the cards made, in the plan's order, and the
+/// lane the card in triage went to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub child_ids: Vec<String>,
+    pub status: TaskStatus,
 }
 
 /// Why an answer was refused.
@@ -237,7 +248,7 @@ fn answer_object(answer: &str) -> Result<Map<String, Value>, AnswerError> {
         Ok(Value::Object(object)) => Ok(object),
         Ok(_) => Err(refused("is JSON but not an object")),
         Err(error) => Err(refused(format!(
-            "is not a JSON object ({error}); it begins: {}",
+            "is not a JSON object ({error}); it begins: {:?}",
             cut(text, 120)
         ))),
     }
@@ -382,6 +393,7 @@ pub fn read_decomposition(answer: &str, roster: &Roster) -> Result<TriagePlan, A
             body,
             assignee,
             parents,
+            workspace: None,
         });
     }
     if creation_order(&children).len() != children.len() {
@@ -450,8 +462,9 @@ pub fn creation_order(children: &[ChildCard]) -> Vec<usize> {
     }
 }
 
-/// Checks a plan as the board writes it, whoever made it: the bounds an
-/// answer is read with.
+/// Checks a plan as the board writes it, whoever made it: the shape of
+/// the graph (how many cards, titles, parents, no cycle). The bounds on
+/// text (lengths, control characters) are the reader's.
 pub fn check_plan(plan: &TriagePlan) -> Result<(), BoardError> {
     let invalid = |why: String| Err(BoardError::InvalidInput(why));
     match plan {
@@ -667,6 +680,11 @@ mod tests {
         assert!(read_specification(&just_body).is_ok());
         let huge = format!("{{\"body\": \"{}\"}}", "x".repeat(MAX_ANSWER_BYTES));
         assert!(refusal(read_specification(&huge)).contains("bytes long"));
+        let padded = format!("{{\"title\": \"t\"}}{}", " ".repeat(MAX_ANSWER_BYTES / 2));
+        assert!(
+            read_specification(&padded).is_ok(),
+            "an answer under the bound is read"
+        );
         let tabs = read_specification("{\"body\": \"a\\tb\\r\\nc\"}").expect("read");
         assert_eq!(tabs.body.as_deref(), Some("a\tb\r\nc"));
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
@@ -715,7 +733,13 @@ mod tests {
             }))
         );
         let stranger = r#"{"fanout": false, "title": "T", "assignee": "root"}"#;
-        assert!(refusal(read_decomposition(stranger, &roster())).contains("not an agent"));
+        assert!(
+            refusal(read_decomposition(stranger, &roster()))
+                .contains("\"root\", which is not an agent of the roster (coder, writer)")
+        );
+        assert!(
+            refusal(read_decomposition(stranger, &Roster::default())).contains("roster (none)")
+        );
         // The specifier never reads an assignee.
         assert_eq!(read_specification(stranger).expect("read").assignee, None);
     }
@@ -825,6 +849,7 @@ mod tests {
             body: None,
             assignee: None,
             parents,
+            workspace: None,
         };
         let children = vec![
             child(vec![2]),
@@ -847,6 +872,7 @@ mod tests {
             body: None,
             assignee: None,
             parents: vec![],
+            workspace: None,
         };
         let decompose = |children: Vec<ChildCard>| TriagePlan::Decompose {
             rationale: None,
@@ -1012,6 +1038,18 @@ mod tests {
                 .contains("default agent (for a null assignee): coder")
         );
         assert!(decompose.system.contains("\"fanout\": true"));
+        let blank = Roster {
+            agents: vec![RosterEntry {
+                name: "quiet".into(),
+                description: Some("  ".into()),
+            }],
+            default: None,
+        };
+        assert!(
+            decompose_prompt(&card, &blank)
+                .user
+                .contains("  - quiet (no description)\n")
+        );
         let empty = decompose_prompt(&card, &Roster::default());
         assert!(empty.user.contains("(none: leave every assignee null)"));
         assert!(empty.user.contains("none named"));

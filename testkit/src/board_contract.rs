@@ -1412,10 +1412,9 @@ pub fn a_triage_card_is_specified_once<B: BoardAdmin + DispatchBoard>(board: &B,
         body: Some("**Goal** done".into()),
         assignee: None,
     });
-    assert_eq!(
-        block_on(board.settle_triage(&idea, &spec, "planner", "ann")).unwrap(),
-        Vec::<String>::new()
-    );
+    let settled = block_on(board.settle_triage(&idea, &spec, "planner", "ann")).unwrap();
+    assert_eq!(settled.child_ids, Vec::<String>::new());
+    assert_eq!(settled.status, TaskStatus::Ready);
     let view = block_on(board.show_task(&idea)).unwrap();
     assert_eq!(view.task.status, TaskStatus::Ready);
     assert_eq!(view.task.title, "an idea");
@@ -1468,7 +1467,8 @@ pub fn a_triage_card_is_specified_once<B: BoardAdmin + DispatchBoard>(board: &B,
             ..task("later")
         },
     );
-    block_on(board.settle_triage(&waiting, &spec, "planner", "ann")).unwrap();
+    let settled = block_on(board.settle_triage(&waiting, &spec, "planner", "ann")).unwrap();
+    assert_eq!(settled.status, TaskStatus::Todo);
     assert_eq!(status(board, &waiting), TaskStatus::Todo);
 }
 
@@ -1499,6 +1499,10 @@ pub fn a_triage_card_is_decomposed_whole_and_once<B: BoardAdmin + DispatchBoard>
         body: Some(format!("do {title}")),
         assignee: Some("coder".into()),
         parents,
+        workspace: Some(kanban_core::workspaces::WorkspaceSpec {
+            kind: kanban_core::workspaces::WorkspaceKind::Dir,
+            path: Some("/srv/app".into()),
+        }),
     };
     let plan = TriagePlan::Decompose {
         rationale: Some("two steps".into()),
@@ -1506,7 +1510,9 @@ pub fn a_triage_card_is_decomposed_whole_and_once<B: BoardAdmin + DispatchBoard>
         children: vec![child("docs", vec![1]), child("api", vec![])],
     };
     let before = block_on(board.list_tasks(None)).unwrap().len();
-    let ids = block_on(board.settle_triage(&big, &plan, "planner", "ann")).unwrap();
+    let settled = block_on(board.settle_triage(&big, &plan, "planner", "ann")).unwrap();
+    assert_eq!(settled.status, TaskStatus::Todo);
+    let ids = settled.child_ids;
     assert_eq!(ids.len(), 2);
     assert_eq!(block_on(board.list_tasks(None)).unwrap().len(), before + 2);
     let (docs, api) = (&ids[0], &ids[1]);

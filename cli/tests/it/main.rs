@@ -19,6 +19,7 @@ mod hostile;
 mod hosts;
 mod http;
 mod inputs;
+mod notify;
 mod postgres;
 mod prove;
 mod seed_interop;
