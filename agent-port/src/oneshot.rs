@@ -150,6 +150,12 @@ impl OneShotCommand {
     /// Runs it with `request` on its standard input: what it printed on its
     /// standard output, once it exits with status 0 within its limit.
     pub fn run(&self, request: &str) -> Result<String, String> {
+        String::from_utf8(self.run_bytes(request)?)
+            .map_err(|_| format!("`{}` answered with bytes that are not UTF-8", self.command))
+    }
+
+    /// Like [`OneShotCommand::run`], its answer as bytes, whatever they are.
+    pub fn run_bytes(&self, request: &str) -> Result<Vec<u8>, String> {
         let mut child = self.spawn()?;
         let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
         let own_group = self.own_group;
@@ -216,7 +222,6 @@ impl OneShotCommand {
         if !status.success() {
             return Err(format!("`{}` exited with {status}", self.command));
         }
-        String::from_utf8(bytes)
-            .map_err(|_| format!("`{}` answered with bytes that are not UTF-8", self.command))
+        Ok(bytes)
     }
 }

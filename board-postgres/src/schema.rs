@@ -145,6 +145,7 @@ ALTER TABLE tasks ADD COLUMN branch_name TEXT;
     r#"
 CREATE TABLE notify_subscriptions (
     id          BIGSERIAL PRIMARY KEY,
+    token       TEXT NOT NULL,
     scope       TEXT NOT NULL,
     target      TEXT,
     kinds       TEXT NOT NULL,
@@ -152,6 +153,7 @@ CREATE TABLE notify_subscriptions (
     address     TEXT NOT NULL,
     format      TEXT NOT NULL DEFAULT 'json',
     secret      TEXT,
+    options     JSONB,
     created_by  TEXT,
     created_at  BIGINT NOT NULL,
     removed_at  BIGINT

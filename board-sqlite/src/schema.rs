@@ -163,6 +163,7 @@ CREATE INDEX IF NOT EXISTS idx_tasks_tenant ON tasks(tenant);
     r#"
 CREATE TABLE IF NOT EXISTS notify_subscriptions (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    token       TEXT NOT NULL,
     scope       TEXT NOT NULL,
     target      TEXT,
     kinds       TEXT NOT NULL,
@@ -170,6 +171,7 @@ CREATE TABLE IF NOT EXISTS notify_subscriptions (
     address     TEXT NOT NULL,
     format      TEXT NOT NULL DEFAULT 'json',
     secret      TEXT,
+    options     TEXT,
     created_by  TEXT,
     created_at  INTEGER NOT NULL,
     removed_at  INTEGER

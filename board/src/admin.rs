@@ -355,7 +355,12 @@ impl<E: Engine> StoredBoard<E> {
     pub async fn gc_events(&self, before: i64) -> Result<u64, BoardError> {
         self.engine
             .write(Durability::Synced, move |sql, _| {
-                Box::pin(async move { Tx::new(sql).delete_settled_events(before).await })
+                Box::pin(async move {
+                    let tx = &mut Tx::new(sql);
+                    // Notifications are kept as long as their events are.
+                    tx.delete_settled_notifications(before).await?;
+                    tx.delete_settled_events(before).await
+                })
             })
             .await
     }

@@ -353,6 +353,14 @@ macro_rules! board_ports {
             ) -> Result<Vec<::kanban_core::notify::Delivery>, ::kanban_core::BoardError> {
                 (**self).lease_notifications(owner, lease_seconds, count).await
             }
+            async fn renew_notification(
+                &self,
+                outbox_id: i64,
+                owner: &str,
+                lease_seconds: i64,
+            ) -> Result<bool, ::kanban_core::BoardError> {
+                (**self).renew_notification(outbox_id, owner, lease_seconds).await
+            }
             async fn settle_notification(
                 &self,
                 outbox_id: i64,

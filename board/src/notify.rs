@@ -79,6 +79,28 @@ impl<E: Engine> StoredBoard<E> {
             .await
     }
 
+    /// Holds a leased notification `lease_seconds` more, just before it is
+    /// sent; false when `owner` lost it, and it must not be sent.
+    pub async fn renew_notification(
+        &self,
+        outbox_id: i64,
+        owner: &str,
+        lease_seconds: i64,
+    ) -> Result<bool, BoardError> {
+        let owner = owner.to_owned();
+        self.engine
+            .write(Durability::Synced, move |sql, now| {
+                let owner = owner.clone();
+                Box::pin(async move {
+                    let until = now.saturating_add(lease_seconds.max(1));
+                    Tx::new(sql)
+                        .renew_notification(outbox_id, &owner, until)
+                        .await
+                })
+            })
+            .await
+    }
+
     /// Records an attempt at a notification `owner` holds; false when its
     /// lease was lost (another deliverer may have it).
     pub async fn settle_notification(

@@ -190,6 +190,12 @@ fn event(row: &Row) -> TxResult<EventRecord> {
     })
 }
 
+/// A subscription's SMTP settings, from its options; none when they are
+/// not there or not readable.
+fn smtp_of(options: Option<Value>) -> Option<kanban_core::notify::SmtpSettings> {
+    serde_json::from_value(options?.get("smtp")?.clone()).ok()
+}
+
 /// A wall; a kind this build does not know reads as a credential wall
 /// (the wider one: it holds more, never less).
 fn wall(row: &Row) -> TxResult<Wall> {
@@ -1345,10 +1351,19 @@ impl Tx<'_> {
         let (scope, target) = new.scope.columns();
         let kinds: Vec<&str> = new.kinds.iter().map(String::as_str).collect();
         let kinds = kanban_core::notify::stored_kinds(&kinds);
+        let options = new
+            .smtp
+            .as_ref()
+            .map(|smtp| serde_json::json!({ "smtp": smtp }));
+        let mut bytes = [0_u8; 4];
+        getrandom::fill(&mut bytes).map_err(|error| {
+            BoardError::Storage(format!("no randomness for a subscription's token: {error}"))
+        })?;
+        let token: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
         self.value(
-            "INSERT INTO notify_subscriptions (scope, target, kinds, channel, address, format, secret, created_by, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
-            args![scope, target, &kinds, &new.channel, &new.address, &new.format, new.secret.as_deref(), new.created_by.as_deref(), now],
+            "INSERT INTO notify_subscriptions (token, scope, target, kinds, channel, address, format, secret, options, created_by, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+            args![&token, scope, target, &kinds, &new.channel, &new.address, &new.format, new.secret.as_deref(), options.as_ref(), new.created_by.as_deref(), now],
         )
         .await?
         .int(0)
@@ -1358,7 +1373,7 @@ impl Tx<'_> {
     pub(crate) async fn subscriptions(&mut self) -> TxResult<Vec<SubscriptionView>> {
         mapped(
             self.sql,
-            "SELECT s.id, s.scope, s.target, s.kinds, s.channel, s.address, s.format, s.secret, s.created_by, s.created_at,
+            "SELECT s.id, s.scope, s.target, s.kinds, s.channel, s.address, s.format, s.secret, s.created_by, s.created_at, s.options,
                     (SELECT COUNT(*) FROM notify_outbox o WHERE o.subscription_id = s.id AND o.delivered_at IS NULL AND o.dead_at IS NULL),
                     (SELECT COUNT(*) FROM notify_outbox o WHERE o.subscription_id = s.id AND o.delivered_at IS NOT NULL),
                     (SELECT COUNT(*) FROM notify_outbox o WHERE o.subscription_id = s.id AND o.dead_at IS NOT NULL),
@@ -1377,10 +1392,11 @@ impl Tx<'_> {
                     secret: row.opt_text(7)?,
                     created_by: row.opt_text(8)?,
                     created_at: row.int(9)?,
-                    pending: row.int(10)?,
-                    delivered: row.int(11)?,
-                    dead: row.int(12)?,
-                    last_error: row.opt_text(13)?,
+                    smtp: smtp_of(row.json(10)?),
+                    pending: row.int(11)?,
+                    delivered: row.int(12)?,
+                    dead: row.int(13)?,
+                    last_error: row.opt_text(14)?,
                 })
             },
         )
@@ -1410,9 +1426,12 @@ impl Tx<'_> {
     /// Whether some notification is due and held by no deliverer.
     pub(crate) async fn any_notification_due(&mut self, now: i64) -> TxResult<bool> {
         self.flag(
-            "SELECT EXISTS (SELECT 1 FROM notify_outbox
-                             WHERE delivered_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
-                               AND (lease_until IS NULL OR lease_until < $1))",
+            "SELECT EXISTS (SELECT 1 FROM notify_outbox t
+                             WHERE t.delivered_at IS NULL AND t.dead_at IS NULL AND t.next_attempt_at <= $1
+                               AND (t.lease_until IS NULL OR t.lease_until < $1)
+                               AND NOT EXISTS (SELECT 1 FROM notify_outbox p
+                                                WHERE p.subscription_id = t.subscription_id AND p.task_id = t.task_id
+                                                  AND p.id < t.id AND p.delivered_at IS NULL AND p.dead_at IS NULL))",
             args![now],
         )
         .await
@@ -1467,7 +1486,7 @@ impl Tx<'_> {
             .one(
                 "SELECT o.id, o.attempts, o.first_tried_at, s.id, s.channel, s.address, s.format, s.secret,
                         e.id, e.task_id, e.run_id, e.kind, e.payload, e.created_at,
-                        o.task_id, c.title, c.status, c.assignee, c.tenant
+                        o.task_id, c.title, c.status, c.assignee, c.tenant, s.options, s.token
                    FROM notify_outbox o
                    JOIN notify_subscriptions s ON s.id = o.subscription_id
                    LEFT JOIN task_events e ON e.id = o.event_id
@@ -1492,6 +1511,7 @@ impl Tx<'_> {
         };
         Ok(Some(Delivery {
             outbox_id: row.int(0)?,
+            token: row.text(20)?,
             attempts: u32::try_from(row.int(1)?).unwrap_or(u32::MAX),
             first_tried_at: row.opt_int(2)?,
             subscription_id: row.int(3)?,
@@ -1499,6 +1519,7 @@ impl Tx<'_> {
             address: row.text(5)?,
             format: row.text(6)?,
             secret: row.opt_text(7)?,
+            smtp: smtp_of(row.json(19)?),
             event,
             card: NotifiedCard {
                 id: row.text(14)?,
@@ -1508,6 +1529,37 @@ impl Tx<'_> {
                 tenant: row.opt_text(18)?,
             },
         }))
+    }
+
+    /// Holds a leased notification a while longer, just before it is sent:
+    /// false when `owner` no longer holds it (its lease ran out and another
+    /// deliverer took it), and it is not sent.
+    pub(crate) async fn renew_notification(
+        &mut self,
+        outbox_id: i64,
+        owner: &str,
+        until: i64,
+    ) -> TxResult<bool> {
+        let renewed = self
+            .sql
+            .execute(
+                "UPDATE notify_outbox SET lease_until = $1
+                  WHERE id = $2 AND lease_owner = $3 AND delivered_at IS NULL AND dead_at IS NULL",
+                args![until, outbox_id, owner],
+            )
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Deletes the delivered and dead notifications older than `before`.
+    pub(crate) async fn delete_settled_notifications(&mut self, before: i64) -> TxResult<u64> {
+        self.sql
+            .execute(
+                "DELETE FROM notify_outbox
+                  WHERE (delivered_at IS NOT NULL OR dead_at IS NOT NULL) AND created_at < $1",
+                args![before],
+            )
+            .await
     }
 
     /// Records an attempt at a notification `owner` holds; false when it no
@@ -1885,6 +1937,7 @@ impl Tx<'_> {
             "DELETE FROM task_runs WHERE task_id = $1",
             "DELETE FROM task_attachments WHERE task_id = $1",
             "DELETE FROM task_links WHERE child_id = $1 OR parent_id = $1",
+            "DELETE FROM notify_outbox WHERE task_id = $1",
             "DELETE FROM tasks WHERE id = $1",
         ] {
             self.sql.execute(query, args![task_id]).await?;

@@ -234,7 +234,7 @@ pub(crate) enum Command {
     /// each with a stable id, retried with backoff for up to a day, in
     /// order per card (docs/notifications.md).
     ///
-    /// Example: kanban notify subscribe --all-cards --events needs_input,failed --webhook https://hooks.example/k --secret-env KANBAN_HOOK_SECRET
+    /// Example: kanban notify subscribe --all-cards --events needs_input,failed --webhook https://hooks.example/k --secret-env KANBAN_SECRET_HOOK
     ///
     /// Example: kanban notify list
     Notify {
@@ -1192,7 +1192,7 @@ pub(crate) enum NotifyCommand {
 /// `kanban notify subscribe`'s arguments.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("scope").required(true).args(["card", "assignee", "tenant", "all_cards"])))]
-#[command(group(clap::ArgGroup::new("channel").required(true).args(["webhook", "command"])))]
+#[command(group(clap::ArgGroup::new("channel").required(true).args(["webhook", "command", "mail"])))]
 pub(crate) struct SubscribeArgs {
     /// The events of one card.
     #[arg(long, value_name = "ID")]
@@ -1215,13 +1215,40 @@ pub(crate) struct SubscribeArgs {
     /// Run this command (`sh -c`) with each notification as JSON on its stdin.
     #[arg(long, value_name = "CMD")]
     pub(crate) command: Option<String>,
+    /// Mail each notification to this address, through --smtp.
+    #[arg(long, value_name = "ADDRESS", requires_all = ["smtp", "mail_from"])]
+    pub(crate) mail: Option<String>,
+    /// The SMTP server mail goes through: smtp://[USER@]HOST[:PORT]
+    /// (STARTTLS, required; port 587) or smtps://… (TLS; port 465).
+    #[arg(long, value_name = "URL", requires = "mail")]
+    pub(crate) smtp: Option<String>,
+    /// The sender of the mail.
+    #[arg(long, value_name = "ADDRESS", requires = "mail")]
+    pub(crate) mail_from: Option<String>,
+    /// The SMTP password, in this environment variable of the dispatchers,
+    /// named KANBAN_SECRET_….
+    #[arg(
+        long,
+        value_name = "VAR",
+        requires = "mail",
+        conflicts_with = "smtp_password_file"
+    )]
+    pub(crate) smtp_password_env: Option<String>,
+    /// The SMTP password, in this file (owner-only, or it is refused).
+    #[arg(long, value_name = "PATH", requires = "mail")]
+    pub(crate) smtp_password_file: Option<PathBuf>,
+    /// A PEM file of the CA that signed the SMTP server's certificate,
+    /// trusted beside the system's.
+    #[arg(long, value_name = "PATH", requires = "mail")]
+    pub(crate) smtp_ca: Option<PathBuf>,
     /// The webhook's body: json (the documented notification) or slack
     /// (`{"text": …}`, which Slack, Mattermost, Discord's /slack path and
     /// ntfy take).
     #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = ["json", "slack"])]
     pub(crate) format: String,
     /// Sign each webhook body with the secret in this environment variable
-    /// of the dispatchers (never stored in the board).
+    /// of the dispatchers, named KANBAN_SECRET_… (no worker, agent or
+    /// command gets one; never stored in the board).
     #[arg(
         long,
         value_name = "VAR",

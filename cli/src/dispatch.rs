@@ -284,6 +284,7 @@ pub(crate) fn run(
             args: plan.worker_args.clone(),
             env: worker_env,
             secrets,
+            withheld: crate::worker_secrets::withheld(env),
             agents: plan.agents.by_route.clone(),
             board_slug: plan.board_slug.clone(),
             seed_logs: seed_logs

@@ -22,6 +22,7 @@ mod logs;
 mod mcp;
 mod metrics;
 mod notify;
+mod notify_mail;
 mod orphans;
 mod out;
 mod output;

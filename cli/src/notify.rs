@@ -22,7 +22,6 @@ use crate::args::{GlobalArgs, NotifyCommand, SubscribeArgs};
 use crate::board_path::{OpenBoard, Schema, open_board, open_db};
 use crate::out::{errln, outln};
 use crate::runtime::block_on;
-use crate::worker_secrets::SECRET_VARS;
 
 /// How long a deliverer holds a notification it leased.
 const LEASE_SECONDS: i64 = 60;
@@ -30,6 +29,8 @@ const LEASE_SECONDS: i64 = 60;
 const BATCH: usize = 20;
 /// How long one webhook call or command may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping dispatcher's deliverer goes on sending.
+const LAST_PASS: Duration = Duration::from_secs(5);
 /// How often a dispatcher's deliverer looks for due notifications.
 const POLL: Duration = Duration::from_millis(200);
 /// The variable that names the web board's address, for links.
@@ -56,8 +57,8 @@ pub(crate) fn notify(
         }
         NotifyCommand::Deliver => {
             let board = open_board(global, env)?;
-            let deliverer = Deliverer::new(&board, env, "deliver");
-            let pass = deliverer.deliver_due(&board)?;
+            let deliverer = Deliverer::new(env, "deliver");
+            let pass = deliverer.deliver_due(&board, &|| true)?;
             outln!("delivered {}, failed {}", pass.delivered, pass.failed);
             Ok(ExitCode::Success)
         }
@@ -78,12 +79,18 @@ fn subscribe(
     };
     let kinds =
         notify::parse_kinds(&args.events).map_err(|error| anyhow::anyhow!("--events {error}"))?;
-    let (channel, address) = match (&args.webhook, &args.command) {
-        (Some(url), _) => ("webhook", url.trim().to_owned()),
-        (None, Some(command)) => ("command", command.clone()),
-        (None, None) => bail!("give --webhook URL or --command CMD"),
+    let (channel, address) = match (&args.webhook, &args.command, &args.mail) {
+        (Some(url), _, _) => ("webhook", url.trim().to_owned()),
+        (None, Some(command), _) => ("command", command.clone()),
+        (None, None, Some(to)) => ("mail", to.trim().to_owned()),
+        (None, None, None) => bail!("give --webhook URL, --command CMD or --mail ADDRESS"),
     };
-    let secret = match (&args.secret_env, &args.secret_file) {
+    let (secret_env, secret_file) = if args.mail.is_some() {
+        (&args.smtp_password_env, &args.smtp_password_file)
+    } else {
+        (&args.secret_env, &args.secret_file)
+    };
+    let secret = match (secret_env, secret_file) {
         (Some(name), _) => Some(format!("env:{}", name.trim())),
         (None, Some(path)) => {
             let path = std::path::absolute(path)?;
@@ -92,6 +99,19 @@ fn subscribe(
         }
         (None, None) => None,
     };
+    let smtp = match (&args.smtp, &args.mail_from) {
+        (Some(server), Some(from)) => Some(notify::SmtpSettings {
+            server: server.trim().to_owned(),
+            from: from.trim().to_owned(),
+            ca: args
+                .smtp_ca
+                .as_deref()
+                .map(std::path::absolute)
+                .transpose()?
+                .map(|path| path.display().to_string()),
+        }),
+        _ => None,
+    };
     let new = NewSubscription {
         scope,
         kinds: kinds.iter().map(|kind| (*kind).to_owned()).collect(),
@@ -99,6 +119,7 @@ fn subscribe(
         address,
         format: args.format.clone(),
         secret,
+        smtp,
         created_by: env.get_trimmed("USER").map(str::to_owned),
     };
     let id = block_on(board.subscribe(&new))?;
@@ -112,7 +133,11 @@ fn subscribe(
 
 fn list(global: &GlobalArgs, env: &Environment, json: bool) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
-    let subscriptions = block_on(board.subscriptions())?;
+    let mut subscriptions = block_on(board.subscriptions())?;
+    // A webhook's path may hold its token: shown without it.
+    for sub in &mut subscriptions {
+        sub.address = notify::shown_address(&sub.channel, &sub.address);
+    }
     if json {
         outln!("{}", serde_json::to_string(&subscriptions)?);
         return Ok(ExitCode::Success);
@@ -130,7 +155,7 @@ fn list(global: &GlobalArgs, env: &Environment, json: bool) -> anyhow::Result<Ex
             sub.id,
             sub.kinds.join(","),
             sub.channel,
-            sub.address,
+            notify::shown_address(&sub.channel, &sub.address),
             sub.pending,
             sub.delivered,
             sub.dead
@@ -142,20 +167,38 @@ fn list(global: &GlobalArgs, env: &Environment, json: bool) -> anyhow::Result<Ex
     Ok(ExitCode::Success)
 }
 
-/// A secret file: the owner's alone, or it is refused (like ssh's keys).
+/// The most of a secret file that is read.
+const SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// A secret file: a regular file, the owner's alone, or it is refused
+/// (like ssh's keys). It is checked on the handle it is read from, and
+/// read only so far.
 fn read_secret_file(path: &Path) -> anyhow::Result<String> {
-    use std::os::unix::fs::MetadataExt as _;
+    use std::io::Read as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
     let where_ = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|error| anyhow::anyhow!("cannot read the secret file {where_}: {error}"))?;
+    let cannot =
+        |error: std::io::Error| anyhow::anyhow!("cannot read the secret file {where_}: {error}");
+    // Not blocking on a FIFO: it is refused below, never waited on.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        bail!("the secret file {where_} is not a regular file");
+    }
     if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
         bail!(
             "the secret file {where_} may be read by other users (mode {:o}) or is not yours: run `chmod 600 {where_}`",
             meta.mode() & 0o777
         );
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| anyhow::anyhow!("cannot read the secret file {where_}: {error}"))?;
+    let mut text = String::new();
+    file.take(SECRET_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
     let secret = text.trim().to_owned();
     if secret.is_empty() {
         bail!("the secret file {where_} is empty");
@@ -173,7 +216,6 @@ pub(crate) struct Pass {
 /// Delivers a board's notifications.
 pub(crate) struct Deliverer {
     owner: String,
-    board_id: String,
     link_base: Option<String>,
     retry_base: i64,
     env: Environment,
@@ -181,39 +223,58 @@ pub(crate) struct Deliverer {
 }
 
 impl Deliverer {
-    pub(crate) fn new(board: &OpenBoard, env: &Environment, role: &str) -> Self {
-        use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(board.name().as_bytes());
-        let board_id: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    pub(crate) fn new(env: &Environment, role: &str) -> Self {
         let host = nix::unistd::gethostname()
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // A redirect is not followed: it would turn the POST into a GET
+        // without its body, to a host the receiver names, and count as
+        // delivered. A 3xx is the receiver's refusal.
         let http = ureq::Agent::new_with_config(
             ureq::config::Config::builder()
                 .http_status_as_error(false)
+                .max_redirects(0)
                 .timeout_global(Some(SEND_TIMEOUT))
                 .build(),
         );
         Self {
             owner: format!("{role}:{host}:{}", std::process::id()),
-            board_id,
             link_base: env
                 .get_trimmed(PUBLIC_URL_VAR)
                 .map(|base| base.trim_end_matches('/').to_owned()),
             retry_base: env
                 .get_trimmed(RETRY_BASE_VAR)
-                .and_then(|base| base.parse().ok())
-                .unwrap_or(notify::RETRY_BASE_SECONDS),
+                .and_then(|base| base.parse::<i64>().ok())
+                .map_or(notify::RETRY_BASE_SECONDS, |base| {
+                    base.clamp(1, notify::RETRY_CAP_SECONDS)
+                }),
             env: env.clone(),
             http,
         }
     }
 
-    /// Leases the due notifications, sends each, records each attempt.
-    pub(crate) fn deliver_due(&self, board: &OpenBoard) -> anyhow::Result<Pass> {
+    /// Leases the due notifications, sends each, records each attempt;
+    /// stops between two when `go_on` says so (the rest wait for their
+    /// leases to run out).
+    pub(crate) fn deliver_due(
+        &self,
+        board: &OpenBoard,
+        go_on: &dyn Fn() -> bool,
+    ) -> anyhow::Result<Pass> {
         let mut pass = Pass::default();
         let deliveries = block_on(board.lease_notifications(&self.owner, LEASE_SECONDS, BATCH))?;
         for delivery in deliveries {
+            // Held again just before it goes: one leased long ago in this
+            // batch may have passed to another deliverer meanwhile.
+            if !go_on()
+                || !block_on(board.renew_notification(
+                    delivery.outbox_id,
+                    &self.owner,
+                    LEASE_SECONDS,
+                ))?
+            {
+                continue;
+            }
             let (attempt, error) = self.send(&delivery);
             let result = if attempt == Attempt::Delivered {
                 pass.delivered += 1;
@@ -231,7 +292,7 @@ impl Deliverer {
                 } else {
                     notify::after_failure(attempt, attempts, first, now, self.retry_base, seed)
                 };
-                tracing::info!(target: "kanban::notify", "notification {} to {}: {error}", delivery.outbox_id, delivery.address);
+                tracing::info!(target: "kanban::notify", "notification {} of subscription {}: {error}", delivery.outbox_id, delivery.subscription_id);
                 DeliveryResult::Failed { error, next }
             };
             block_on(board.settle_notification(delivery.outbox_id, &self.owner, &result))?;
@@ -244,7 +305,7 @@ impl Deliverer {
         let Some(event) = &delivery.event else {
             return (Attempt::Refused, "its event is gone (gc)".to_owned());
         };
-        let id = notify::notification_id(&self.board_id, delivery.outbox_id);
+        let id = notify::notification_id(&delivery.token, delivery.outbox_id);
         let link = self
             .link_base
             .as_ref()
@@ -252,16 +313,17 @@ impl Deliverer {
         let body = if delivery.format == "slack" {
             notify::slack_body(event, &delivery.card, link.as_deref())
         } else {
-            notify::payload(&id, event, &delivery.card, None, link.as_deref())
+            notify::payload(&id, event, &delivery.card, link.as_deref())
         }
         .to_string();
         if delivery.channel == "command" {
             let command = OneShotCommand {
                 env: vec![("KANBAN_NOTIFICATION_ID".to_owned(), id)],
-                env_remove: SECRET_VARS.iter().map(|name| (*name).to_owned()).collect(),
+                env_remove: crate::worker_secrets::withheld(&self.env),
                 ..OneShotCommand::new(delivery.address.clone(), SEND_TIMEOUT)
             };
-            return match command.run(&body) {
+            // Its exit status alone says whether it took the notification.
+            return match command.run_bytes(&body) {
                 Ok(_) => (Attempt::Delivered, String::new()),
                 Err(error) => (Attempt::Refused, error),
             };
@@ -271,6 +333,9 @@ impl Deliverer {
             Some(Ok(secret)) => Some(secret),
             None => None,
         };
+        if delivery.channel == "mail" {
+            return crate::notify_mail::send(delivery, event, &id, &body, link.as_deref(), secret);
+        }
         let timestamp = u64::try_from(unix_now()).unwrap_or(0);
         let mut request = self
             .http
@@ -382,11 +447,18 @@ fn deliver_until(db: &Path, folder: PathBuf, env: &Environment, stop: &AtomicBoo
             return;
         }
     };
-    let deliverer = Deliverer::new(&board, env, "dispatch");
+    let deliverer = Deliverer::new(env, "dispatch");
     let mut said = false;
+    let mut last_pass_until = None;
     loop {
         let last = stop.load(Ordering::SeqCst);
-        match deliverer.deliver_due(&board) {
+        // The pass after a stop delivers what the last ticks caused, for
+        // a few seconds at most: stopping never waits on a slow receiver.
+        if last {
+            last_pass_until = Some(std::time::Instant::now() + LAST_PASS);
+        }
+        let go_on = || last_pass_until.is_none_or(|until| std::time::Instant::now() < until);
+        match deliverer.deliver_due(&board, &go_on) {
             Ok(_) => said = false,
             Err(error) if !said => {
                 errln!("warning: delivering notifications failed, trying again: {error:#}");

@@ -27,6 +27,7 @@ use kanban_board_sqlite::{ChangeWatch, SystemClock};
 use crate::board_path::{Engine, OpenBoard};
 use crate::supervisor::BoardWatch;
 use kanban_core::ExitCode;
+use kanban_core::notify::{self, NewSubscription, NotifyScope};
 use kanban_core::{BoardError, Clock, NewTask, TaskStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -273,6 +274,11 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/api/cards/{id}/comments", get(api_comments))
         .route("/api/cards/{id}/{action}", post(api_act))
         .route("/api/walls", get(api_walls))
+        .route(
+            "/api/notifications",
+            get(api_notifications).post(api_subscribe),
+        )
+        .route("/api/notifications/{id}/unsubscribe", post(api_unsubscribe))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .route("/assets/{name}", get(asset))
@@ -615,10 +621,16 @@ async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Fai
     let linked = linked_statuses(&app.board, &view).await?;
     let tail = log_tail(&app.logs, id);
     let now = SystemClock.now();
+    let mut subscriptions = app.board.subscriptions().await?;
+    subscriptions.retain(|sub| sub.scope == "card" && sub.target.as_deref() == Some(id));
+    for sub in &mut subscriptions {
+        sub.address = notify::shown_address(&sub.channel, &sub.address);
+    }
     let parts = page::CardParts {
         view: &view,
         linked: &linked,
         log_tail: &tail,
+        subscriptions: &subscriptions,
     };
     let markup = if whole {
         page::card(app, &parts, now)
@@ -765,6 +777,8 @@ struct ActionForm {
     text: String,
     #[serde(default)]
     reason: String,
+    #[serde(default)]
+    events: String,
 }
 
 #[derive(Deserialize)]
@@ -833,10 +847,66 @@ async fn add_form(
     Ok(Redirect::to(&format!("/cards/{id}")))
 }
 
+/// The kinds a card's page subscribes a webhook to unless it names others.
+const PAGE_NOTIFY_KINDS: &str = "needs_input,failed,done";
+
+/// What an action is given besides its name: its text, why, and (notify)
+/// the kinds of event.
+struct ActionInput<'a> {
+    text: &'a str,
+    reason: &'a str,
+    events: &'a str,
+}
+
+/// Subscribes a webhook (never a command: what runs on the dispatchers'
+/// hosts is named on their command line) to a card's events.
+async fn notify_card(app: &App, id: &str, url: &str, events: &str) -> Result<(), Failure> {
+    let events = non_blank(events).unwrap_or_else(|| PAGE_NOTIFY_KINDS.to_owned());
+    let kinds = notify::parse_kinds(&events)
+        .map_err(|error| Failure::new(StatusCode::BAD_REQUEST, format!("events: {error}")))?;
+    app.board
+        .subscribe(&NewSubscription {
+            scope: NotifyScope::Card(id.to_owned()),
+            kinds: kinds.iter().map(|kind| (*kind).to_owned()).collect(),
+            channel: "webhook".to_owned(),
+            address: url.trim().to_owned(),
+            format: "json".to_owned(),
+            secret: None,
+            smtp: None,
+            created_by: Some("web".to_owned()),
+        })
+        .await?;
+    Ok(())
+}
+
+/// Removes a subscription to this card's events (and only to this card's).
+async fn unnotify_card(app: &App, id: &str, subscription: &str) -> Result<(), Failure> {
+    let number: i64 = subscription.trim().parse().map_err(|_| {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            format!("{subscription:?} is not a subscription's number"),
+        )
+    })?;
+    let ours =
+        app.board.subscriptions().await?.iter().any(|sub| {
+            sub.id == number && sub.scope == "card" && sub.target.as_deref() == Some(id)
+        });
+    if !ours || !app.board.unsubscribe(number).await? {
+        return Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("no subscription {number} to the events of {id}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Applies one operator action to a card: the same board operations as the CLI.
-async fn act(app: &App, id: &str, action: &str, text: &str, reason: &str) -> Result<(), Failure> {
+async fn act(app: &App, id: &str, action: &str, input: &ActionInput<'_>) -> Result<(), Failure> {
+    let (text, reason) = (input.text, input.reason);
     let reason = non_blank(reason).unwrap_or_else(|| format!("{action} from the web board"));
     match action {
+        "notify" => notify_card(app, id, text, input.events).await?,
+        "unnotify" => unnotify_card(app, id, text).await?,
         "comment" => app.board.add_comment(id, "web", text).await?,
         "unblock" => app.board.unblock(id).await?,
         "reclaim" => app.board.reclaim(id, &reason).await?,
@@ -848,7 +918,7 @@ async fn act(app: &App, id: &str, action: &str, text: &str, reason: &str) -> Res
             return Err(Failure::new(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "no action {other:?}: comment, unblock, reclaim, hold, release, promote, cancel"
+                    "no action {other:?}: comment, unblock, reclaim, hold, release, promote, cancel, notify, unnotify"
                 ),
             ));
         }
@@ -863,7 +933,12 @@ async fn act_form(
 ) -> Result<Redirect, Failure> {
     let form = form(given)?;
     check_csrf(&app, &form.csrf)?;
-    act(&app, &id, &action, &form.text, &form.reason).await?;
+    let input = ActionInput {
+        text: &form.text,
+        reason: &form.reason,
+        events: &form.events,
+    };
+    act(&app, &id, &action, &input).await?;
     Ok(Redirect::to(&format!("/cards/{id}")))
 }
 
@@ -1040,6 +1115,8 @@ struct ActionBody {
     text: String,
     #[serde(default)]
     reason: String,
+    #[serde(default)]
+    events: String,
 }
 
 async fn api_act(
@@ -1056,7 +1133,92 @@ async fn api_act(
             Failure::new(StatusCode::BAD_REQUEST, format!("bad action: {error}"))
         })?
     };
-    act(&app, &id, &action, &request.text, &request.reason).await?;
+    let input = ActionInput {
+        text: &request.text,
+        reason: &request.reason,
+        events: &request.events,
+    };
+    act(&app, &id, &action, &input).await?;
+    Ok(Json(json!({"ok": true})))
+}
+
+/// The subscriptions, a webhook shown without its path (it may hold a token).
+async fn api_notifications(State(app): State<Shared>) -> Result<Json<Value>, Failure> {
+    let mut subscriptions = app.board.subscriptions().await?;
+    for sub in &mut subscriptions {
+        sub.address = notify::shown_address(&sub.channel, &sub.address);
+    }
+    Ok(Json(json!(subscriptions)))
+}
+
+/// A webhook subscription made through the API: a command or mail is made
+/// on the command line of a dispatcher's host, never from a browser.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewNotification {
+    card: Option<String>,
+    assignee: Option<String>,
+    tenant: Option<String>,
+    #[serde(default)]
+    all_cards: bool,
+    events: Option<String>,
+    webhook: String,
+    format: Option<String>,
+    secret_env: Option<String>,
+}
+
+async fn api_subscribe(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<(StatusCode, Json<Value>), Failure> {
+    check_json(&headers)?;
+    let bad = |why: String| Failure::new(StatusCode::BAD_REQUEST, why);
+    let new: NewNotification =
+        serde_json::from_str(&body).map_err(|error| bad(format!("bad subscription: {error}")))?;
+    let scope = match (new.card, new.assignee, new.tenant, new.all_cards) {
+        (Some(card), None, None, false) => NotifyScope::Card(card),
+        (None, Some(name), None, false) => NotifyScope::Assignee(name),
+        (None, None, Some(name), false) => NotifyScope::Tenant(name),
+        (None, None, None, true) => NotifyScope::Board,
+        _ => {
+            return Err(bad(
+                "name exactly one of card, assignee, tenant and all_cards".to_owned(),
+            ));
+        }
+    };
+    let events = new
+        .events
+        .unwrap_or_else(|| "needs_input,failed".to_owned());
+    let kinds = notify::parse_kinds(&events).map_err(|error| bad(format!("events: {error}")))?;
+    let id = app
+        .board
+        .subscribe(&NewSubscription {
+            scope,
+            kinds: kinds.iter().map(|kind| (*kind).to_owned()).collect(),
+            channel: "webhook".to_owned(),
+            address: new.webhook.trim().to_owned(),
+            format: new.format.unwrap_or_else(|| "json".to_owned()),
+            secret: new.secret_env.map(|name| format!("env:{}", name.trim())),
+            smtp: None,
+            created_by: Some("api".to_owned()),
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(json!({"id": id}))))
+}
+
+async fn api_unsubscribe(
+    State(app): State<Shared>,
+    UrlPath(id): UrlPath<i64>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Failure> {
+    check_json(&headers)?;
+    if !app.board.unsubscribe(id).await? {
+        return Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("no subscription {id}"),
+        ));
+    }
     Ok(Json(json!({"ok": true})))
 }
 

@@ -184,6 +184,8 @@ pub(crate) struct CardParts<'a> {
     pub(crate) view: &'a TaskView,
     pub(crate) linked: &'a Linked,
     pub(crate) log_tail: &'a str,
+    /// The subscriptions to this card's events.
+    pub(crate) subscriptions: &'a [kanban_core::notify::SubscriptionView],
 }
 
 pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
@@ -238,6 +240,42 @@ fn worked_in(run: &kanban_core::RunRecord) -> String {
         said.push(commit.chars().take(12).collect());
     }
     said.join(" · ")
+}
+
+/// Who hears of this card's events, a button to stop each, and a form to
+/// add a webhook.
+fn notifications(
+    app: &App,
+    id: &str,
+    subscriptions: &[kanban_core::notify::SubscriptionView],
+) -> Markup {
+    html! {
+        section.notifications {
+            h3 { "Notifications" }
+            @if !subscriptions.is_empty() {
+                ul {
+                    @for sub in subscriptions {
+                        li data-subscription=(sub.id) {
+                            (sub.kinds.join(", ")) " → " (sub.channel) " " (sub.address)
+                            @if sub.dead > 0 { " " span.pill.warn { (sub.dead) " dead" } }
+                            form.inline method="post" action={ "/actions/" (id) "/unnotify" } {
+                                input type="hidden" name="csrf" value=(app.csrf);
+                                input type="hidden" name="text" value=(sub.id);
+                                " " button type="submit" data-action="unnotify" { "Stop" }
+                            }
+                        }
+                    }
+                }
+            }
+            form method="post" action={ "/actions/" (id) "/notify" } {
+                input type="hidden" name="csrf" value=(app.csrf);
+                label { "Webhook " input name="text" type="url" placeholder="https://…" size="40" required; }
+                " "
+                label { "for " input name="events" value="needs_input,failed,done" size="24"; }
+                " " button type="submit" data-action="notify" { "Notify" }
+            }
+        }
+    }
 }
 
 /// A card's attached files, each a link that downloads it.
@@ -333,6 +371,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
         }
         (links(view, linked))
         (attachments(id, &view.attachments))
+        (notifications(app, id, parts.subscriptions))
         @if let Some(body) = &task.body { section { h3 { "Body" } div.body { (body) } } }
         @if let Some(result) = &task.result { section { h3 { "Result" } div.body { (result) } } }
         section {

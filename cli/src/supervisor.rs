@@ -326,6 +326,8 @@ pub(crate) struct ProcessSupervisor {
     seed_logs: Option<PathBuf>,
     worker_args: Vec<String>,
     worker_env: Vec<(String, String)>,
+    /// Variables of the dispatcher no worker gets (notification secrets).
+    withheld: Vec<String>,
     /// Sent on each worker's standard input, never in its environment.
     worker_secrets: Vec<(String, String)>,
     agents: BTreeMap<String, AgentCommand>,
@@ -381,6 +383,9 @@ pub(crate) struct WorkerCommand {
     /// What no agent may read (the dispatcher's socket, the board's
     /// password): on the worker's standard input, with its seal.
     pub(crate) secrets: Vec<(String, String)>,
+    /// Variables of the dispatcher's environment no worker (nor so any
+    /// agent) gets: the notifications' secrets.
+    pub(crate) withheld: Vec<String>,
     /// The agent of each route (`""`: the unnamed agent).
     pub(crate) agents: BTreeMap<String, AgentCommand>,
     pub(crate) board_slug: String,
@@ -405,6 +410,7 @@ impl ProcessSupervisor {
             seed_logs: command.seed_logs,
             worker_args: command.args,
             worker_env: command.env,
+            withheld: command.withheld,
             worker_secrets: command.secrets,
             agents: command.agents,
             board_slug: command.board_slug,
@@ -530,6 +536,9 @@ impl ProcessSupervisor {
         // Whatever of them this dispatcher's own environment holds stays
         // out of the worker's: a process of the same user can read it.
         for name in crate::worker_secrets::SECRET_VARS {
+            command.env_remove(name);
+        }
+        for name in &self.withheld {
             command.env_remove(name);
         }
         if goal_mode {

@@ -19,7 +19,6 @@ use kanban_board_sqlite::SystemClock;
 
 use crate::out::{errln, outln};
 use crate::runtime::block_on;
-use crate::worker_secrets::SECRET_VARS;
 
 /// Which of the two is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +293,7 @@ fn ask_agent(
     });
     let command = OneShotCommand {
         env: answerer.agent.env.clone(),
-        env_remove: SECRET_VARS.iter().map(|name| (*name).to_owned()).collect(),
+        env_remove: crate::worker_secrets::withheld(env),
         interrupt: Some(answerer.interrupt.clone()),
         ..OneShotCommand::new(spec.clone(), answerer.timeout)
     };

@@ -323,6 +323,14 @@ pub trait BoardAdmin: Send + Sync {
         lease_seconds: i64,
         count: usize,
     ) -> Result<Vec<crate::notify::Delivery>, BoardError>;
+    /// Holds a leased notification `lease_seconds` more before it is sent;
+    /// false when `owner` lost it.
+    async fn renew_notification(
+        &self,
+        outbox_id: i64,
+        owner: &str,
+        lease_seconds: i64,
+    ) -> Result<bool, BoardError>;
     /// Records an attempt at a notification `owner` holds; false when it
     /// lost its lease.
     async fn settle_notification(

@@ -35,6 +35,11 @@ pub const NOTIFY_KIND_MEANINGS: [(&str, &str); 6] = [
     ("overrun", "a run stopped past its card's max runtime"),
 ];
 
+/// The prefix of the variables that hold notification secrets: a
+/// dispatcher hands no variable of that name to its workers, agents or
+/// commands.
+pub const SECRET_ENV_PREFIX: &str = "KANBAN_SECRET_";
+
 /// Delivery attempts a receiver may refuse for good (a 4xx) before the
 /// notification is dead.
 pub const PERMANENT_FAILURE_TRIES: u32 = 3;
@@ -148,10 +153,30 @@ pub struct NotifiedCard {
     pub tenant: Option<String>,
 }
 
-/// The stable id of the notification of outbox row `outbox_id` on the
-/// board `board_id`: the same on every attempt, so a receiver dedupes by it.
-pub fn notification_id(board_id: &str, outbox_id: i64) -> String {
-    format!("kn_{board_id}_{outbox_id}")
+/// The stable id of the notification of outbox row `outbox_id` of the
+/// subscription with `token`: the same on every attempt, from any
+/// dispatcher, so a receiver dedupes by it.
+pub fn notification_id(token: &str, outbox_id: i64) -> String {
+    format!("kn_{token}_{outbox_id}")
+}
+
+/// A subscription's address as it is shown: a webhook's scheme and host
+/// (its path and query may hold a token, as a chat's hook does); a command
+/// or a mail address whole.
+pub fn shown_address(channel: &str, address: &str) -> String {
+    if channel != "webhook" {
+        return address.to_owned();
+    }
+    let Some((scheme, rest)) = address.split_once("://") else {
+        return "…".to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let host = rest[..end].rsplit('@').next().unwrap_or("");
+    if end < rest.len() {
+        format!("{scheme}://{host}/…")
+    } else {
+        format!("{scheme}://{host}")
+    }
 }
 
 /// A notification's JSON body (the schema in `docs/notifications.md`).
@@ -159,7 +184,6 @@ pub fn payload(
     id: &str,
     event: &crate::EventRecord,
     card: &NotifiedCard,
-    board: Option<&str>,
     link: Option<&str>,
 ) -> Value {
     json!({
@@ -173,7 +197,6 @@ pub fn payload(
             "created_at": event.created_at,
         },
         "card": card,
-        "board": board,
         "link": link,
     })
 }
@@ -260,8 +283,11 @@ pub fn after_failure(
         .max(0)
         .saturating_mul(1_i64 << attempts.saturating_sub(1).min(20));
     let wait = doubled.min(RETRY_CAP_SECONDS.max(base));
-    let jitter = i64::try_from(jitter_seed % 1000).unwrap_or(0) * wait / 4000;
-    AfterFailure::RetryAt(now.saturating_add(wait + jitter))
+    let jitter = i64::try_from(jitter_seed % 1000)
+        .unwrap_or(0)
+        .saturating_mul(wait)
+        / 4000;
+    AfterFailure::RetryAt(now.saturating_add(wait.saturating_add(jitter)))
 }
 
 /// A subscription to make.
@@ -275,10 +301,104 @@ pub struct NewSubscription {
     pub address: String,
     /// `json` (the documented body) or `slack` (`{"text"}`).
     pub format: String,
-    /// Where the signing secret is (`env:NAME` or `file:/abs/path`): never
-    /// the secret itself.
+    /// Where the signing secret (a webhook) or the SMTP password (mail)
+    /// is (`env:NAME` or `file:/abs/path`): never the secret itself.
     pub secret: Option<String>,
+    /// How mail is sent, for the `mail` channel.
+    pub smtp: Option<SmtpSettings>,
     pub created_by: Option<String>,
+}
+
+/// The SMTP server a `mail` subscription sends through.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SmtpSettings {
+    /// `smtp://[USER@]HOST[:PORT]` (STARTTLS, required; port 587) or
+    /// `smtps://[USER@]HOST[:PORT]` (TLS from the start; port 465).
+    pub server: String,
+    /// The sender's address.
+    pub from: String,
+    /// A PEM file of the CA that signed the server's certificate, beside
+    /// the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+}
+
+/// An SMTP server's parts: whether TLS wraps the connection from the
+/// start, the user, the host and the port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmtpServer {
+    pub implicit_tls: bool,
+    pub user: Option<String>,
+    pub host: String,
+    pub port: u16,
+}
+
+/// Reads `smtp://[USER@]HOST[:PORT]` or `smtps://…`; a password in it is
+/// refused (it would be stored in the board).
+pub fn parse_smtp_server(server: &str) -> Result<SmtpServer, String> {
+    let (implicit_tls, rest) = if let Some(rest) = server.strip_prefix("smtps://") {
+        (true, rest)
+    } else if let Some(rest) = server.strip_prefix("smtp://") {
+        (false, rest)
+    } else {
+        return Err(format!(
+            "the SMTP server {server:?} is not smtp://[USER@]HOST[:PORT] (STARTTLS) or smtps://… (TLS)"
+        ));
+    };
+    let rest = rest.trim_end_matches('/');
+    let (user, host_port) = match rest.rsplit_once('@') {
+        Some((user, _)) if user.contains(':') => {
+            return Err(
+                "the SMTP server's URL holds a password: name it with --smtp-password-env or --smtp-password-file"
+                    .to_owned(),
+            );
+        }
+        Some((user, host_port)) => (Some(user.to_owned()), host_port),
+        None => (None, rest),
+    };
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) => (
+            host,
+            port.parse::<u16>()
+                .map_err(|_| format!("the SMTP port {port:?} is not a port number"))?,
+        ),
+        None => (host_port, if implicit_tls { 465 } else { 587 }),
+    };
+    let plain = |text: &str| {
+        !text.is_empty() && !text.chars().any(|c| c.is_control() || c == ' ' || c == '/')
+    };
+    if !plain(host) || user.as_deref().is_some_and(|user| !plain(user)) {
+        return Err(format!("the SMTP server {server:?} names no host"));
+    }
+    Ok(SmtpServer {
+        implicit_tls,
+        user,
+        host: host.to_owned(),
+        port,
+    })
+}
+
+/// A mail address as a subscription takes it: one `@`, something on each
+/// side, one line, no spaces.
+pub fn is_mail_address(address: &str) -> bool {
+    let parts: Vec<&str> = address.split('@').collect();
+    address.len() <= 320
+        && parts.len() == 2
+        && parts.iter().all(|part| !part.is_empty())
+        && !address
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '<' | '>' | ',' | ';'))
+}
+
+/// A mail's subject: the card and what happened to it, on one line.
+pub fn mail_subject(event: &crate::EventRecord, card: &NotifiedCard) -> String {
+    let line = summary_line(event, card, None);
+    let line: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let short: String = line.chars().take(150).collect();
+    format!("[kanban] {short}")
 }
 
 /// A subscription as stored, with how its notifications stand.
@@ -292,6 +412,7 @@ pub struct SubscriptionView {
     pub address: String,
     pub format: String,
     pub secret: Option<String>,
+    pub smtp: Option<SmtpSettings>,
     pub created_by: Option<String>,
     pub created_at: i64,
     pub pending: i64,
@@ -305,6 +426,9 @@ pub struct SubscriptionView {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delivery {
     pub outbox_id: i64,
+    /// The subscription's random token: with the outbox row, the
+    /// notification's id, the same whichever dispatcher sends it.
+    pub token: String,
     pub attempts: u32,
     pub first_tried_at: Option<i64>,
     pub subscription_id: i64,
@@ -312,6 +436,7 @@ pub struct Delivery {
     pub address: String,
     pub format: String,
     pub secret: Option<String>,
+    pub smtp: Option<SmtpSettings>,
     /// `None` when the event is gone (`gc`): the notification is dead.
     pub event: Option<crate::EventRecord>,
     pub card: NotifiedCard,
@@ -326,6 +451,28 @@ pub enum DeliveryResult {
         /// What [`after_failure`] said.
         next: AfterFailure,
     },
+}
+
+/// A secret's reference: `env:KANBAN_SECRET_…` or `file:/absolute/path`.
+fn check_secret_reference(secret: &str) -> Result<(), String> {
+    let valid = secret.strip_prefix("env:").is_some_and(|name| {
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }) || secret
+        .strip_prefix("file:")
+        .is_some_and(|path| path.starts_with('/') && !path.contains(['\0', '\n']));
+    if !valid {
+        return Err(
+            "a secret is named, never given: env:VARIABLE or file:/absolute/path".to_owned(),
+        );
+    }
+    if let Some(name) = secret.strip_prefix("env:")
+        && !name.starts_with(SECRET_ENV_PREFIX)
+    {
+        return Err(format!(
+            "the secret's variable {name} does not start with {SECRET_ENV_PREFIX}: only those are kept from workers, agents and commands"
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a subscription before it is stored: a known channel and format,
@@ -356,7 +503,29 @@ pub fn check_subscription(new: &NewSubscription) -> Result<(), String> {
                 return Err("the command to run is empty".to_owned());
             }
         }
-        other => return Err(format!("{other:?} is not a channel: webhook or command")),
+        "mail" => {
+            if !is_mail_address(&new.address) {
+                return Err(format!("{:?} is not a mail address", new.address));
+            }
+            let Some(smtp) = &new.smtp else {
+                return Err("mail needs its SMTP server: --smtp smtp://USER@HOST:PORT".to_owned());
+            };
+            parse_smtp_server(&smtp.server)?;
+            if !is_mail_address(&smtp.from) {
+                return Err(format!("the sender {:?} is not a mail address", smtp.from));
+            }
+            if smtp.ca.as_deref().is_some_and(|ca| !ca.starts_with('/')) {
+                return Err("the SMTP server's CA file is an absolute path".to_owned());
+            }
+        }
+        other => {
+            return Err(format!(
+                "{other:?} is not a channel: webhook, command or mail"
+            ));
+        }
+    }
+    if new.channel != "mail" && new.smtp.is_some() {
+        return Err("SMTP settings are for the mail channel".to_owned());
     }
     if new.address.len() > 4096 || new.address.contains(['\0', '\n', '\r']) {
         return Err("the address is one line of at most 4096 bytes".to_owned());
@@ -365,17 +534,7 @@ pub fn check_subscription(new: &NewSubscription) -> Result<(), String> {
         return Err(format!("{:?} is not a format: json or slack", new.format));
     }
     if let Some(secret) = &new.secret {
-        let valid = secret.strip_prefix("env:").is_some_and(|name| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        }) || secret
-            .strip_prefix("file:")
-            .is_some_and(|path| path.starts_with('/') && !path.contains(['\0', '\n']));
-        if !valid {
-            return Err(
-                "a signing secret is named, never given: env:VARIABLE or file:/absolute/path"
-                    .to_owned(),
-            );
-        }
+        check_secret_reference(secret)?;
     }
     if let NotifyScope::Card(target) | NotifyScope::Assignee(target) | NotifyScope::Tenant(target) =
         &new.scope
@@ -482,13 +641,7 @@ mod tests {
             "blocked",
             json!({"kind": "needs_input", "reason": "which region?"}),
         );
-        let body = payload(
-            "kn_b_9",
-            &blocked,
-            &card(),
-            Some("main"),
-            Some("http://h/cards/t_1"),
-        );
+        let body = payload("kn_b_9", &blocked, &card(), Some("http://h/cards/t_1"));
         assert_eq!(body["id"], "kn_b_9");
         assert_eq!(body["type"], "needs_input");
         assert_eq!(body["event"]["kind"], "blocked");
@@ -498,10 +651,9 @@ mod tests {
         assert_eq!(body["event"]["payload"]["reason"], "which region?");
         assert_eq!(body["card"]["title"], "ship it");
         assert_eq!(body["card"]["assignee"], "coder");
-        assert_eq!(body["board"], "main");
         assert_eq!(body["link"], "http://h/cards/t_1");
         assert_eq!(
-            payload("x", &event("claimed", Value::Null), &card(), None, None)["type"],
+            payload("x", &event("claimed", Value::Null), &card(), None)["type"],
             "event"
         );
         assert_eq!(
@@ -527,6 +679,21 @@ mod tests {
             assert!(line.contains(says), "{kind}: {line}");
         }
         assert_eq!(notification_id("b1", 42), "kn_b1_42");
+        assert_eq!(
+            shown_address("webhook", "https://hooks.slack.com/services/T/B/x"),
+            "https://hooks.slack.com/…"
+        );
+        assert_eq!(
+            shown_address("webhook", "https://user:pw@h.example:8443?k=1"),
+            "https://h.example:8443/…"
+        );
+        assert_eq!(shown_address("webhook", "http://h"), "http://h");
+        assert_eq!(shown_address("webhook", "nonsense"), "…");
+        assert_eq!(
+            shown_address("command", "notify-send a/b"),
+            "notify-send a/b"
+        );
+        assert_eq!(shown_address("mail", "ops@example.com"), "ops@example.com");
     }
 
     #[test]
@@ -544,6 +711,251 @@ mod tests {
         for refused in [199, 300, 301, 400, 401, 404, 410, 600] {
             assert_eq!(attempt_of_status(refused), Attempt::Refused, "{refused}");
         }
+    }
+
+    fn subscription(channel: &str, address: &str) -> NewSubscription {
+        NewSubscription {
+            scope: NotifyScope::Board,
+            kinds: vec!["done".into()],
+            channel: channel.into(),
+            address: address.into(),
+            format: "json".into(),
+            secret: None,
+            smtp: (channel == "mail").then(|| SmtpSettings {
+                server: "smtp://ann@mail.example".into(),
+                from: "kanban@example.com".into(),
+                ca: None,
+            }),
+            created_by: None,
+        }
+    }
+
+    #[test]
+    #[expect(clippy::too_many_lines, reason = "a table of cases reads best whole")]
+    fn a_subscription_is_checked_before_it_is_stored() {
+        let ok = |new: &NewSubscription| check_subscription(new).map_err(|e| e.to_string());
+        assert_eq!(ok(&subscription("webhook", "https://h/x")), Ok(()));
+        assert_eq!(ok(&subscription("webhook", "http://h/x")), Ok(()));
+        assert_eq!(ok(&subscription("command", "notify-send x")), Ok(()));
+        assert_eq!(ok(&subscription("mail", "ops@example.com")), Ok(()));
+        let refused = |new: NewSubscription, says: &str| {
+            let error = check_subscription(&new).expect_err(says);
+            assert!(error.contains(says), "{says}: {error}");
+        };
+        refused(subscription("webhook", "ftp://h/x"), "not an http");
+        refused(subscription("command", "  "), "command to run is empty");
+        refused(subscription("pager", "x"), "not a channel");
+        refused(subscription("mail", "ops"), "not a mail address");
+        refused(
+            subscription("webhook", &format!("https://h/{}", "x".repeat(4100))),
+            "4096",
+        );
+        refused(subscription("webhook", "https://h/x\ny"), "one line");
+        refused(subscription("command", "a\rb"), "one line");
+        refused(subscription("command", "a\0b"), "one line");
+        assert_eq!(
+            ok(&subscription(
+                "webhook",
+                &format!("https://h/{}", "x".repeat(4000))
+            )),
+            Ok(())
+        );
+        refused(
+            NewSubscription {
+                kinds: vec![],
+                ..subscription("command", "x")
+            },
+            "kinds",
+        );
+        refused(
+            NewSubscription {
+                kinds: vec!["later".into()],
+                ..subscription("command", "x")
+            },
+            "kinds",
+        );
+        refused(
+            NewSubscription {
+                format: "xml".into(),
+                ..subscription("command", "x")
+            },
+            "not a format",
+        );
+        assert_eq!(
+            ok(&NewSubscription {
+                format: "slack".into(),
+                ..subscription("webhook", "https://h")
+            }),
+            Ok(())
+        );
+        refused(
+            NewSubscription {
+                secret: Some("env:HOOK_SECRET".into()),
+                ..subscription("webhook", "https://h")
+            },
+            "does not start with KANBAN_SECRET_",
+        );
+        for secret in [
+            "env:KANBAN_SECRET_HOOK",
+            "env:KANBAN_SECRET_a_1",
+            "file:/etc/hook",
+        ] {
+            let new = NewSubscription {
+                secret: Some(secret.into()),
+                ..subscription("webhook", "https://h")
+            };
+            assert_eq!(ok(&new), Ok(()), "{secret}");
+        }
+        for secret in [
+            "s3cret",
+            "env:",
+            "env:A-B",
+            "file:relative",
+            "file:/a\nb",
+            "file:/a\0b",
+        ] {
+            refused(
+                NewSubscription {
+                    secret: Some(secret.into()),
+                    ..subscription("webhook", "https://h")
+                },
+                "named, never given",
+            );
+        }
+        for scope in [
+            NotifyScope::Card(" ".into()),
+            NotifyScope::Assignee(String::new()),
+            NotifyScope::Tenant("\t".into()),
+        ] {
+            refused(
+                NewSubscription {
+                    scope,
+                    ..subscription("command", "x")
+                },
+                "not blank",
+            );
+        }
+        assert_eq!(
+            ok(&NewSubscription {
+                scope: NotifyScope::Card("t_1".into()),
+                ..subscription("command", "x")
+            }),
+            Ok(())
+        );
+        refused(
+            NewSubscription {
+                smtp: None,
+                ..subscription("mail", "a@b")
+            },
+            "SMTP server",
+        );
+        let mut stray = subscription("webhook", "https://h");
+        stray.smtp = subscription("mail", "a@b").smtp;
+        refused(stray, "for the mail channel");
+        let with = |server: &str, from: &str, ca: Option<&str>| NewSubscription {
+            smtp: Some(SmtpSettings {
+                server: server.into(),
+                from: from.into(),
+                ca: ca.map(Into::into),
+            }),
+            ..subscription("mail", "a@b")
+        };
+        refused(with("imap://h", "k@e", None), "is not smtp://");
+        refused(with("smtp://h", "kanban", None), "sender");
+        refused(with("smtp://h", "k@e", Some("ca.pem")), "absolute");
+        assert_eq!(ok(&with("smtps://h", "k@e", Some("/etc/ca.pem"))), Ok(()));
+    }
+
+    #[test]
+    #[expect(clippy::too_many_lines, reason = "a table of cases reads best whole")]
+    fn smtp_servers_and_mail_addresses_are_read() {
+        let server = |implicit_tls, user: Option<&str>, host: &str, port| SmtpServer {
+            implicit_tls,
+            user: user.map(Into::into),
+            host: host.into(),
+            port,
+        };
+        assert_eq!(
+            parse_smtp_server("smtp://mail.example"),
+            Ok(server(false, None, "mail.example", 587))
+        );
+        assert_eq!(
+            parse_smtp_server("smtps://mail.example/"),
+            Ok(server(true, None, "mail.example", 465))
+        );
+        assert_eq!(
+            parse_smtp_server("smtp://ann@example.com@127.0.0.1:2525"),
+            Ok(server(false, Some("ann@example.com"), "127.0.0.1", 2525))
+        );
+        assert!(
+            parse_smtp_server("smtp://ann:pw@h")
+                .unwrap_err()
+                .contains("password")
+        );
+        assert!(
+            parse_smtp_server("smtp://h:port")
+                .unwrap_err()
+                .contains("not a port")
+        );
+        assert!(
+            parse_smtp_server("smtp://h:70000")
+                .unwrap_err()
+                .contains("not a port")
+        );
+        assert!(
+            parse_smtp_server("smtp://")
+                .unwrap_err()
+                .contains("no host")
+        );
+        assert!(
+            parse_smtp_server("smtp://a b")
+                .unwrap_err()
+                .contains("no host")
+        );
+        assert!(
+            parse_smtp_server("smtp://@h")
+                .unwrap_err()
+                .contains("no host")
+        );
+        assert!(
+            parse_smtp_server("smtp://u\n@h")
+                .unwrap_err()
+                .contains("no host")
+        );
+        assert!(
+            parse_smtp_server("http://h")
+                .unwrap_err()
+                .contains("is not smtp://")
+        );
+        for good in ["ops@example.com", "a@b"] {
+            assert!(is_mail_address(good), "{good}");
+        }
+        let long = format!("{}@b", "a".repeat(320));
+        for bad in [
+            "ops",
+            "@b",
+            "a@",
+            "a@b@c",
+            "a b@c",
+            "a@b\n",
+            "<a@b>",
+            "a@b,c@d",
+            "a@b;c",
+            long.as_str(),
+        ] {
+            assert!(!is_mail_address(bad), "{bad}");
+        }
+        assert!(is_mail_address(&format!("{}@b", "a".repeat(318))));
+        let subject = mail_subject(
+            &event("blocked", json!({"kind": "needs_input", "reason": "a\nb"})),
+            &card(),
+        );
+        assert_eq!(subject, "[kanban] t_1 \"ship it\" needs your input: a b");
+        let long = mail_subject(
+            &event("blocked", json!({"reason": "x".repeat(400)})),
+            &card(),
+        );
+        assert_eq!(long.chars().count(), "[kanban] ".len() + 150);
     }
 
     #[test]
@@ -582,6 +994,10 @@ mod tests {
             after_failure(Attempt::Transient, 1, 0, 10, 600, 0),
             RetryAt(610)
         );
+        assert_eq!(
+            after_failure(Attempt::Transient, 1, 0, 10, i64::MAX, 999),
+            RetryAt(i64::MAX)
+        );
         // Refused for good: dead at the third.
         assert_eq!(after_failure(Attempt::Refused, 2, 0, 10, 2, 0), RetryAt(14));
         assert_eq!(after_failure(Attempt::Refused, 3, 0, 10, 2, 0), Dead);
@@ -590,6 +1006,7 @@ mod tests {
             RetryAt(18)
         );
         // Failing for a day: dead.
+        assert_eq!(MAX_DELIVERY_SECONDS, 86_400);
         assert_eq!(
             after_failure(Attempt::Transient, 1, 0, MAX_DELIVERY_SECONDS, 2, 0),
             Dead

@@ -17,6 +17,7 @@ mod seed_cases;
 pub mod sim;
 mod synthetic;
 mod time;
+mod tls;
 mod webhook;
 
 pub use agents::{AgentScript, AgentTurn, WrittenAgent, write_executable, write_judge};
@@ -116,6 +117,7 @@ pub use scripted::{Recorded, ScriptedJudge, ScriptedRunner};
 pub use seed_cases::{SeedCase, seed_owner_case, seed_owner_cases};
 pub use synthetic::{BulkLanes, FAR_FUTURE_EXPIRY, SyntheticBoard, bulk_add_cards};
 pub use time::{ScriptedClock, VirtualClock};
+pub use tls::{LoopbackCertificates, loopback_certificates};
 pub use webhook::{Hook, WebhookReceiver, unused_loopback_address};
 
 /// The seed's result shapes, as builders.

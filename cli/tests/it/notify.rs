@@ -21,6 +21,7 @@ fn agent(bench: &Bench) -> std::path::PathBuf {
         r#"#!/bin/sh
 request=$(cat)
 mark="$(dirname "$0")/asked-$KANBAN_TASK"
+echo "${{KANBAN_SECRET_HOOK-unset}}" > "$(dirname "$0")/secret-seen-$KANBAN_TASK"
 case "$request" in
   *block-first*)
     if [ ! -e "$mark" ]; then
@@ -104,13 +105,13 @@ fn a_card_needing_input_reaches_a_signed_webhook_within_a_second() {
             "--webhook",
             &receiver.url,
             "--secret-env",
-            "HOOK_SECRET",
+            "KANBAN_SECRET_HOOK",
         ],
     );
     let _dispatcher = ticking(
         &bench,
         &[
-            ("HOOK_SECRET", "s3cret-hook"),
+            ("KANBAN_SECRET_HOOK", "s3cret-hook"),
             ("KANBAN_PUBLIC_URL", "http://board.example:8080/"),
         ],
     );
@@ -165,14 +166,20 @@ fn a_card_needing_input_reaches_a_signed_webhook_within_a_second() {
     assert_eq!(listed[0]["delivered"], 1);
     assert_eq!(listed[0]["pending"], 0);
     assert_eq!(
-        listed[0]["secret"], "env:HOOK_SECRET",
+        listed[0]["secret"], "env:KANBAN_SECRET_HOOK",
         "the name, never the secret"
     );
-    let board = std::fs::read(&bench.db).unwrap();
+    let mut board = std::fs::read(&bench.db).unwrap();
+    board.extend(std::fs::read(bench.db.with_extension("db-wal")).unwrap_or_default());
     assert!(
         !board.windows(11).any(|window| window == b"s3cret-hook"),
         "the secret is not in the board"
     );
+    // Nor in any worker's or agent's environment.
+    for id in [&card, &quiet] {
+        let seen = std::fs::read_to_string(bench.path().join(format!("secret-seen-{id}"))).unwrap();
+        assert_eq!(seen.trim(), "unset", "{id}'s agent saw the secret");
+    }
 }
 
 #[test]
@@ -444,4 +451,152 @@ fn a_subscription_refuses_what_it_cannot_deliver_and_keeps_no_secret() {
         serde_json::json!(["needs_input", "failed"])
     );
     assert_eq!(listed[0]["target"], card.as_str());
+}
+
+/// A venv with aiosmtpd, kept under Cargo's folder for test files.
+fn smtp_python() -> std::path::PathBuf {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("smtp-venv");
+    let ready = venv.join("aiosmtpd-installed");
+    if !ready.exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .output()
+            .expect("python3 runs the SMTP server: apt-get install python3-venv (.ci/run does)");
+        assert!(
+            made.status.success(),
+            "python3 -m venv: {}",
+            text(&made.stderr)
+        );
+        let installed = std::process::Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "aiosmtpd==1.4.6"])
+            .output()
+            .expect("pip runs");
+        assert!(
+            installed.status.success(),
+            "pip install aiosmtpd: {}",
+            text(&installed.stderr)
+        );
+        std::fs::write(&ready, "").unwrap();
+    }
+    venv.join("bin/python")
+}
+
+/// An SMTP server on loopback that offers STARTTLS and requires it (and
+/// AUTH, as ann/pw), and records each message it takes as a JSON line.
+const SMTP_SERVER: &str = r#"
+import json, ssl, sys
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+port, cert, key, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+class Handler:
+    async def handle_DATA(self, server, session, envelope):
+        with open(out, "a") as f:
+            f.write(json.dumps({"from": envelope.mail_from, "to": envelope.rcpt_tos,
+                "tls": session.ssl is not None, "authenticated": session.authenticated,
+                "data": envelope.content.decode("utf8", "replace")}) + "\n")
+        return "250 OK"
+def check(server, session, envelope, mechanism, auth_data):
+    good = isinstance(auth_data, LoginPassword) and auth_data.login == b"ann" and auth_data.password == b"pw"
+    return AuthResult(success=good)
+context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+context.load_cert_chain(cert, key)
+controller = Controller(Handler(), hostname="127.0.0.1", port=port, tls_context=context,
+    require_starttls=True, authenticator=check, auth_required=True)
+controller.start()
+print("ready", flush=True)
+sys.stdin.read()
+controller.stop()
+"#;
+
+struct SmtpServer(Child);
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_mail_channel_sends_through_starttls_with_a_password_from_a_file() {
+    use std::io::BufRead as _;
+    let bench = Bench::new();
+    let certs_dir = bench.path().join("tls");
+    std::fs::create_dir(&certs_dir).unwrap();
+    let certs = kanban_testkit::loopback_certificates(&certs_dir);
+    let port = unused_loopback_address().port();
+    let script = bench.path().join("smtp.py");
+    std::fs::write(&script, SMTP_SERVER).unwrap();
+    let received = bench.path().join("received.jsonl");
+    let mut child = std::process::Command::new(smtp_python())
+        .arg(&script)
+        .arg(port.to_string())
+        .arg(&certs.cert)
+        .arg(&certs.key)
+        .arg(&received)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let _server = SmtpServer(child);
+    let password = bench.path().join("smtp.password");
+    std::fs::write(&password, "pw\n").unwrap();
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let card = bench.add("mail me", &[]);
+    let server = format!("smtp://ann@127.0.0.1:{port}");
+    subscribe(
+        &bench,
+        &[
+            "--card",
+            &card,
+            "--events",
+            "done",
+            "--mail",
+            "ops@example.com",
+            "--smtp",
+            &server,
+            "--mail-from",
+            "kanban@example.com",
+            "--smtp-password-file",
+            password.to_str().unwrap(),
+            "--smtp-ca",
+            certs.ca.to_str().unwrap(),
+        ],
+    );
+    let listed: Value = serde_json::from_str(&bench.ok(&["notify", "list", "--json"])).unwrap();
+    assert_eq!(listed[0]["smtp"]["server"], server.as_str());
+    assert_eq!(listed[0]["secret"], format!("file:{}", password.display()));
+    bench.dispatch_until_idle(&agent(&bench), &[]);
+    wait_for("the mail", || received.exists());
+    let mails: Vec<Value> = std::fs::read_to_string(&received)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(mails.len(), 1, "{mails:?}");
+    let mail = &mails[0];
+    assert_eq!(mail["tls"], true, "sent after STARTTLS");
+    assert_eq!(mail["authenticated"], true);
+    assert_eq!(mail["from"], "kanban@example.com");
+    assert_eq!(mail["to"], serde_json::json!(["ops@example.com"]));
+    let data = mail["data"].as_str().unwrap();
+    assert!(
+        data.contains(&format!("Subject: [kanban] {card} \"mail me\" is done")),
+        "{data}"
+    );
+    assert!(data.contains("Message-ID: <kn_"), "{data}");
+    assert!(data.contains("\"type\":\"done\""), "{data}");
+    let listed: Value = serde_json::from_str(&bench.ok(&["notify", "list", "--json"])).unwrap();
+    assert_eq!(listed[0]["delivered"], 1);
 }

@@ -270,20 +270,6 @@ fn only_init_migrate_and_dispatch_create_a_postgres_schema() {
     assert_eq!(cards(&bench).len(), 0);
 }
 
-/// Runs `openssl` with `args` in `dir`; panics on failure.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let output = std::process::Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        text(&output.stderr)
-    );
-}
-
 /// Whether the server at `url` refuses a connection without TLS.
 fn refuses_plain_text(url: &str) -> bool {
     let home = tempfile::tempdir().unwrap();
@@ -303,72 +289,7 @@ fn tls_cluster() -> (kanban_testkit::PgCluster, std::path::PathBuf) {
     let cluster = kanban_testkit::PgCluster::start(&kanban_testkit::ClusterOptions::default());
     let certs = cluster.folder().join("tls");
     std::fs::create_dir(&certs).unwrap();
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    openssl(
-        &certs,
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=kanban test CA",
-            ],
-        ]
-        .concat(),
-    );
-    openssl(
-        &certs,
-        &[
-            &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-        ]
-        .concat(),
-    );
-    std::fs::write(
-        certs.join("san.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    openssl(
-        &certs,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.cnf",
-        ],
-    );
+    kanban_testkit::loopback_certificates(&certs);
     // The server reads its key only when it owns it and nobody else may.
     let owner = std::fs::metadata(cluster.folder()).unwrap();
     for file in ["server.key", "server.crt"] {

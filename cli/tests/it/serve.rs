@@ -674,3 +674,151 @@ fn a_card_page_lists_its_files_and_serves_only_its_own_in_a_form_that_cannot_run
     assert!(bench.ok(&["attach-rm", "5"]).contains("left where it is"));
     assert!(others.exists(), "another card's file stays");
 }
+
+/// Posts a form; its status (after the redirect a success gives).
+fn post_form(url: &str, fields: &[(&str, &str)]) -> (u16, String) {
+    let mut response = agent().post(url).send_form(fields.iter().copied()).unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+#[test]
+fn a_card_page_and_the_api_subscribe_webhooks_to_its_events() {
+    let openapi: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let bench = Bench::new();
+    let card = bench.add("watch me", &[]);
+    let other = bench.add("not this one", &[]);
+    let server = Server::start(&bench, &[]);
+    let base = &server.url;
+    let (_, page) = get(&format!("{base}/cards/{card}"));
+    assert!(page.contains("<h3>Notifications</h3>"), "{page}");
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    // The card page's form: a webhook for this card's events.
+    let hook = "https://hooks.example/services/T0/B0/token-abc";
+    let (status, page) = post_form(
+        &format!("{base}/actions/{card}/notify"),
+        &[
+            ("csrf", &csrf),
+            ("text", hook),
+            ("events", "done,needs_input"),
+        ],
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("needs_input, done → webhook https://hooks.example/…"),
+        "{page}"
+    );
+    assert!(!page.contains("token-abc"), "the hook's token is not shown");
+    let (status, _) = post_form(
+        &format!("{base}/actions/{card}/notify"),
+        &[("csrf", "stale"), ("text", hook)],
+    );
+    assert_eq!(status, 403, "a form without its token changes nothing");
+    let (status, listed) = get(&format!("{base}/api/notifications"));
+    assert_eq!(status, 200);
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    conforms(&openapi, "/api/notifications", "get", 200, &listed);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let on_card = listed[0]["id"].as_i64().unwrap().to_string();
+    assert_eq!(listed[0]["target"], card.as_str());
+    assert_eq!(listed[0]["address"], "https://hooks.example/…");
+    assert!(
+        !bench
+            .ok(&["notify", "list", "--json"])
+            .contains("token-abc")
+    );
+    // Another card's page cannot stop it.
+    let (status, _) = post_form(
+        &format!("{base}/actions/{other}/unnotify"),
+        &[("csrf", &csrf), ("text", &on_card)],
+    );
+    assert_eq!(status, 404);
+    // The API: webhooks only, exactly one scope.
+    let (status, made) = post_json(
+        &format!("{base}/api/notifications"),
+        &json!({"all_cards": true, "events": "failed", "webhook": "https://h.example/k", "secret_env": "KANBAN_SECRET_K"}),
+    );
+    assert_eq!(status, 201, "{made}");
+    conforms(&openapi, "/api/notifications", "post", 201, &made);
+    for (body, says) in [
+        (
+            json!({"all_cards": true, "command": "rm -rf /", "webhook": "https://h"}),
+            "unknown field `command`",
+        ),
+        (
+            json!({"card": card, "all_cards": true, "webhook": "https://h"}),
+            "exactly one",
+        ),
+        (
+            json!({"all_cards": true, "webhook": "file:///etc/passwd"}),
+            "not an http",
+        ),
+        (
+            json!({"all_cards": true, "webhook": "https://h", "secret_env": "PGPASSWORD"}),
+            "KANBAN_SECRET_",
+        ),
+        (
+            json!({"all_cards": true, "webhook": "https://h", "events": "soon"}),
+            "not a kind",
+        ),
+    ] {
+        let (status, error) = post_json(&format!("{base}/api/notifications"), &body);
+        assert_eq!(status, 400, "{body}: {error}");
+        conforms(&openapi, "/api/notifications", "post", 400, &error);
+        assert!(
+            error["error"].as_str().unwrap().contains(says),
+            "{body}: {error}"
+        );
+    }
+    let (status, error) = post_json(
+        &format!("{base}/api/notifications"),
+        &json!({"card": "t_00000000", "webhook": "https://h"}),
+    );
+    assert_eq!(status, 404, "{error}");
+    let (status, acted) = post_json(
+        &format!("{base}/api/cards/{other}/notify"),
+        &json!({"text": "https://h.example/other", "events": "blocked"}),
+    );
+    assert_eq!(status, 200, "{acted}");
+    conforms(&openapi, "/api/cards/{id}/{action}", "post", 200, &acted);
+    let (status, gone) = post_json(
+        &format!("{base}/api/notifications/{on_card}/unsubscribe"),
+        &json!({}),
+    );
+    assert_eq!(status, 200, "{gone}");
+    conforms(
+        &openapi,
+        "/api/notifications/{id}/unsubscribe",
+        "post",
+        200,
+        &gone,
+    );
+    let (status, gone) = post_json(
+        &format!("{base}/api/notifications/{on_card}/unsubscribe"),
+        &json!({}),
+    );
+    assert_eq!(status, 404);
+    conforms(
+        &openapi,
+        "/api/notifications/{id}/unsubscribe",
+        "post",
+        404,
+        &gone,
+    );
+    let listed: Value = serde_json::from_str(&bench.ok(&["notify", "list", "--json"])).unwrap();
+    let targets: Vec<&Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sub| &sub["target"])
+        .collect();
+    assert_eq!(targets, [&Value::Null, &json!(other)]);
+}
