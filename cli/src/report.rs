@@ -233,6 +233,22 @@ pub(crate) fn diagnostics(
         }
     }
     print_diagnostics(&reports, as_json);
+    if !as_json && task.is_none() {
+        // Notifications no one will get: a board-wide finding, so not in
+        // the seed system's per-card JSON. A board from before
+        // notifications has none.
+        let subscriptions = block_on(board.subscriptions()).unwrap_or_default();
+        for sub in subscriptions.iter().filter(|sub| sub.dead > 0) {
+            outln!(
+                "\n  notifications: {} dead for subscription {} ({} {}): {}; see `kanban notify list`",
+                sub.dead,
+                sub.id,
+                sub.channel,
+                kanban_core::notify::shown_address(&sub.channel, &sub.address),
+                visible_line(sub.last_error.as_deref().unwrap_or("no error recorded"))
+            );
+        }
+    }
     Ok(ExitCode::Success)
 }
 

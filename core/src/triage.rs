@@ -680,7 +680,19 @@ mod tests {
         assert!(read_specification(&just_body).is_ok());
         let huge = format!("{{\"body\": \"{}\"}}", "x".repeat(MAX_ANSWER_BYTES));
         assert!(refusal(read_specification(&huge)).contains("bytes long"));
-        let padded = format!("{{\"title\": \"t\"}}{}", " ".repeat(MAX_ANSWER_BYTES / 2));
+        let padded = format!("{{\"title\": \"t\"}}{}", " ".repeat(200 * 1024));
+        // The documented bound, 16,384 characters (not bytes).
+        let long_body = json!({"body": "é".repeat(16_384)}).to_string();
+        assert!(read_specification(&long_body).is_ok());
+        let longer_body = json!({"body": "é".repeat(16_385)}).to_string();
+        assert!(refusal(read_specification(&longer_body)).contains("16385 characters"));
+        let title = r#"{"title": "t"}"#;
+        let exact = format!("{title}{}", " ".repeat(MAX_ANSWER_BYTES - title.len()));
+        assert!(
+            read_specification(&exact).is_ok(),
+            "an answer of the bound is read"
+        );
+        assert!(refusal(read_specification(&format!("{exact} "))).contains("bytes long"));
         assert!(
             read_specification(&padded).is_ok(),
             "an answer under the bound is read"
@@ -719,6 +731,24 @@ mod tests {
         assert_eq!(children[1].parents, vec![0]);
         assert_eq!(children[2].assignee.as_deref(), Some("writer"));
         assert_eq!(creation_order(&children), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_blank_assignee_is_the_default_agent_and_a_rationale_is_bounded() {
+        let blank = r#"{"fanout": false, "title": "T", "assignee": "  "}"#;
+        let TriagePlan::Specify(spec) = read_decomposition(blank, &roster()).expect("read") else {
+            panic!("one card");
+        };
+        assert_eq!(spec.assignee, None);
+        let with = |rationale: String| {
+            json!({"fanout": true, "rationale": rationale, "tasks": [{"title": "t"}]}).to_string()
+        };
+        assert!(read_decomposition(&with("r".repeat(MAX_TITLE_CHARS * 4)), &roster()).is_ok());
+        let long = refusal(read_decomposition(&with("r".repeat(801)), &roster()));
+        assert!(
+            long.contains("rationale of 801 characters, more than 800"),
+            "{long}"
+        );
     }
 
     #[test]
@@ -940,6 +970,22 @@ mod tests {
             json!(["body", "assignee"])
         );
         assert_eq!(free.events[0].payload["by"], json!("ann"));
+        let retitled = TriagePlan::Specify(Specification {
+            title: Some("a sharper idea".into()),
+            ..current.clone()
+        });
+        let edit = settle(
+            &card(TaskStatus::Triage, false),
+            &current,
+            &retitled,
+            &[],
+            "ann",
+        )
+        .expect("settled")
+        .edit
+        .expect("an edit");
+        assert_eq!(edit.title.as_deref(), Some("a sharper idea"));
+        assert_eq!(edit.fields(), vec!["title"]);
         let waiting =
             settle(&card(TaskStatus::Triage, true), &current, &plan, &[], "ann").expect("settled");
         assert_eq!(waiting.status, Some(TaskStatus::Todo));

@@ -365,6 +365,13 @@ fn a_receiver_that_refuses_for_good_is_marked_dead_and_listed() {
         human.contains("dead 1") && human.contains("HTTP 410"),
         "{human}"
     );
+    let diagnosed = bench.ok(&["diagnostics"]);
+    assert!(
+        diagnosed.contains(&format!(
+            "notifications: 1 dead for subscription {id} (webhook http://127.0.0.1:"
+        )) && diagnosed.contains("HTTP 410"),
+        "{diagnosed}"
+    );
     bench.ok(&["notify", "unsubscribe", &id.to_string()]);
     assert_eq!(bench.ok(&["notify", "list", "--json"]).trim(), "[]");
     bench.refused(
