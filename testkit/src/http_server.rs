@@ -2,7 +2,7 @@
 //! HTTP agents end to end. One request per connection; each request takes
 //! the next reply (the last repeats) and is recorded.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -94,38 +94,9 @@ type Received = (Vec<(String, String)>, Value);
 
 /// A request's method and path (`GET /v1/models`), and the request.
 fn read_request(stream: &TcpStream) -> Option<(String, Received)> {
-    let mut reader = BufReader::new(stream);
-    let mut length = 0usize;
-    let mut headers = Vec::new();
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).ok()? == 0 {
-        return None;
-    }
-    let target = request_line
-        .split_whitespace()
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" ");
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().ok()?;
-            }
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    Some((target, (headers, body)))
+    let request = crate::webhook::read_request(stream)?;
+    let body = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    Some((request.target, (request.headers, body)))
 }
 
 fn answer(mut stream: TcpStream, reply: &Reply) {

@@ -63,7 +63,7 @@ impl WebhookReceiver {
         std::thread::spawn(move || {
             for (n, stream) in listener.incoming().enumerate() {
                 let Ok(stream) = stream else { continue };
-                let Some((headers, body)) = read(&stream) else {
+                let Some(Request { headers, body, .. }) = read_request(&stream) else {
                     continue;
                 };
                 let status = status(n);
@@ -99,15 +99,27 @@ impl WebhookReceiver {
     }
 }
 
-/// A request's headers (names lowercased) and body.
-type Request = (Vec<(String, String)>, Vec<u8>);
+/// One HTTP request as read: its method and path (`POST /hook`), its
+/// headers (names lowercased) and its body.
+pub(crate) struct Request {
+    pub(crate) target: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
 
-fn read(stream: &TcpStream) -> Option<Request> {
+/// Reads one request (its body by `Content-Length`); none when the client
+/// went away or sent no request.
+pub(crate) fn read_request(stream: &TcpStream) -> Option<Request> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
     }
+    let target = line
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut headers = Vec::new();
     let mut length = 0usize;
     loop {
@@ -128,5 +140,9 @@ fn read(stream: &TcpStream) -> Option<Request> {
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    Some((headers, body))
+    Some(Request {
+        target,
+        headers,
+        body,
+    })
 }
