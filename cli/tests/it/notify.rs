@@ -92,6 +92,53 @@ fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
     expected == v1
 }
 
+/// Whether both of docs/notifications.md's recipes (its Python and its
+/// shell) accept `signature` of `body` with `secret`; they must agree.
+fn documented_recipes_accept(
+    secret: &str,
+    signature: &str,
+    body: &[u8],
+    dir: &std::path::Path,
+) -> bool {
+    let docs = include_str!("../../../docs/notifications.md");
+    let block = |fence: &str| {
+        let start = docs.find(fence).expect("a recipe") + fence.len();
+        docs[start..]
+            .split("```")
+            .next()
+            .expect("its end")
+            .to_owned()
+    };
+    let python = format!(
+        "{}\nimport sys\nprint(verify(sys.argv[1].encode(), sys.argv[2], open(sys.argv[3], 'rb').read()))\n",
+        block("```python\n")
+    );
+    let file = dir.join("body.json");
+    std::fs::write(&file, body).unwrap();
+    let by_python = std::process::Command::new("python3")
+        .args(["-c", &python, secret, signature])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(by_python.status.success(), "{}", text(&by_python.stderr));
+    let by_shell = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &block(
+                "In shell, with the body in `body.json` and the header in `$SIGNATURE`:\n\n```sh\n",
+            ),
+        ])
+        .current_dir(dir)
+        .env("SIGNATURE", signature)
+        .env("SECRET", secret)
+        .output()
+        .unwrap();
+    let python_says = text(&by_python.stdout).trim() == "True";
+    let shell_says = text(&by_shell.stdout).trim() == "valid";
+    assert_eq!(python_says, shell_says, "the two recipes disagree");
+    python_says
+}
+
 #[test]
 fn a_card_needing_input_reaches_a_signed_webhook_within_a_second() {
     let bench = Bench::new();
@@ -156,6 +203,13 @@ fn a_card_needing_input_reaches_a_signed_webhook_within_a_second() {
     let signature = hook.header("x-kanban-signature").expect("signed");
     assert!(verify("s3cret-hook", signature, &hook.body), "{signature}");
     assert!(!verify("another secret", signature, &hook.body));
+    // The recipes docs/notifications.md gives, run as written.
+    for (recipe, valid) in [("s3cret-hook", true), ("another secret", false)] {
+        assert_eq!(
+            documented_recipes_accept(recipe, signature, &hook.body, bench.path()),
+            valid
+        );
+    }
     // The completed card is not a needs_input event: nothing for it.
     wait_for("the other card to be done", || {
         bench.show(&quiet)["task"]["status"] == "done"
