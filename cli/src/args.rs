@@ -241,7 +241,47 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: NotifyCommand,
     },
-    /// Turn a card in triage (a rough idea) into a specified card, in line:
+    /// The seed system's `notify-subscribe`: subscribe a card's events,
+    /// here to a webhook or a command (`notify subscribe --card`). Its
+    /// chat gateway (--platform, --chat-id) is not ours: use the chat's
+    /// incoming webhook with --format slack.
+    ///
+    /// Example: kanban notify-subscribe t_1a2b3c4d --webhook https://hooks.example/k
+    #[command(name = "notify-subscribe")]
+    NotifySubscribeSeed(Box<SeedSubscribeArgs>),
+    /// The seed system's `notify-list`: the subscriptions, or one card's.
+    ///
+    /// Example: kanban notify-list t_1a2b3c4d --json
+    #[command(name = "notify-list")]
+    NotifyListSeed {
+        /// Only the subscriptions to this card's events.
+        task_id: Option<String>,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The seed system's `notify-unsubscribe`: remove the subscriptions to a
+    /// card's events (all of them, or --id N).
+    ///
+    /// Example: kanban notify-unsubscribe t_1a2b3c4d
+    #[command(name = "notify-unsubscribe")]
+    NotifyUnsubscribeSeed {
+        /// The card.
+        task_id: String,
+        /// Only this subscription (as `notify list` numbers it).
+        #[arg(long, value_name = "N")]
+        id: Option<i64>,
+        /// The seed system's chat gateway: not ours (refused, with what to do).
+        #[arg(long, value_name = "P", hide = true)]
+        platform: Option<String>,
+        /// The seed system's chat: not ours.
+        #[arg(long, value_name = "C", hide = true)]
+        chat_id: Option<String>,
+        /// The seed system's thread: not ours.
+        #[arg(long, value_name = "T", hide = true)]
+        thread_id: Option<String>,
+    },
+
     /// one turn of an agent of the agents file writes its title and body.
     ///
     /// The agent (a command, or an OpenAI-compatible endpoint) is asked
@@ -1187,6 +1227,51 @@ pub(crate) enum NotifyCommand {
     ///
     /// Example: kanban notify deliver
     Deliver,
+}
+
+/// `kanban notify-subscribe`'s arguments: the seed system's form.
+#[derive(Debug, Args)]
+pub(crate) struct SeedSubscribeArgs {
+    /// The card whose events are sent.
+    pub(crate) task_id: String,
+    /// POST each notification to this URL.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub(crate) webhook: Option<String>,
+    /// Run this command with each notification on its stdin.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) command: Option<String>,
+    /// The kinds of event, separated by commas, or `all` (the seed
+    /// system's: the card's terminal events).
+    #[arg(
+        long,
+        value_name = "KINDS",
+        default_value = "needs_input,blocked,done,failed"
+    )]
+    pub(crate) events: String,
+    /// The webhook's body: json or slack.
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = ["json", "slack"])]
+    pub(crate) format: String,
+    /// Sign each webhook body with the secret in this variable (KANBAN_SECRET_…).
+    #[arg(long, value_name = "VAR", requires = "webhook")]
+    pub(crate) secret_env: Option<String>,
+    /// The seed system's chat gateway: not ours (refused, with what to do).
+    #[arg(long, value_name = "P", hide = true)]
+    pub(crate) platform: Option<String>,
+    /// The seed system's chat: not ours.
+    #[arg(long, value_name = "C", hide = true)]
+    pub(crate) chat_id: Option<String>,
+    /// The seed system's thread: not ours.
+    #[arg(long, value_name = "T", hide = true)]
+    pub(crate) thread_id: Option<String>,
+    /// The seed system's user: not ours.
+    #[arg(long, value_name = "U", hide = true)]
+    pub(crate) user_id: Option<String>,
+    /// The seed system's notifier profile: not ours.
+    #[arg(long, value_name = "PROFILE", hide = true)]
+    pub(crate) notifier_profile: Option<String>,
+    /// Print {"id": N}.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `kanban notify subscribe`'s arguments.

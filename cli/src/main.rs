@@ -276,6 +276,20 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         Command::Link { parent, child } => admin::link(global, env, &parent, &child, true),
         Command::Swarm(args) => admin::swarm(global, env, &args),
         Command::Notify { command } => notify::notify(global, env, command),
+        Command::NotifySubscribeSeed(args) => notify::seed_subscribe(global, env, &args),
+        Command::NotifyListSeed { task_id, json } => {
+            notify::list(global, env, task_id.as_deref(), json)
+        }
+        Command::NotifyUnsubscribeSeed {
+            task_id,
+            id,
+            platform,
+            chat_id,
+            thread_id,
+        } => {
+            let gateway = platform.is_some() || chat_id.is_some() || thread_id.is_some();
+            notify::seed_unsubscribe(global, env, &task_id, id, gateway)
+        }
         Command::Specify(args) => {
             triage::triage(global, env, &args, triage::Ask::Specify, interrupt)
         }

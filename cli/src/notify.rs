@@ -46,7 +46,7 @@ pub(crate) fn notify(
 ) -> anyhow::Result<ExitCode> {
     match command {
         NotifyCommand::Subscribe(args) => subscribe(global, env, &args),
-        NotifyCommand::List { json } => list(global, env, json),
+        NotifyCommand::List { json } => list(global, env, None, json),
         NotifyCommand::Unsubscribe { id } => {
             let board = open_board(global, env)?;
             if !block_on(board.unsubscribe(id))? {
@@ -131,9 +131,87 @@ fn subscribe(
     Ok(ExitCode::Success)
 }
 
-fn list(global: &GlobalArgs, env: &Environment, json: bool) -> anyhow::Result<ExitCode> {
+/// What to do instead of the seed system's chat gateway.
+const NO_GATEWAY: &str = "kanban has no chat gateway (--platform, --chat-id): send the card's events to your chat's incoming webhook instead, `--webhook URL --format slack` (Slack, Mattermost, Discord's /slack path and ntfy take it), or to a command; see docs/notifications.md";
+
+/// `notify-subscribe TASK`, the seed system's name: a webhook or a
+/// command for one card's events.
+pub(crate) fn seed_subscribe(
+    global: &GlobalArgs,
+    env: &Environment,
+    args: &crate::args::SeedSubscribeArgs,
+) -> anyhow::Result<ExitCode> {
+    if args.webhook.is_none() && args.command.is_none() {
+        bail!("{NO_GATEWAY}");
+    }
+    let ours = SubscribeArgs {
+        card: Some(args.task_id.clone()),
+        assignee: None,
+        tenant: None,
+        all_cards: false,
+        events: args.events.clone(),
+        webhook: args.webhook.clone(),
+        command: args.command.clone(),
+        mail: None,
+        smtp: None,
+        mail_from: None,
+        smtp_password_env: None,
+        smtp_password_file: None,
+        smtp_ca: None,
+        format: args.format.clone(),
+        secret_env: args.secret_env.clone(),
+        secret_file: None,
+        json: args.json,
+    };
+    subscribe(global, env, &ours)
+}
+
+/// `notify-unsubscribe TASK [--id N]`, the seed system's name: the
+/// subscriptions to one card's events go.
+pub(crate) fn seed_unsubscribe(
+    global: &GlobalArgs,
+    env: &Environment,
+    task: &str,
+    only: Option<i64>,
+    gateway: bool,
+) -> anyhow::Result<ExitCode> {
+    if gateway {
+        bail!(
+            "{NO_GATEWAY}; `kanban notify-list {task}` shows this card's subscriptions, and --id N removes one"
+        );
+    }
+    let board = open_board(global, env)?;
+    let id = card_id(&board, task)?;
+    let of_card: Vec<i64> = block_on(board.subscriptions())?
+        .iter()
+        .filter(|sub| sub.scope == "card" && sub.target.as_deref() == Some(id.as_str()))
+        .filter(|sub| only.is_none_or(|only| only == sub.id))
+        .map(|sub| sub.id)
+        .collect();
+    if of_card.is_empty() {
+        bail!("no subscription to the events of {id}: `kanban notify-list {id}` shows them");
+    }
+    for sub in &of_card {
+        block_on(board.unsubscribe(*sub))?;
+    }
+    outln!("unsubscribed {} from {id}", of_card.len());
+    Ok(ExitCode::Success)
+}
+
+/// The subscriptions (of one card's events, when `task` is given).
+pub(crate) fn list(
+    global: &GlobalArgs,
+    env: &Environment,
+    task: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let board = open_board(global, env)?;
     let mut subscriptions = block_on(board.subscriptions())?;
+    if let Some(task) = task {
+        let id = card_id(&board, task)?;
+        subscriptions
+            .retain(|sub| sub.scope == "card" && sub.target.as_deref() == Some(id.as_str()));
+    }
     // A webhook's path may hold its token: shown without it.
     for sub in &mut subscriptions {
         sub.address = notify::shown_address(&sub.channel, &sub.address);

@@ -887,14 +887,16 @@ async fn unnotify_card(app: &App, id: &str, subscription: &str) -> Result<(), Fa
             format!("{subscription:?} is not a subscription's number"),
         )
     })?;
-    let ours =
-        app.board.subscriptions().await?.iter().any(|sub| {
-            sub.id == number && sub.scope == "card" && sub.target.as_deref() == Some(id)
-        });
+    let ours = app.board.subscriptions().await?.iter().any(|sub| {
+        sub.id == number
+            && sub.scope == "card"
+            && sub.target.as_deref() == Some(id)
+            && sub.channel == "webhook"
+    });
     if !ours || !app.board.unsubscribe(number).await? {
         return Err(Failure::new(
             StatusCode::NOT_FOUND,
-            format!("no subscription {number} to the events of {id}"),
+            format!("no webhook subscription {number} to the events of {id}"),
         ));
     }
     Ok(())
@@ -1164,7 +1166,6 @@ struct NewNotification {
     events: Option<String>,
     webhook: String,
     format: Option<String>,
-    secret_env: Option<String>,
 }
 
 async fn api_subscribe(
@@ -1199,7 +1200,10 @@ async fn api_subscribe(
             channel: "webhook".to_owned(),
             address: new.webhook.trim().to_owned(),
             format: new.format.unwrap_or_else(|| "json".to_owned()),
-            secret: new.secret_env.map(|name| format!("env:{}", name.trim())),
+            // A secret is named on a dispatcher host's command line: the
+            // API could otherwise have the dispatchers sign with any of
+            // their secrets, to a host it names.
+            secret: None,
             smtp: None,
             created_by: Some("api".to_owned()),
         })
@@ -1213,6 +1217,18 @@ async fn api_unsubscribe(
     headers: HeaderMap,
 ) -> Result<Json<Value>, Failure> {
     check_json(&headers)?;
+    let found = app.board.subscriptions().await?;
+    if found
+        .iter()
+        .any(|sub| sub.id == id && sub.channel != "webhook")
+    {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "subscription {id} is a command or mail: remove it on a dispatcher host's command line (kanban notify unsubscribe {id})"
+            ),
+        ));
+    }
     if !app.board.unsubscribe(id).await? {
         return Err(Failure::new(
             StatusCode::NOT_FOUND,

@@ -267,6 +267,7 @@ fn make_runner(
             agent_vars.extend(place.env());
         }
         let mut agent_env_remove = vec![SEAL_VAR.to_owned(), LINK_VAR.to_owned()];
+        agent_env_remove.extend(crate::worker_secrets::notify_secret_names(env));
         // The agent runs in its card's workspace: a program named by a
         // relative path is the one beside the folder this worker started in.
         let mut command = match std::env::current_dir() {
@@ -404,11 +405,11 @@ fn brief_of(view: &TaskView, claim: Option<&Claim>) -> TaskBrief {
 /// password.
 fn judge_of(args: &WorkerArgs, claim: &Claim, env: &Environment) -> Option<CommandJudge> {
     args.judge.clone().map(|command| CommandJudge {
-        env_remove: vec![
-            SEAL_VAR.to_owned(),
-            LINK_VAR.to_owned(),
-            "PGPASSWORD".to_owned(),
-        ],
+        env_remove: [SEAL_VAR, LINK_VAR, "PGPASSWORD"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(crate::worker_secrets::notify_secret_names(env))
+            .collect(),
         ..CommandJudge::new(command, agent_env(Some(claim), env))
     })
 }
@@ -729,7 +730,7 @@ pub(crate) fn one_turn(
                 command: agent.to_owned(),
                 task: task.clone(),
                 env: agent_env(None, env),
-                env_remove: Vec::new(),
+                env_remove: crate::worker_secrets::notify_secret_names(env),
                 session_id: session_id.clone(),
                 interrupt_grace: Duration::from_secs(10),
                 forward: Forward::Stderr,

@@ -19,21 +19,27 @@ pub(crate) const PASSWORD_VAR: &str = "PGPASSWORD";
 /// The variables that are secrets: never in a worker's environment when a
 /// dispatcher starts it.
 pub(crate) const SECRET_VARS: [&str; 3] = [SEAL_VAR, LINK_VAR, PASSWORD_VAR];
+/// The notifications' secret variables of `env` (`KANBAN_SECRET_*`): only
+/// a dispatcher's deliverer reads them, and no process kanban starts gets
+/// them, whoever started kanban.
+pub(crate) fn notify_secret_names(env: &Environment) -> Vec<String> {
+    let prefix = kanban_core::notify::SECRET_ENV_PREFIX;
+    env.iter()
+        .map(|(name, _)| name)
+        .chain(env.unreadable())
+        .filter(|name| name.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The variables of `env` that no child process gets: the worker secrets,
 /// and the notifications' secrets (`KANBAN_SECRET_*`), which only the
 /// dispatcher's deliverer reads.
 pub(crate) fn withheld(env: &Environment) -> Vec<String> {
-    let prefix = kanban_core::notify::SECRET_ENV_PREFIX;
     SECRET_VARS
         .iter()
         .map(|name| (*name).to_owned())
-        .chain(
-            env.iter()
-                .map(|(name, _)| name)
-                .chain(env.unreadable())
-                .filter(|name| name.starts_with(prefix))
-                .map(str::to_owned),
-        )
+        .chain(notify_secret_names(env))
         .collect()
 }
 

@@ -20,7 +20,8 @@ const GIT_LOCK_PATIENCE: Duration = Duration::from_secs(30);
 /// `git -C DIR ARGS…`: its trimmed output, or what it said. Git's own
 /// variables of the caller never steer it to another repository.
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let output = Command::new("git")
+    let mut command = Command::new("git");
+    command
         .arg("-C")
         .arg(dir)
         .args(args)
@@ -28,7 +29,17 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_COMMON_DIR")
+        .env_remove("GIT_COMMON_DIR");
+    // Git runs the repository's hooks: they get no notification secret.
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(|name| name.starts_with(kanban_core::notify::SECRET_ENV_PREFIX))
+        {
+            command.env_remove(name);
+        }
+    }
+    let output = command
         .output()
         .map_err(|error| format!("cannot run git: {error}; install git"))?;
     if output.status.success() {

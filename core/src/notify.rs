@@ -517,6 +517,12 @@ pub fn check_subscription(new: &NewSubscription) -> Result<(), String> {
             if smtp.ca.as_deref().is_some_and(|ca| !ca.starts_with('/')) {
                 return Err("the SMTP server's CA file is an absolute path".to_owned());
             }
+            if parse_smtp_server(&smtp.server)?.user.is_some() != new.secret.is_some() {
+                return Err(
+                    "name both the SMTP user (smtp://USER@HOST) and its password (--smtp-password-env or --smtp-password-file), or neither"
+                        .to_owned(),
+                );
+            }
         }
         other => {
             return Err(format!(
@@ -720,7 +726,7 @@ mod tests {
             channel: channel.into(),
             address: address.into(),
             format: "json".into(),
-            secret: None,
+            secret: (channel == "mail").then(|| "env:KANBAN_SECRET_SMTP".into()),
             smtp: (channel == "mail").then(|| SmtpSettings {
                 server: "smtp://ann@mail.example".into(),
                 from: "kanban@example.com".into(),
@@ -864,7 +870,23 @@ mod tests {
         refused(with("imap://h", "k@e", None), "is not smtp://");
         refused(with("smtp://h", "kanban", None), "sender");
         refused(with("smtp://h", "k@e", Some("ca.pem")), "absolute");
-        assert_eq!(ok(&with("smtps://h", "k@e", Some("/etc/ca.pem"))), Ok(()));
+        assert_eq!(ok(&with("smtps://u@h", "k@e", Some("/etc/ca.pem"))), Ok(()));
+        // A user and a password, or neither.
+        refused(with("smtp://h", "k@e", None), "or neither");
+        refused(
+            NewSubscription {
+                secret: None,
+                ..subscription("mail", "a@b")
+            },
+            "or neither",
+        );
+        assert_eq!(
+            ok(&NewSubscription {
+                secret: None,
+                ..with("smtp://h", "k@e", None)
+            }),
+            Ok(())
+        );
     }
 
     #[test]

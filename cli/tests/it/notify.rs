@@ -661,3 +661,60 @@ fn a_mail_channel_sends_through_starttls_with_a_password_from_a_file() {
     let listed: Value = serde_json::from_str(&bench.ok(&["notify", "list", "--json"])).unwrap();
     assert_eq!(listed[0]["delivered"], 1);
 }
+
+#[test]
+fn the_seed_systems_notify_names_work_for_a_cards_webhooks() {
+    let bench = Bench::new();
+    let card = bench.add("a card", &[]);
+    bench.refused(
+        &[
+            "notify-subscribe",
+            &card,
+            "--platform",
+            "telegram",
+            "--chat-id",
+            "42",
+        ],
+        "no chat gateway",
+    );
+    let said: Value = serde_json::from_str(&bench.ok(&[
+        "notify-subscribe",
+        &card,
+        "--webhook",
+        "https://hooks.example/k",
+        "--json",
+    ]))
+    .unwrap();
+    let id = said["id"].as_i64().unwrap();
+    let other = bench.add("another", &[]);
+    bench.ok(&["notify-subscribe", &other, "--command", "true"]);
+    let listed: Value = serde_json::from_str(&bench.ok(&["notify-list", &card, "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["id"], id);
+    assert_eq!(
+        listed[0]["kinds"],
+        serde_json::json!(["needs_input", "blocked", "done", "failed"])
+    );
+    bench.refused(
+        &[
+            "notify-unsubscribe",
+            &card,
+            "--platform",
+            "telegram",
+            "--chat-id",
+            "42",
+        ],
+        "no chat gateway",
+    );
+    assert!(
+        bench
+            .ok(&["notify-unsubscribe", &card])
+            .contains("unsubscribed 1")
+    );
+    bench.refused(
+        &["notify-unsubscribe", &card],
+        "no subscription to the events of",
+    );
+    let left: Value = serde_json::from_str(&bench.ok(&["notify-list", "--json"])).unwrap();
+    assert_eq!(left[0]["target"], other.as_str(), "another card's stays");
+}
