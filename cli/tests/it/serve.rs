@@ -813,6 +813,36 @@ fn a_card_page_and_the_api_subscribe_webhooks_to_its_events() {
         404,
         &gone,
     );
+    // What runs on a dispatcher's host is removed only on its command line.
+    let command: Value = serde_json::from_str(&bench.ok(&[
+        "notify",
+        "subscribe",
+        "--card",
+        &other,
+        "--command",
+        "true",
+        "--json",
+    ]))
+    .unwrap();
+    let command = command["id"].as_i64().unwrap().to_string();
+    let (status, refused) = post_json(
+        &format!("{base}/api/notifications/{command}/unsubscribe"),
+        &json!({}),
+    );
+    assert_eq!(status, 400, "{refused}");
+    conforms(
+        &openapi,
+        "/api/notifications/{id}/unsubscribe",
+        "post",
+        400,
+        &refused,
+    );
+    let (status, _) = post_form(
+        &format!("{base}/actions/{other}/unnotify"),
+        &[("csrf", &csrf), ("text", &command)],
+    );
+    assert_eq!(status, 404, "a card page stops webhooks only");
+    bench.ok(&["notify", "unsubscribe", &command]);
     let listed: Value = serde_json::from_str(&bench.ok(&["notify", "list", "--json"])).unwrap();
     let targets: Vec<&Value> = listed
         .as_array()
