@@ -21,6 +21,7 @@ mod env;
 pub mod events;
 mod exit;
 pub mod lease;
+pub mod moves;
 pub mod notify;
 mod policy;
 mod ports;
