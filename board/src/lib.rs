@@ -19,7 +19,9 @@ pub use engine::{
     Cell, Dialect, Durability, Engine, NUL_STAND_IN, Param, Row, Sql, Turns, TxError, TxFuture,
     TxResult, storable_json, storable_list, storable_text,
 };
-pub use statements::{Lane, LastEvents, RunOpening, lease_from_row, lease_query};
+pub use statements::{
+    FILTERED_COUNT_MOST, Lane, LaneFilter, LastEvents, RunOpening, lease_from_row, lease_query,
+};
 
 use statements::Tx;
 
@@ -74,7 +76,11 @@ impl<E: Engine> StoredBoard<E> {
     ) -> Result<(usize, Vec<TaskRecord>), BoardError> {
         self.engine
             .read(move |sql| {
-                Box::pin(async move { Tx::new(sql).lane(Lane::Status(status), limit).await })
+                Box::pin(async move {
+                    Tx::new(sql)
+                        .lane(Lane::Status(status), &LaneFilter::default(), limit, 0)
+                        .await
+                })
             })
             .await
     }
@@ -83,7 +89,31 @@ impl<E: Engine> StoredBoard<E> {
     /// own, a newer build's): how many, and the first `limit`, oldest first.
     pub async fn unknown_lane(&self, limit: usize) -> Result<(usize, Vec<TaskRecord>), BoardError> {
         self.engine
-            .read(move |sql| Box::pin(async move { Tx::new(sql).lane(Lane::Unknown, limit).await }))
+            .read(move |sql| {
+                Box::pin(async move {
+                    Tx::new(sql)
+                        .lane(Lane::Unknown, &LaneFilter::default(), limit, 0)
+                        .await
+                })
+            })
+            .await
+    }
+
+    /// A page of one lane, narrowed by `filter`: how many cards match (a
+    /// filtered count stops past [`FILTERED_COUNT_MOST`]), and `limit` of
+    /// them after the first `skip`, in the lane's order.
+    pub async fn lane_page(
+        &self,
+        lane: Lane,
+        filter: &LaneFilter,
+        limit: usize,
+        skip: usize,
+    ) -> Result<(usize, Vec<TaskRecord>), BoardError> {
+        let filter = filter.clone();
+        self.engine
+            .read(move |sql| {
+                Box::pin(async move { Tx::new(sql).lane(lane, &filter, limit, skip).await })
+            })
             .await
     }
 

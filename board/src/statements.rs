@@ -60,6 +60,28 @@ pub enum Lane {
     Unknown,
 }
 
+/// Which cards of a lane a page shows: each given field narrows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LaneFilter {
+    /// Words the title holds (any case), or the card's whole id.
+    pub text: Option<String>,
+    pub assignee: Option<String>,
+    pub tenant: Option<String>,
+    /// The kind of the card's last block (`needs_input`, `capability`, …).
+    pub block_kind: Option<String>,
+}
+
+impl LaneFilter {
+    /// True when it narrows nothing.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// The most cards of a filtered lane counted: past it a page says "more
+/// than", so a rare match on a big lane never costs a scan of it all.
+pub const FILTERED_COUNT_MOST: usize = 10_000;
+
 /// The newest event of each of some cards: its kind and time.
 pub type LastEvents = HashMap<String, (String, i64)>;
 
@@ -1025,15 +1047,18 @@ impl<'t> Tx<'t> {
         self.flag(&query, args![scopes, now, run_id]).await
     }
 
-    /// How many cards a lane holds, and its first `count`.
+    /// How many cards a lane holds (of a filtered lane, at most
+    /// [`FILTERED_COUNT_MOST`] + 1), and `count` of them from `skip` on.
     pub(crate) async fn lane(
         &mut self,
         lane: Lane,
+        filter: &LaneFilter,
         count: usize,
+        skip: usize,
     ) -> TxResult<(usize, Vec<TaskRecord>)> {
         let dialect = self.sql.dialect();
         let place = dialect.place;
-        let (filter, order) = match lane {
+        let (mut conditions, order) = match lane {
             // The newest done cards: found by walking the table back from
             // its newest row, which meets them soon (no index orders done
             // cards by age, and one would cost every claim a page).
@@ -1049,17 +1074,62 @@ impl<'t> Tx<'t> {
                 place.to_owned(),
             ),
         };
-        let total = self
-            .value(&format!("SELECT COUNT(*) FROM tasks WHERE {filter}"), &[])
+        // The filter's values, bound in the order they appear.
+        let pattern = filter.text.as_deref().map(|text| {
+            let escaped = text
+                .trim()
+                .to_lowercase()
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
+        let mut values: Vec<Param<'_>> = Vec::new();
+        if let (Some(pattern), Some(text)) = (&pattern, &filter.text) {
+            values.push(Param::Text(pattern));
+            values.push(Param::Text(text.trim()));
+            conditions.push_str(&format!(
+                " AND (LOWER(title) LIKE ${} ESCAPE '\\' OR id = ${})",
+                values.len() - 1,
+                values.len()
+            ));
+        }
+        for (column, value) in [
+            ("assignee", &filter.assignee),
+            ("tenant", &filter.tenant),
+            ("block_kind", &filter.block_kind),
+        ] {
+            if let Some(value) = value {
+                values.push(Param::Text(value));
+                conditions.push_str(&format!(" AND {column} = ${}", values.len()));
+            }
+        }
+        let total = if filter.is_empty() {
+            self.value(
+                &format!("SELECT COUNT(*) FROM tasks WHERE {conditions}"),
+                &[],
+            )
             .await?
-            .int(0)?;
+            .int(0)?
+        } else {
+            let bounded = format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {conditions} LIMIT {}) counted",
+                FILTERED_COUNT_MOST + 1
+            );
+            self.value(&bounded, &values).await?.int(0)?
+        };
         let table = match lane {
             Lane::Status(TaskStatus::Done) if total > 1000 => dialect.done_scan,
             _ => "tasks",
         };
-        let query =
-            format!("SELECT {TASK_COLUMNS} FROM {table} WHERE {filter} ORDER BY {order} LIMIT $1");
-        let cards = mapped(self.sql, &query, args![limit(count)], task).await?;
+        let query = format!(
+            "SELECT {TASK_COLUMNS} FROM {table} WHERE {conditions} ORDER BY {order} LIMIT ${} OFFSET ${}",
+            values.len() + 1,
+            values.len() + 2
+        );
+        values.push(Param::Int(limit(count)));
+        values.push(Param::Int(limit(skip)));
+        let cards = mapped(self.sql, &query, &values, task).await?;
         Ok((usize::try_from(total).unwrap_or(0), cards))
     }
 
@@ -1173,6 +1243,7 @@ fn card_columns(transition: &Transition) -> Vec<Set<'_>> {
             sets.push(("priority", Param::Int(priority)));
         }
         change(&mut sets, "assignee", &edit.assignee);
+        change(&mut sets, "tenant", &edit.tenant);
         change(&mut sets, "max_retries", &edit.max_retries);
         change(&mut sets, "max_runtime_seconds", &edit.max_runtime_seconds);
         if let Some(result) = &edit.result {

@@ -499,6 +499,9 @@ pub(crate) fn edit(
         assignee: args.assignee.as_ref().map_or(Change::Keep, |name| {
             Change::to(Some(name.trim().to_owned()).filter(|name| !name.is_empty()))
         }),
+        tenant: args.tenant.as_ref().map_or(Change::Keep, |name| {
+            Change::to(Some(name.trim().to_owned()).filter(|name| !name.is_empty()))
+        }),
         max_retries: args.max_retries.map_or(Change::Keep, Change::Set),
         max_runtime_seconds: args.max_runtime.map_or(Change::Keep, Change::Set),
         result: args.result.clone(),
@@ -511,15 +514,20 @@ pub(crate) fn edit(
 }
 
 /// `kanban prune --older-than D [--dry-run]`: the cards and their logs.
+/// The board path its cards' scratch folders are found by: a PostgreSQL
+/// board's are in its folder on this host.
+pub(crate) fn workspace_db(board: &OpenBoard) -> std::path::PathBuf {
+    let name = board.name();
+    match postgres_url(std::path::Path::new(&name)) {
+        Some(_) => board.folder.join("kanban.db"),
+        None => std::path::PathBuf::from(name),
+    }
+}
+
 /// Takes an archived or pruned card's workspace away ([`crate::workspace::retire`]),
 /// saying what it kept.
 fn retire_workspace(board: &OpenBoard, task: &kanban_core::TaskRecord, env: &Environment) {
-    // A PostgreSQL board's scratch folders are in its folder on this host.
-    let name = board.name();
-    let db = match postgres_url(std::path::Path::new(&name)) {
-        Some(_) => board.folder.join("kanban.db"),
-        None => std::path::PathBuf::from(name),
-    };
+    let db = workspace_db(board);
     if let Some(said) = crate::workspace::retire(task, &db, env) {
         errln!("{}: {said}", task.id);
     }

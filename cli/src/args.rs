@@ -161,7 +161,7 @@ pub(crate) enum Command {
         #[arg(long, default_value = "cancelled by an operator")]
         reason: String,
     },
-    /// Change a card's title, body, priority, assignee or limits (a running
+    /// Change a card's title, body, priority, assignee, tenant or limits (a running
     /// run goes on; the next run reads the new fields), or a done card's
     /// handoff: its result, and its last completed run's summary and
     /// metadata.
@@ -979,6 +979,9 @@ pub(crate) struct EditArgs {
     /// Route the card to this agent (an empty value clears it).
     #[arg(long)]
     pub(crate) assignee: Option<String>,
+    /// Put the card in this tenant (an empty value takes it out of any).
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
     /// Counted failures before the card is blocked.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) max_retries: Option<u32>,

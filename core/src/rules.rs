@@ -195,6 +195,7 @@ pub struct CardEdit {
     pub body: Option<String>,
     pub priority: Option<i64>,
     pub assignee: Change<String>,
+    pub tenant: Change<String>,
     pub max_retries: Change<u32>,
     pub max_runtime_seconds: Change<i64>,
     /// A done card's result (the card's `result`).
@@ -219,6 +220,7 @@ impl CardEdit {
             ("body", self.body.is_some()),
             ("priority", self.priority.is_some()),
             ("assignee", !self.assignee.is_keep()),
+            ("tenant", !self.tenant.is_keep()),
             ("max_retries", !self.max_retries.is_keep()),
             ("max_runtime_seconds", !self.max_runtime_seconds.is_keep()),
             ("result", self.result.is_some()),
@@ -1552,7 +1554,7 @@ pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError>
     let fields = edit.fields();
     if fields.is_empty() {
         return Err(BoardError::InvalidInput(
-            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --max-retries, --max-runtime, --result, --summary, --metadata"
+            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --tenant, --max-retries, --max-runtime, --result, --summary, --metadata"
                 .to_owned(),
         ));
     }
