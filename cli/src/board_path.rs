@@ -140,26 +140,17 @@ impl OpenBoard {
         }
     }
 
-    /// One lane of the board as a page shows it: its count and first cards.
-    pub(crate) async fn lane(
+    /// A page of one lane, narrowed by a filter: its count and cards.
+    pub(crate) async fn lane_page(
         &self,
-        status: kanban_core::TaskStatus,
+        lane: kanban_board::Lane,
+        filter: &kanban_board::LaneFilter,
         limit: usize,
+        skip: usize,
     ) -> Result<(usize, Vec<kanban_core::TaskRecord>), kanban_core::BoardError> {
         match &self.engine {
-            Engine::Sqlite(board) => board.lane(status, limit).await,
-            Engine::Postgres(board) => board.lane(status, limit).await,
-        }
-    }
-
-    /// The cards of statuses this build does not know: count and first cards.
-    pub(crate) async fn unknown_lane(
-        &self,
-        limit: usize,
-    ) -> Result<(usize, Vec<kanban_core::TaskRecord>), kanban_core::BoardError> {
-        match &self.engine {
-            Engine::Sqlite(board) => board.unknown_lane(limit).await,
-            Engine::Postgres(board) => board.unknown_lane(limit).await,
+            Engine::Sqlite(board) => board.lane_page(lane, filter, limit, skip).await,
+            Engine::Postgres(board) => board.lane_page(lane, filter, limit, skip).await,
         }
     }
 

@@ -31,6 +31,7 @@ mod report;
 mod runtime;
 mod seed_worker;
 mod serve;
+mod serve_board;
 mod serve_net;
 mod serve_page;
 mod sim_agent;
@@ -316,8 +317,12 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
             let token = serve::serve_token(token, token_file.as_deref(), env)?;
             runtime::install_signal_handlers(interrupt)?;
             let board = board_path::open_board(global, env)?;
-            let attachments = attach::board_attachments_root(global, env, &board)?;
-            serve::serve(board, attachments, listen, token, interrupt)
+            let places = serve::Places {
+                attachments: attach::board_attachments_root(global, env, &board)?,
+                agents: agents_file::agents_file_path(global.agents.as_deref(), &board.folder),
+                env: env.clone(),
+            };
+            serve::serve(board, places, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {
             Some(scope) => admin::lift_wall(global, env, &scope),

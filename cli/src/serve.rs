@@ -33,6 +33,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::output::{event_json, run_json, task_json};
+use crate::serve_board::{BoardQuery, EditFields};
 use crate::serve_page as page;
 
 /// Cards a lane shows (its count says how many there are).
@@ -57,6 +58,11 @@ pub(crate) struct App {
     /// Live pages held at once: each holds a connection for as long as it
     /// is open, so they may take only part of the server's.
     live_pages: Arc<tokio::sync::Semaphore>,
+    /// The agents file, read again for each page that lists its agents.
+    pub(crate) agents: Option<PathBuf>,
+    /// The environment the server was started in: the agents file's
+    /// `${VAR}`s, and git's for a workspace taken away.
+    pub(crate) env: kanban_core::Environment,
 }
 
 /// Live pages (`/live` streams) a server holds at once.
@@ -81,7 +87,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -181,14 +187,28 @@ fn loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
 
+/// Where a server finds what is beside its board.
+pub(crate) struct Places {
+    /// The board's attachments folder on this host.
+    pub(crate) attachments: PathBuf,
+    /// The agents file, if there is one.
+    pub(crate) agents: Option<PathBuf>,
+    pub(crate) env: kanban_core::Environment,
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn serve(
     board: OpenBoard,
-    attachments: PathBuf,
+    places: Places,
     listen: SocketAddr,
     token: Option<String>,
     interrupt: &Arc<AtomicUsize>,
 ) -> anyhow::Result<ExitCode> {
+    let Places {
+        attachments,
+        agents,
+        env,
+    } = places;
     if !loopback(&listen) && token.is_none() {
         anyhow::bail!(
             "--listen {listen} is reachable from other machines: give --token TOKEN (or KANBAN_SERVE_TOKEN) so only those who know it get in, or listen on 127.0.0.1"
@@ -218,6 +238,8 @@ pub(crate) fn serve(
         token,
         changes,
         live_pages: Arc::new(tokio::sync::Semaphore::new(LIVE_PAGES)),
+        agents,
+        env,
     });
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
@@ -266,6 +288,7 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/live", get(live))
         .route("/login", get(login))
         .route("/actions/add", post(add_form))
+        .route("/actions/bulk", post(bulk_form))
         .route("/actions/{id}/{action}", post(act_form))
         .route("/api/cards", get(api_cards).post(api_add))
         .route("/api/cards/{id}", get(api_card))
@@ -274,6 +297,7 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/api/cards/{id}/comments", get(api_comments))
         .route("/api/cards/{id}/{action}", post(api_act))
         .route("/api/walls", get(api_walls))
+        .route("/api/bulk", post(api_bulk))
         .route(
             "/api/notifications",
             get(api_notifications).post(api_subscribe),
@@ -489,11 +513,15 @@ pub(crate) struct Lanes {
     pub(crate) lanes: Vec<(String, usize, Vec<page::CardTile>)>,
     pub(crate) walls: Vec<kanban_core::walls::Wall>,
     pub(crate) now: i64,
+    /// What the page's URL asked for.
+    pub(crate) query: BoardQuery,
+    /// The page of the lane shown alone, from 1.
+    pub(crate) page: usize,
 }
 
 /// The lanes a page shows, each lane's count and first cards, and their
 /// last events.
-async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
+async fn lane_rows(app: &Shared, query: &BoardQuery) -> Result<LaneRows, Failure> {
     // The seed system's columns, in its order; archived cards only in the
     // API and on their own pages.
     const SHOWN: [TaskStatus; 8] = crate::report::LANES;
@@ -511,12 +539,23 @@ async fn lane_rows(app: &Shared) -> Result<LaneRows, Failure> {
         }
     };
     let board = &app.board;
+    let filter = query.filter()?;
+    let alone = query.lane()?;
+    let skip = crate::serve_board::skipped(query.page()?);
+    let shown = |lane: &str| alone.as_deref().is_none_or(|alone| alone == lane);
     let mut rows = Vec::new();
-    for status in SHOWN {
-        let (count, tasks) = board.lane(status, LANE_LIMIT).await?;
+    for status in SHOWN.into_iter().filter(|status| shown(status.as_str())) {
+        let lane = kanban_board::Lane::Status(status);
+        let (count, tasks) = board.lane_page(lane, &filter, LANE_LIMIT, skip).await?;
         rows.push((status.as_str().to_owned(), count, tasks));
     }
-    other(&mut rows, board.unknown_lane(LANE_LIMIT).await?);
+    if shown(OTHER_LANE) {
+        let lane = kanban_board::Lane::Unknown;
+        other(
+            &mut rows,
+            board.lane_page(lane, &filter, LANE_LIMIT, skip).await?,
+        );
+    }
     let last = board.last_events(&ids(&rows)).await?;
     Ok((rows, last))
 }
@@ -531,10 +570,11 @@ type LaneRows = (
     std::collections::HashMap<String, (String, i64)>,
 );
 
-async fn lanes(app: &Shared) -> Result<Lanes, Failure> {
+async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
     let now = SystemClock.now();
     let running = app.board.running_workers().await?;
-    let (rows, mut last): LaneRows = lane_rows(app).await?;
+    let (rows, mut last): LaneRows = lane_rows(app, &query).await?;
+    let page = query.page()?;
     let lanes = rows
         .into_iter()
         .map(|(status, count, tasks)| {
@@ -558,16 +598,36 @@ async fn lanes(app: &Shared) -> Result<Lanes, Failure> {
         })
         .collect();
     let walls = app.board.walls().await?;
-    Ok(Lanes { lanes, walls, now })
+    Ok(Lanes {
+        lanes,
+        walls,
+        now,
+        query,
+        page,
+    })
 }
 
-async fn board_page(State(app): State<Shared>) -> Result<Html<String>, Failure> {
-    let lanes = lanes(&app).await?;
-    Ok(Html(page::board(&app, &lanes).into_string()))
+/// A page's query, or the documented error for one that is not.
+fn board_query(given: Result<Query<BoardQuery>, QueryRejection>) -> Result<BoardQuery, Failure> {
+    given
+        .map(|Query(query)| query)
+        .map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))
 }
 
-async fn lanes_fragment(State(app): State<Shared>) -> Result<Html<String>, Failure> {
-    let lanes = lanes(&app).await?;
+async fn board_page(
+    State(app): State<Shared>,
+    query: Result<Query<BoardQuery>, QueryRejection>,
+) -> Result<Html<String>, Failure> {
+    let lanes = lanes(&app, board_query(query)?).await?;
+    let agents = crate::serve_board::agent_names(&app)?.unwrap_or_default();
+    Ok(Html(page::board(&app, &lanes, &agents).into_string()))
+}
+
+async fn lanes_fragment(
+    State(app): State<Shared>,
+    query: Result<Query<BoardQuery>, QueryRejection>,
+) -> Result<Html<String>, Failure> {
+    let lanes = lanes(&app, board_query(query)?).await?;
     Ok(Html(page::lanes(&app, &lanes).into_string()))
 }
 
@@ -626,11 +686,13 @@ async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Fai
     for sub in &mut subscriptions {
         sub.address = notify::shown_address(&sub.channel, &sub.address);
     }
+    let agents = crate::serve_board::agent_names(app)?.unwrap_or_default();
     let parts = page::CardParts {
         view: &view,
         linked: &linked,
         log_tail: &tail,
         subscriptions: &subscriptions,
+        agents: &agents,
     };
     let markup = if whole {
         page::card(app, &parts, now)
@@ -732,11 +794,34 @@ async fn card_page(
     card_view(&app, &id, true).await
 }
 
+/// Which live part of a card's page a fragment is.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FragmentQuery {
+    /// `head`: the title, facts and actions; otherwise the rest.
+    part: Option<String>,
+}
+
 async fn card_fragment(
     State(app): State<Shared>,
     UrlPath(id): UrlPath<String>,
+    query: Result<Query<FragmentQuery>, QueryRejection>,
 ) -> Result<Html<String>, Failure> {
-    card_view(&app, &id, false).await
+    let Query(query) =
+        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    match query.part.as_deref() {
+        None => card_view(&app, &id, false).await,
+        Some("head") => {
+            let task = app.board.show_task(&id).await?.task;
+            Ok(Html(
+                page::card_head(&app, &task, SystemClock.now()).into_string(),
+            ))
+        }
+        Some(other) => Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            format!("part {other:?}: the only part is head (none: the rest)"),
+        )),
+    }
 }
 
 /// Server-sent events: `changed` whenever anybody commits to the board.
@@ -779,6 +864,15 @@ struct ActionForm {
     reason: String,
     #[serde(default)]
     events: String,
+    /// The lane a move goes to.
+    #[serde(default)]
+    to: String,
+    // An edit's fields.
+    title: Option<String>,
+    body: Option<String>,
+    priority: Option<String>,
+    assignee: Option<String>,
+    tenant: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -795,6 +889,16 @@ struct AddForm {
     tenant: String,
     #[serde(default)]
     priority: String,
+    /// The cards it waits for, by id, separated by commas or spaces.
+    #[serde(default)]
+    parents: String,
+    /// Made in triage: it waits for a person and is never claimed.
+    #[serde(default)]
+    triage: String,
+    /// Where to go once it is made: the card's page, or this card's (a
+    /// child's parent).
+    #[serde(default)]
+    back: String,
 }
 
 fn check_csrf(app: &App, given: &str) -> Result<(), Failure> {
@@ -833,6 +937,13 @@ async fn add_form(
             )
         })?,
     };
+    let parents: Vec<String> = form
+        .parents
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let back = parents.iter().find(|id| **id == form.back).cloned();
     let id = app
         .board
         .create_task(&NewTask {
@@ -841,10 +952,17 @@ async fn add_form(
             assignee: non_blank(&form.assignee),
             tenant: non_blank(&form.tenant),
             priority,
+            parents,
+            start: if form.triage.is_empty() {
+                kanban_core::rules::Start::InLine
+            } else {
+                kanban_core::rules::Start::Triage
+            },
+            created_by: Some("web".to_owned()),
             ..NewTask::default()
         })
         .await?;
-    Ok(Redirect::to(&format!("/cards/{id}")))
+    Ok(Redirect::to(&format!("/cards/{}", back.unwrap_or(id))))
 }
 
 /// The kinds a card's page subscribes a webhook to unless it names others.
@@ -916,15 +1034,52 @@ async fn act(app: &App, id: &str, action: &str, input: &ActionInput<'_>) -> Resu
         "release" => app.board.release_hold(id).await?,
         "promote" => app.board.promote(id, Some(&reason), false, false).await?,
         "cancel" => app.board.cancel(id, &reason).await?,
+        "archive" => archive(app, id).await?,
+        "triage" => app.board.triage(id, Some(&reason)).await?,
+        "review" => app.board.review(id, Some(&reason)).await?,
+        "move" => crate::serve_board::move_card(app, id, text, &reason).await?,
+        "reassign" => crate::serve_board::reassign(app, id, text).await?,
+        "priority" => crate::serve_board::set_priority(app, id, text).await?,
+        "link" => {
+            app.board.link(text.trim(), id).await?;
+        }
+        "unlink" => {
+            if !app.board.unlink(text.trim(), id).await? {
+                return Err(Failure::new(
+                    StatusCode::NOT_FOUND,
+                    format!("{id} does not wait for {:?}", text.trim()),
+                ));
+            }
+        }
         other => {
             return Err(Failure::new(
                 StatusCode::NOT_FOUND,
-                format!(
-                    "no action {other:?}: comment, unblock, reclaim, hold, release, promote, cancel, notify, unnotify"
-                ),
+                format!("no action {other:?}: {}", ACTIONS.join(", ")),
             ));
         }
     }
+    Ok(())
+}
+
+/// Every action a card takes, by name (`edit` besides, with its fields).
+const ACTIONS: [&str; 17] = [
+    "comment", "unblock", "reclaim", "hold", "release", "promote", "cancel", "archive", "triage",
+    "review", "move", "reassign", "priority", "link", "unlink", "notify", "unnotify",
+];
+
+/// Archives a card, then takes its workspace away as `kanban archive` does.
+async fn archive(app: &App, id: &str) -> Result<(), Failure> {
+    let task = app.board.show_task(id).await?.task;
+    app.board.archive(id).await?;
+    let db = crate::admin::workspace_db(&app.board);
+    let env = app.env.clone();
+    // Git and the file system block: off the server's threads.
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(said) = crate::workspace::retire(&task, &db, &env) {
+            crate::out::errln!("{}: {said}", task.id);
+        }
+    })
+    .await;
     Ok(())
 }
 
@@ -935,8 +1090,24 @@ async fn act_form(
 ) -> Result<Redirect, Failure> {
     let form = form(given)?;
     check_csrf(&app, &form.csrf)?;
+    if action == "edit" {
+        let fields = EditFields {
+            title: form.title,
+            body: form.body,
+            priority: form.priority.map(Value::String),
+            assignee: form.assignee,
+            tenant: form.tenant,
+        };
+        crate::serve_board::edit_card(&app, &id, &fields).await?;
+        return Ok(Redirect::to(&format!("/cards/{id}")));
+    }
+    let text = if action == "move" {
+        &form.to
+    } else {
+        &form.text
+    };
     let input = ActionInput {
-        text: &form.text,
+        text,
         reason: &form.reason,
         events: &form.events,
     };
@@ -1119,6 +1290,9 @@ struct ActionBody {
     reason: String,
     #[serde(default)]
     events: String,
+    /// The lane a move goes to.
+    #[serde(default)]
+    to: String,
 }
 
 async fn api_act(
@@ -1128,6 +1302,12 @@ async fn api_act(
     body: String,
 ) -> Result<Json<Value>, Failure> {
     check_json(&headers)?;
+    if action == "edit" {
+        let fields: EditFields = serde_json::from_str(&body)
+            .map_err(|error| Failure::new(StatusCode::BAD_REQUEST, format!("bad edit: {error}")))?;
+        crate::serve_board::edit_card(&app, &id, &fields).await?;
+        return Ok(Json(json!({"ok": true})));
+    }
     let request: ActionBody = if body.trim().is_empty() {
         ActionBody::default()
     } else {
@@ -1135,13 +1315,125 @@ async fn api_act(
             Failure::new(StatusCode::BAD_REQUEST, format!("bad action: {error}"))
         })?
     };
+    let text = if action == "move" {
+        &request.to
+    } else {
+        &request.text
+    };
     let input = ActionInput {
-        text: &request.text,
+        text,
         reason: &request.reason,
         events: &request.events,
     };
     act(&app, &id, &action, &input).await?;
     Ok(Json(json!({"ok": true})))
+}
+
+/// One action on many cards: each card's result, in the order named. One
+/// card refused stops none of the others.
+async fn bulk(
+    app: &App,
+    cards: Vec<String>,
+    action: &str,
+    input: &ActionInput<'_>,
+) -> Result<Vec<Value>, Failure> {
+    let cards = crate::serve_board::bulk_cards(cards, action)?;
+    let mut results = Vec::with_capacity(cards.len());
+    for id in cards {
+        results.push(match act(app, &id, action, input).await {
+            Ok(()) => json!({"id": id, "ok": true}),
+            Err(failure) => json!({"id": id, "ok": false, "error": failure.message}),
+        });
+    }
+    Ok(results)
+}
+
+/// `/api/bulk`: one action on many cards.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkBody {
+    cards: Vec<String>,
+    action: String,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    reason: String,
+    /// The lane of a bulk move.
+    #[serde(default)]
+    to: String,
+}
+
+async fn api_bulk(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<Json<Value>, Failure> {
+    check_json(&headers)?;
+    let request: BulkBody = serde_json::from_str(&body).map_err(|error| {
+        Failure::new(StatusCode::BAD_REQUEST, format!("bad bulk action: {error}"))
+    })?;
+    let text = if request.action == "move" {
+        &request.to
+    } else {
+        &request.text
+    };
+    let input = ActionInput {
+        text,
+        reason: &request.reason,
+        events: "",
+    };
+    let results = bulk(&app, request.cards, &request.action, &input).await?;
+    Ok(Json(json!({"results": results})))
+}
+
+/// The board page's bulk form: its checked cards (`card`, repeated), the
+/// action and what it needs; back to the same view after.
+async fn bulk_form(
+    State(app): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Response, Failure> {
+    let mut fields: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut cards = Vec::new();
+    for (name, value) in form_urlencoded::parse(&body) {
+        if name == "card" {
+            cards.push(value.into_owned());
+        } else {
+            fields.insert(name.into_owned(), value.into_owned());
+        }
+    }
+    let field = |name: &str| fields.get(name).map_or("", String::as_str);
+    check_csrf(&app, field("csrf"))?;
+    let action = field("action");
+    let text = if action == "move" {
+        field("to")
+    } else {
+        field("text")
+    };
+    let input = ActionInput {
+        text,
+        reason: field("reason"),
+        events: "",
+    };
+    let results = bulk(&app, cards, action, &input).await?;
+    let refused: Vec<&Value> = results
+        .iter()
+        .filter(|result| result["ok"] != true)
+        .collect();
+    if !refused.is_empty() {
+        return Ok(
+            Html(page::bulk_refusals(&app, &refused, &results).into_string()).into_response(),
+        );
+    }
+    // Back to the view the form was sent from: its filter, never another site.
+    let back = BoardQuery {
+        q: field("q").to_owned(),
+        assignee: field("assignee").to_owned(),
+        tenant: field("tenant").to_owned(),
+        block: field("block").to_owned(),
+        ..BoardQuery::default()
+    }
+    .filter_string();
+    Ok(Redirect::to(&format!("/?{back}")).into_response())
 }
 
 /// The subscriptions, a webhook shown without its path (it may hold a token).

@@ -7,6 +7,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::output::{human_time, short};
 use crate::serve::{App, LANE_LIMIT, Lanes};
+use crate::serve_board::count_text;
 
 /// A card as its lane shows it.
 pub(crate) struct CardTile {
@@ -17,65 +18,11 @@ pub(crate) struct CardTile {
     pub(crate) last_event: Option<(String, i64)>,
 }
 
-pub(crate) const STYLE: &str = r#"
-:root { --bg:#f5f6f8; --card:#fff; --ink:#1d2430; --muted:#6b7380; --line:#e2e5ea;
-        --ready:#2f6fde; --running:#d98a00; --blocked:#c8372d; --done:#2e8b57; --todo:#7a7f8a; }
-* { box-sizing: border-box; }
-body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; background:var(--bg); color:var(--ink); }
-header { display:flex; align-items:center; gap:16px; padding:12px 20px; background:#1d2430; color:#fff; }
-header h1 { font-size:16px; margin:0; font-weight:600; }
-header h1 a.home { color:inherit; text-decoration:none; }
-header .path { color:#aab3c2; font-family:ui-monospace, monospace; font-size:12px; }
-header .live { margin-left:auto; font-size:12px; color:#8fd19e; }
-main { padding:16px 20px; }
-.lanes { display:grid; grid-template-columns:repeat(auto-fit, minmax(200px, 1fr)); gap:12px; align-items:start; }
-.lane { background:#eceef2; border-radius:8px; padding:8px; }
-.lane h2 { font-size:12px; text-transform:uppercase; letter-spacing:.06em; margin:4px 4px 8px; display:flex; justify-content:space-between; }
-.lane.todo h2 { color:var(--todo); } .lane.ready h2 { color:var(--ready); } .lane.running h2 { color:var(--running); }
-.lane.blocked h2 { color:var(--blocked); } .lane.done h2 { color:var(--done); }
-.card { display:block; background:var(--card); border:1px solid var(--line); border-radius:6px; padding:8px 10px; margin-bottom:6px; color:inherit; text-decoration:none; }
-.card:hover { border-color:#b8c0cc; }
-.card .title { font-weight:600; }
-.meta { color:var(--muted); font-size:12px; display:flex; flex-wrap:wrap; gap:8px; margin-top:4px; }
-.pill { border-radius:10px; padding:0 6px; background:#eef1f5; }
-.pill.warn { background:#fdecea; color:var(--blocked); }
-.more { color:var(--muted); font-size:12px; padding:4px; }
-form.inline { display:inline; }
-.add { display:flex; gap:6px; margin-bottom:14px; flex-wrap:wrap; }
-input, textarea { font:inherit; padding:5px 8px; border:1px solid var(--line); border-radius:5px; }
-button { font:inherit; padding:5px 10px; border:1px solid #c9ced6; border-radius:5px; background:#fff; cursor:pointer; }
-button.primary { background:var(--ready); border-color:var(--ready); color:#fff; }
-table { border-collapse:collapse; width:100%; background:#fff; }
-th, td { text-align:left; padding:5px 8px; border-bottom:1px solid var(--line); vertical-align:top; font-size:13px; }
-th { color:var(--muted); font-weight:500; }
-pre { background:#11161d; color:#d5dbe3; padding:10px; border-radius:6px; overflow:auto; max-height:360px; font-size:12px; }
-.walls { background:#fff7e6; border:1px solid #f1d08a; border-radius:6px; padding:8px 12px; margin-bottom:12px; }
-section { margin-bottom:18px; } section h3 { font-size:13px; color:var(--muted); text-transform:uppercase; letter-spacing:.05em; }
-.actions { display:flex; gap:6px; flex-wrap:wrap; margin:10px 0; }
-.body { white-space:pre-wrap; background:#fff; border:1px solid var(--line); border-radius:6px; padding:10px; }
-"#;
+/// The page's style (light and dark, following the system).
+pub(crate) const STYLE: &str = include_str!("../assets/board.css");
 
-/// Listens for `changed` and fetches the part of the page that changed.
-pub(crate) const SCRIPT: &str = r#"
-(function () {
-  var target = document.querySelector('[data-fragment]');
-  var state = document.getElementById('live');
-  if (!target || !window.EventSource) return;
-  var busy = false, again = false;
-  function refresh() {
-    if (busy) { again = true; return; }
-    busy = true;
-    fetch(target.getAttribute('data-fragment'), {credentials: 'same-origin'})
-      .then(function (r) { return r.ok ? r.text() : null; })
-      .then(function (html) { if (html !== null) target.innerHTML = html; })
-      .finally(function () { busy = false; if (again) { again = false; refresh(); } });
-  }
-  var source = new EventSource('/live');
-  source.addEventListener('changed', refresh);
-  source.onopen = function () { state.textContent = '● live'; };
-  source.onerror = function () { state.textContent = '○ reconnecting'; };
-})();
-"#;
+/// The page's script: live updates, drag and drop, keys, bulk actions.
+pub(crate) const SCRIPT: &str = include_str!("../assets/board.js");
 
 fn layout(app: &App, title: &str, content: Markup) -> Markup {
     html! {
@@ -84,43 +31,162 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
                 title { (title) " · kanban" }
                 link rel="stylesheet" href="/assets/board.css";
             }
-            body {
+            body data-csrf=(app.csrf) {
+                a.skip href="#main" { "Skip to the board" }
                 header {
                     h1 { a.home href="/" { "kanban" } }
                     span.path { (app.board.name()) }
-                    span.live #live { "○ connecting" }
+                    nav aria-label="views" {
+                        a href="/" { "Board" }
+                        a href="/api/walls" { "Walls (JSON)" }
+                    }
+                    button.help type="button" data-keys-help aria-haspopup="dialog" { "Keys (?)" }
+                    span.live #live role="status" { "○ connecting" }
                 }
-                main { (content) }
+                main #main { (content) }
+                div #toast role="status" aria-live="polite" {}
+                (keys_dialog())
                 script src="/assets/board.js" {}
             }
         }
     }
 }
 
+/// The keys the board takes, listed by `?`.
+const KEYS: [(&str, &str); 12] = [
+    ("j / k", "next / previous card in the lane"),
+    ("h / l", "card in the lane to the left / right"),
+    ("Enter", "open the card"),
+    ("x", "select the card for a bulk action"),
+    ("r", "move to ready (unblock, promote, terminate a run)"),
+    ("t", "move to triage"),
+    ("v", "move to review"),
+    ("s", "hold (move to scheduled)"),
+    ("u", "release a hold"),
+    ("a", "archive"),
+    ("/", "search"),
+    ("?", "this list"),
+];
+
+fn keys_dialog() -> Markup {
+    html! {
+        dialog #keys aria-labelledby="keys-title" {
+            h2 #keys-title { "Keyboard" }
+            p { "Focus a card (Tab, or j and k), then:" }
+            table {
+                @for (key, what) in KEYS { tr { th scope="row" { kbd { (key) } } td { (what) } } }
+            }
+            form method="dialog" { button type="submit" { "Close" } }
+        }
+    }
+}
+
+/// The agents a card may go to, for the assignee fields.
+fn agents_list(agents: &[String]) -> Markup {
+    html! {
+        datalist #agents { @for agent in agents { option value=(agent) {} } }
+    }
+}
+
 /// The board page.
-pub(crate) fn board(app: &App, lanes: &Lanes) -> Markup {
+pub(crate) fn board(app: &App, lanes: &Lanes, agents: &[String]) -> Markup {
+    let query = &lanes.query;
+    let fragment = format!("/fragments/lanes?{}", lane_query(lanes));
     layout(
         app,
         "board",
         html! {
-            form.add method="post" action="/actions/add" {
-                input type="hidden" name="csrf" value=(app.csrf);
-                input name="title" placeholder="New card title" required size="40";
-                input name="assignee" placeholder="assignee (agent)";
-                input name="tenant" placeholder="tenant";
-                input name="priority" placeholder="priority" size="6";
-                button.primary type="submit" id="add-card" { "Add card" }
+            (agents_list(agents))
+            details.add-card {
+                summary { "Add a card" }
+                (add_form(app, None))
             }
-            div data-fragment="/fragments/lanes" { (self::lanes(app, lanes)) }
+            form.filter method="get" action="/" role="search" aria-label="filter the board" {
+                label { "Search " input #search type="search" name="q" value=(query.q) placeholder="title or id"; }
+                label { "Assignee " input name="assignee" value=(query.assignee) list="agents" size="12"; }
+                label { "Tenant " input name="tenant" value=(query.tenant) size="10"; }
+                label { "Block " input name="block" value=(query.block) placeholder="needs_input…" size="12"; }
+                @if !query.lane.is_empty() { input type="hidden" name="lane" value=(query.lane); }
+                button type="submit" { "Filter" }
+                @if !query.filter_string().is_empty() || !query.lane.is_empty() { " " a href="/" { "Clear" } }
+            }
+            form #bulk .bulk method="post" action="/actions/bulk" aria-label="act on the selected cards" {
+                input type="hidden" name="csrf" value=(app.csrf);
+                @for (name, value) in [("q", &query.q), ("assignee", &query.assignee), ("tenant", &query.tenant), ("block", &query.block)] {
+                    input type="hidden" name=(name) value=(value);
+                }
+                span #selected { "Selected cards:" }
+                label { "Action "
+                    select name="action" {
+                        @for (value, label) in BULK_LABELS { option value=(value) { (label) } }
+                    }
+                }
+                label { "Lane " select name="to" { @for status in crate::report::LANES { option value=(status.as_str()) { (status.as_str()) } } } }
+                label { "Assignee or priority " input name="text" size="10" list="agents"; }
+                label { "Why " input name="reason" size="14"; }
+                button type="submit" data-bulk { "Apply to selected" }
+            }
+            div data-fragment=(fragment) { (self::lanes(app, lanes)) }
         },
     )
 }
 
+/// A bulk action's choices, as the form lists them.
+const BULK_LABELS: [(&str, &str); 9] = [
+    ("hold", "Hold"),
+    ("release", "Release"),
+    ("archive", "Archive"),
+    ("cancel", "Cancel"),
+    ("reassign", "Reassign to…"),
+    ("priority", "Set priority…"),
+    ("unblock", "Unblock"),
+    ("promote", "Promote"),
+    ("move", "Move to lane…"),
+];
+
+/// The query of the lanes a page shows: its filter, and the lane and page
+/// shown alone.
+fn lane_query(lanes: &Lanes) -> String {
+    let query = &lanes.query;
+    if query.lane.is_empty() {
+        query.filter_string()
+    } else {
+        query.page_string(&query.lane, lanes.page)
+    }
+}
+
+/// The form that makes a card: a child of `parent` when given.
+fn add_form(app: &App, parent: Option<&str>) -> Markup {
+    html! {
+        form.add method="post" action="/actions/add" {
+            input type="hidden" name="csrf" value=(app.csrf);
+            @if let Some(parent) = parent {
+                input type="hidden" name="parents" value=(parent);
+                input type="hidden" name="back" value=(parent);
+            }
+            label { "Title " input name="title" required size="40"; }
+            label { "Assignee " input name="assignee" list="agents" size="12"; }
+            label { "Tenant " input name="tenant" size="10"; }
+            label { "Priority " input name="priority" size="4" inputmode="numeric"; }
+            @if parent.is_none() {
+                label { "Waits for " input name="parents" placeholder="card ids" size="16"; }
+                label { input type="checkbox" name="triage" value="1"; " in triage" }
+            }
+            label.wide { "Body (Markdown) " textarea name="body" rows="3" cols="60" {} }
+            button.primary type="submit" id=(if parent.is_some() { "add-child" } else { "add-card" }) {
+                @if parent.is_some() { "Add child card" } @else { "Add card" }
+            }
+        }
+    }
+}
+
 /// The lanes, alone: what a live board fetches on `changed`.
 pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
+    let query = &lanes.query;
     html! {
         @if !lanes.walls.is_empty() {
             div.walls {
@@ -136,16 +202,22 @@ pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
         }
         div.lanes {
             @for (status, count, tiles) in &lanes.lanes {
-                div class={ "lane " (status) } data-lane=(status) {
+                section class={ "lane " (status) } data-lane=(status) aria-label={ (status) " lane" } {
                     h2 {
-                        span { (status) }
-                        span { (count) }
+                        a href={ "/?" (query.page_string(status, 1)) } { (status) }
+                        span data-count { (count_text(*count)) }
                     }
                     @if status == crate::serve::OTHER_LANE {
                         div.more { "statuses this kanban does not know: shown as they are, never claimed" }
                     }
                     @for tile in tiles { (card_tile(tile, lanes.now)) }
-                    @if *count > LANE_LIMIT { div.more { "… and " (count - LANE_LIMIT) " more (see /api/cards)" } }
+                    @if lanes.page > 1 || *count > lanes.page * LANE_LIMIT {
+                        nav.pages aria-label={ (status) " pages" } {
+                            @if lanes.page > 1 { a rel="prev" href={ "/?" (query.page_string(status, lanes.page - 1)) } { "← previous" } " " }
+                            span { "page " (lanes.page) }
+                            @if *count > lanes.page * LANE_LIMIT { " " a rel="next" data-next-page href={ "/?" (query.page_string(status, lanes.page + 1)) } { "next " (LANE_LIMIT) " →" } }
+                        }
+                    }
                 }
             }
         }
@@ -155,17 +227,20 @@ pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
 fn card_tile(tile: &CardTile, now: i64) -> Markup {
     let task = &tile.task;
     html! {
-        a.card href={ "/cards/" (task.id) } data-card=(task.id) {
-            div.title { (short(&task.title, 80)) }
+        div.card data-card=(task.id) data-status=(task.status.as_str()) {
+            input.pick type="checkbox" name="card" value=(task.id) form="bulk" aria-label={ "select " (task.id) };
+            a.title href={ "/cards/" (task.id) } draggable="false" { (short(&task.title, 80)) }
             div.meta {
                 span { (task.id) }
                 @if task.status.known().is_none() { span.pill { (task.status) } }
+                @if task.priority != 0 { span.pill { "p" (task.priority) } }
                 @if let Some(assignee) = &task.assignee { span.pill { "→ " (assignee) } }
                 @if let Some(tenant) = &task.tenant { span.pill data-tenant=(tenant) { (tenant) } }
                 @if let Some(run) = task.current_run_id { span { "run " (run) } }
                 @if let Some(left) = tile.lease_left { span { "lease " (left.max(0)) "s" } }
                 @if task.consecutive_failures > 0 { span.pill.warn { (task.consecutive_failures) " failed" } }
                 @if let Some(reason) = &task.held_reason { span.pill.warn title=(reason) { "held" } }
+                @if let Some(kind) = task.block_kind.as_ref().filter(|_| task.status.known() == Some(TaskStatus::Blocked)) { span.pill.warn { (kind) } }
                 @if let Some(at) = task.not_before.filter(|at| *at > now) { span.pill { "waits " (crate::output::span(at - now)) } }
             }
             @if let Some((kind, at)) = &tile.last_event {
@@ -173,6 +248,30 @@ fn card_tile(tile: &CardTile, now: i64) -> Markup {
             }
         }
     }
+}
+
+/// What a bulk action refused, card by card, with a way back.
+pub(crate) fn bulk_refusals(
+    app: &App,
+    refused: &[&serde_json::Value],
+    all: &[serde_json::Value],
+) -> Markup {
+    layout(
+        app,
+        "bulk action",
+        html! {
+            h2 { (all.len() - refused.len()) " of " (all.len()) " cards done; " (refused.len()) " refused" }
+            ul {
+                @for result in refused {
+                    li data-refused=(result["id"].as_str().unwrap_or("")) {
+                        a href={ "/cards/" (result["id"].as_str().unwrap_or("")) } { (result["id"].as_str().unwrap_or("")) }
+                        ": " (result["error"].as_str().unwrap_or(""))
+                    }
+                }
+            }
+            p { a href="/" { "← board" } }
+        },
+    )
 }
 
 /// The status of each linked card, by id (`serve::linked_statuses`).
@@ -186,6 +285,8 @@ pub(crate) struct CardParts<'a> {
     pub(crate) log_tail: &'a str,
     /// The subscriptions to this card's events.
     pub(crate) subscriptions: &'a [kanban_core::notify::SubscriptionView],
+    /// The agents of the agents file, for its assignee field.
+    pub(crate) agents: &'a [String],
 }
 
 pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
@@ -195,6 +296,9 @@ pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
         &view.task.title,
         html! {
             p { a href="/" { "← board" } }
+            (agents_list(parts.agents))
+            div data-fragment={ "/fragments/cards/" (view.task.id) "?part=head" } { (card_head(app, &view.task, now)) }
+            (card_forms(app, view))
             div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, parts, now)) }
         },
     )
@@ -323,17 +427,28 @@ fn exit_code(view: &TaskView, run: i64) -> String {
         .map_or_else(|| "-".to_owned(), |code| code.to_string())
 }
 
-/// The cards a card waits for and those that wait for it, with their statuses.
-fn links(view: &TaskView, linked: &Linked) -> Markup {
+/// The cards a card waits for (each with a button that unlinks it) and
+/// those that wait for it, with their statuses.
+fn links(app: &App, view: &TaskView, linked: &Linked) -> Markup {
+    let id = view.task.id.as_str();
     html! {
-        @for (label, ids) in [("Waits for", &view.parents), ("Waited for by", &view.children)] {
+        @for (label, ids, parents) in [("Waits for", &view.parents, true), ("Waited for by", &view.children, false)] {
             @if !ids.is_empty() {
                 section.links {
                     h3 { (label) }
                     ul {
                         @for linked_id in ids {
                             @let status = linked.get(linked_id).map_or("gone", String::as_str);
-                            li { a href={ "/cards/" (linked_id) } { (linked_id) } " " span.pill data-status=(status) { (status) } }
+                            li data-linked=(linked_id) {
+                                a href={ "/cards/" (linked_id) } { (linked_id) } " " span.pill data-status=(status) { (status) }
+                                @if parents {
+                                    form.inline method="post" action={ "/actions/" (id) "/unlink" } {
+                                        input type="hidden" name="csrf" value=(app.csrf);
+                                        input type="hidden" name="text" value=(linked_id);
+                                        " " button type="submit" data-action="unlink" aria-label={ "stop waiting for " (linked_id) } { "Unlink" }
+                                    }
+                                }
+                            }
                         }
                     }
                 }
@@ -342,37 +457,99 @@ fn links(view: &TaskView, linked: &Linked) -> Markup {
     }
 }
 
-/// A card's details, alone: what a live card page fetches on `changed`.
-pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
-    let (view, linked, log_tail) = (parts.view, parts.linked, parts.log_tail);
+/// The forms of a card's page that stay put while its details go live: a
+/// live refresh must not wipe what is being typed.
+fn card_forms(app: &App, view: &TaskView) -> Markup {
     let task = &view.task;
+    let id = task.id.as_str();
+    html! {
+        @if task.status.known() != Some(TaskStatus::Archived) {
+            details.edit {
+                summary { "Edit" }
+                form method="post" action={ "/actions/" (id) "/edit" } {
+                    input type="hidden" name="csrf" value=(app.csrf);
+                    label { "Title " input name="title" value=(task.title) required size="50"; }
+                    label { "Priority " input name="priority" value=(task.priority) size="4" inputmode="numeric"; }
+                    label { "Assignee " input name="assignee" value=(task.assignee.as_deref().unwrap_or("")) list="agents" size="14"; }
+                    label { "Tenant " input name="tenant" value=(task.tenant.as_deref().unwrap_or("")) size="12"; }
+                    label.wide { "Body (Markdown) " textarea name="body" rows="8" cols="80" { (task.body.as_deref().unwrap_or("")) } }
+                    button.primary type="submit" data-action="edit" { "Save" }
+                }
+            }
+            details.more {
+                summary { "Move, link, reassign, add a child" }
+                form.inline method="post" action={ "/actions/" (id) "/move" } {
+                    input type="hidden" name="csrf" value=(app.csrf);
+                    label { "Move to "
+                        select name="to" { @for status in crate::report::LANES { option value=(status.as_str()) selected[task.status == status] { (status.as_str()) } } }
+                    }
+                    " " button type="submit" data-action="move" { "Move" }
+                }
+                form.inline method="post" action={ "/actions/" (id) "/link" } {
+                    input type="hidden" name="csrf" value=(app.csrf);
+                    label { " Wait for card " input name="text" required size="14" placeholder="t_…"; }
+                    " " button type="submit" data-action="link" { "Link" }
+                }
+                form.inline method="post" action={ "/actions/" (id) "/reassign" } {
+                    input type="hidden" name="csrf" value=(app.csrf);
+                    label { " Reassign to " input name="text" list="agents" size="12" placeholder="none"; }
+                    " " button type="submit" data-action="reassign" { "Reassign" }
+                }
+                h3 { "Add a child card (it waits for this one)" }
+                (add_form(app, Some(id)))
+            }
+        }
+    }
+}
+
+/// A card's details, alone: what a live card page fetches on `changed`.
+/// A card's title, facts and actions, alone: the first live part of its page.
+pub(crate) fn card_head(app: &App, task: &kanban_core::TaskRecord, now: i64) -> Markup {
     let id = task.id.as_str();
     html! {
         h2 { (task.title) }
         (card_meta(task, now))
         div.actions {
             @match task.status.known() {
-                Some(TaskStatus::Blocked) => { (action(app, id, "unblock", "Unblock", false)) (action(app, id, "cancel", "Cancel", true)) }
-                Some(TaskStatus::Running) => { (action(app, id, "reclaim", "Reclaim", true)) (action(app, id, "cancel", "Cancel", true)) }
+                Some(TaskStatus::Blocked) => {
+                    (action(app, id, "unblock", "Unblock", true)) (action(app, id, "triage", "To triage", true))
+                    (action(app, id, "cancel", "Cancel", true)) (action(app, id, "archive", "Archive", false))
+                }
+                Some(TaskStatus::Running) => { (action(app, id, "reclaim", "Terminate run", true)) (action(app, id, "cancel", "Cancel", true)) }
                 Some(TaskStatus::Ready | TaskStatus::Todo) => {
                     @if task.held_reason.is_some() { (action(app, id, "release", "Release", false)) }
                     @else { (action(app, id, "hold", "Hold", true)) }
-                    (action(app, id, "cancel", "Cancel", true))
+                    (action(app, id, "review", "To review", true))
+                    (action(app, id, "cancel", "Cancel", true)) (action(app, id, "archive", "Archive", false))
                 }
                 Some(TaskStatus::Scheduled) => {
                     @if task.held_reason.is_some() { (action(app, id, "release", "Release", false)) }
                     (action(app, id, "unblock", "Back in line now", false))
-                    (action(app, id, "cancel", "Cancel", true))
+                    (action(app, id, "cancel", "Cancel", true)) (action(app, id, "archive", "Archive", false))
                 }
-                Some(TaskStatus::Triage) => { (action(app, id, "promote", "Promote", false)) (action(app, id, "cancel", "Cancel", true)) }
+                Some(TaskStatus::Triage) => {
+                    (action(app, id, "promote", "Promote", false))
+                    (action(app, id, "cancel", "Cancel", true)) (action(app, id, "archive", "Archive", false))
+                }
                 Some(TaskStatus::Review) => { (action(app, id, "cancel", "Cancel", true)) }
+                Some(TaskStatus::Done) => { (action(app, id, "review", "To review", true)) (action(app, id, "archive", "Archive", false)) }
                 _ => {}
             }
         }
-        (links(view, linked))
+    }
+}
+
+/// A card's links, files, notifications, body, runs, comments, events and
+/// log, alone: the second live part of its page.
+pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
+    let (view, linked, log_tail) = (parts.view, parts.linked, parts.log_tail);
+    let task = &view.task;
+    let id = task.id.as_str();
+    html! {
+        (links(app, view, linked))
         (attachments(id, &view.attachments))
         (notifications(app, id, parts.subscriptions))
-        @if let Some(body) = &task.body { section { h3 { "Body" } div.body { (body) } } }
+        @if let Some(body) = &task.body { section { h3 { "Body" } div.body.markdown { (maud::PreEscaped(crate::serve_board::markdown(body))) } } }
         @if let Some(result) = &task.result { section { h3 { "Result" } div.body { (result) } } }
         section {
             h3 { "Runs" }

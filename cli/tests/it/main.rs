@@ -28,6 +28,7 @@ mod serve_attacks;
 mod storm;
 mod triage;
 mod walls;
+mod web;
 mod worker;
 mod workspaces;
 

@@ -3,7 +3,7 @@
 //! and CSRF guards, and a real browser (headless Chromium through
 //! WebDriver) watching the board live.
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -375,45 +375,6 @@ fn off_loopback_needs_a_token_and_a_token_guards_every_request_and_forms_need_cs
     assert_eq!(bench.ok(&["ls", "--json"]).trim(), "[]");
 }
 
-/// A chromedriver on a free port, stopped when dropped.
-struct ChromeDriver {
-    child: Child,
-    url: String,
-}
-
-impl ChromeDriver {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver runs the browser tests: apt-get install chromium chromium-driver (.ci/run does)");
-        let url = format!("http://127.0.0.1:{port}");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "chromedriver did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self { child, url }
-    }
-}
-
-impl Drop for ChromeDriver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
     use fantoccini::{ClientBuilder, Locator};
@@ -436,7 +397,7 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
         .args(["complete", "--summary", "tidied"]);
     assert!(complete.output().unwrap().status.success());
     let server = Server::start(&bench, &[]);
-    let driver = ChromeDriver::start();
+    let driver = crate::web::ChromeDriver::start();
     let profile = tempfile::tempdir().unwrap();
     let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
     std::fs::create_dir_all(&screenshots).unwrap();

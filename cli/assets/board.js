@@ -1,0 +1,228 @@
+// The web board's script: embedded in the binary, served as /assets/board.js.
+// Every page works without it (forms); with it, the page goes live, cards
+// move by dragging or by keys, and bulk actions answer in place.
+(function () {
+  'use strict';
+  var toast = document.getElementById('toast');
+  var state = document.getElementById('live');
+  var targets = Array.from(document.querySelectorAll('[data-fragment]'));
+  var selected = new Set();
+  var dragging = null;
+  var busy = false, again = false;
+
+  function say(text, bad) {
+    toast.textContent = text;
+    toast.className = bad ? 'shown bad' : 'shown';
+    clearTimeout(say.timer);
+    say.timer = setTimeout(function () { toast.className = ''; }, 8000);
+  }
+
+  function tileOf(id) {
+    return document.querySelector('.card[data-card="' + CSS.escape(id) + '"]');
+  }
+
+  function focusedTile() {
+    var active = document.activeElement;
+    return active && active.closest ? active.closest('.card[data-card]') : null;
+  }
+
+  // After the lanes are fetched again: the same cards checked, the same
+  // card focused.
+  function restore(focused) {
+    document.querySelectorAll('input.pick').forEach(function (box) {
+      box.checked = selected.has(box.value);
+      box.closest('.card').classList.toggle('selected', box.checked);
+    });
+    showSelected();
+    var tile = focused && tileOf(focused);
+    if (tile) tile.querySelector('a.title').focus();
+  }
+
+  function refresh() {
+    if (!targets.length) return Promise.resolve();
+    if (busy || dragging) { again = true; return Promise.resolve(); }
+    busy = true;
+    var focused = focusedTile();
+    focused = focused && focused.getAttribute('data-card');
+    return Promise.all(targets.map(function (target) {
+      return fetch(target.getAttribute('data-fragment'), {credentials: 'same-origin'})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) { if (html !== null) target.innerHTML = html; });
+    }))
+      .then(function () { restore(focused); }, function () {})
+      .finally(function () { busy = false; if (again) { again = false; refresh(); } });
+  }
+
+  if (targets.length && window.EventSource) {
+    var source = new EventSource('/live');
+    source.addEventListener('changed', refresh);
+    source.onopen = function () { state.textContent = '● live'; };
+    source.onerror = function () { state.textContent = '○ reconnecting'; };
+  }
+
+  function post(path, body) {
+    return fetch(path, {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: {'Content-Type': 'application/json'},
+      body: JSON.stringify(body)
+    }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (answer) {
+        return {ok: r.ok, answer: answer};
+      });
+    }, function () {
+      return {ok: false, answer: {error: 'the board did not answer: is kanban serve still running?'}};
+    });
+  }
+
+  // Moves a card to a lane: only the moves the board allows; a refused one
+  // goes back where it was and says why.
+  function move(id, to, undo) {
+    return post('/api/cards/' + encodeURIComponent(id) + '/move',
+                {to: to, reason: 'moved on the web board'})
+      .then(function (result) {
+        if (result.ok) say(id + ' moved to ' + to);
+        else { if (undo) undo(); say(result.answer.error || 'the move was refused', true); }
+        return refresh();
+      });
+  }
+
+  function act(id, action) {
+    return post('/api/cards/' + encodeURIComponent(id) + '/' + action, {})
+      .then(function (result) {
+        say(result.ok ? id + ': ' + action + ' done' : (result.answer.error || action + ' refused'), !result.ok);
+        return refresh();
+      });
+  }
+
+  // Dragging: pointer events, so a mouse, a pen and WebDriver all drive it.
+  document.addEventListener('dragstart', function (e) {
+    if (e.target.closest && e.target.closest('.card[data-card]')) e.preventDefault();
+  });
+  document.addEventListener('pointerdown', function (e) {
+    var tile = e.target.closest && e.target.closest('.card[data-card]');
+    if (!tile || e.button !== 0 || e.target.matches('input')) return;
+    dragging = {tile: tile, x: e.clientX, y: e.clientY, moving: false,
+                lane: tile.closest('[data-lane]'), next: tile.nextSibling};
+  });
+  function laneAt(x, y) {
+    var under = document.elementFromPoint(x, y);
+    return under && under.closest ? under.closest('[data-lane]') : null;
+  }
+  function mark(lane) {
+    document.querySelectorAll('.lane.drop').forEach(function (l) { if (l !== lane) l.classList.remove('drop'); });
+    if (lane) lane.classList.add('drop');
+  }
+  document.addEventListener('pointermove', function (e) {
+    if (!dragging) return;
+    var dx = e.clientX - dragging.x, dy = e.clientY - dragging.y;
+    if (!dragging.moving && Math.abs(dx) + Math.abs(dy) < 6) return;
+    dragging.moving = true;
+    dragging.tile.classList.add('dragging');
+    dragging.tile.style.transform = 'translate(' + dx + 'px,' + dy + 'px)';
+    mark(laneAt(e.clientX, e.clientY));
+    e.preventDefault();
+  });
+  function drop(e) {
+    var drag = dragging;
+    dragging = null;
+    if (again) { again = false; refresh(); }
+    if (!drag || !drag.moving) return;
+    drag.tile.classList.remove('dragging');
+    drag.tile.style.transform = '';
+    mark(null);
+    // The click that ends a drag (if the browser sends one) opens nothing.
+    var swallow = function (c) { c.preventDefault(); c.stopPropagation(); };
+    window.addEventListener('click', swallow, {capture: true, once: true});
+    setTimeout(function () { window.removeEventListener('click', swallow, {capture: true}); }, 0);
+    var lane = e.type === 'pointerup' ? laneAt(e.clientX, e.clientY) : null;
+    if (!lane || lane === drag.lane) return;
+    var heading = lane.querySelector('h2');
+    lane.insertBefore(drag.tile, heading ? heading.nextSibling : lane.firstChild);
+    move(drag.tile.getAttribute('data-card'), lane.getAttribute('data-lane'), function () {
+      drag.lane.insertBefore(drag.tile, drag.next && drag.next.parentNode === drag.lane ? drag.next : null);
+    });
+  }
+  document.addEventListener('pointerup', drop);
+  document.addEventListener('pointercancel', drop);
+
+  // Selection for bulk actions.
+  function showSelected() {
+    var label = document.getElementById('selected');
+    if (label) label.textContent = selected.size + ' selected:';
+  }
+  document.addEventListener('change', function (e) {
+    if (!e.target.matches('input.pick')) return;
+    if (e.target.checked) selected.add(e.target.value); else selected.delete(e.target.value);
+    e.target.closest('.card').classList.toggle('selected', e.target.checked);
+    showSelected();
+  });
+  var bulk = document.getElementById('bulk');
+  if (bulk) bulk.addEventListener('submit', function (e) {
+    e.preventDefault();
+    var form = new FormData(bulk);
+    var action = form.get('action');
+    post('/api/bulk', {cards: Array.from(selected), action: action, text: form.get('text') || '',
+                       reason: form.get('reason') || '', to: form.get('to') || ''})
+      .then(function (result) {
+        if (!result.ok) { say(result.answer.error || 'refused', true); return; }
+        var refused = result.answer.results.filter(function (r) { return !r.ok; });
+        var done = result.answer.results.length - refused.length;
+        say(action + ': ' + done + ' done' + (refused.length ? '; refused: ' +
+            refused.map(function (r) { return r.error; }).join('; ') : ''), refused.length > 0);
+        result.answer.results.forEach(function (r) { if (r.ok) selected.delete(r.id); });
+        return refresh();
+      });
+  });
+
+  // Keys: focus a card, then a key per action; `?` lists them.
+  var keys = document.getElementById('keys');
+  function help() { if (keys && !keys.open) keys.showModal(); }
+  document.querySelectorAll('[data-keys-help]').forEach(function (b) { b.addEventListener('click', help); });
+  function step(tile, by) {
+    var tiles = Array.from(tile.closest('[data-lane]').querySelectorAll('.card[data-card]'));
+    return tiles[tiles.indexOf(tile) + by];
+  }
+  function sideways(tile, by) {
+    var lanes = Array.from(document.querySelectorAll('[data-lane]'));
+    var lane = tile.closest('[data-lane]');
+    var at = Array.from(lane.querySelectorAll('.card[data-card]')).indexOf(tile);
+    for (var i = lanes.indexOf(lane) + by; i >= 0 && i < lanes.length; i += by) {
+      var cards = lanes[i].querySelectorAll('.card[data-card]');
+      if (cards.length) return cards[Math.min(at, cards.length - 1)];
+    }
+    return null;
+  }
+  var MOVES = {r: 'ready', t: 'triage', v: 'review', s: 'scheduled'};
+  var ACTS = {u: 'release', a: 'archive'};
+  document.addEventListener('keydown', function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    // Typing in a field is typing, not a command.
+    if (e.target.matches && e.target.matches('input:not(.pick), textarea, select, dialog *')) return;
+    if (e.key === '?') { e.preventDefault(); help(); return; }
+    if (e.key === '/') {
+      var search = document.getElementById('search');
+      if (search) { e.preventDefault(); search.focus(); }
+      return;
+    }
+    var tile = focusedTile();
+    var go = null;
+    if (!tile) {
+      if (e.key === 'j' || e.key === 'k') go = document.querySelector('.card[data-card]');
+    } else if (e.key === 'j') go = step(tile, 1);
+    else if (e.key === 'k') go = step(tile, -1);
+    else if (e.key === 'l') go = sideways(tile, 1);
+    else if (e.key === 'h') go = sideways(tile, -1);
+    else if (e.key === 'x') {
+      var box = tile.querySelector('input.pick');
+      box.checked = !box.checked;
+      box.dispatchEvent(new Event('change', {bubbles: true}));
+    } else if (MOVES[e.key]) {
+      move(tile.getAttribute('data-card'), MOVES[e.key]);
+    } else if (ACTS[e.key]) {
+      act(tile.getAttribute('data-card'), ACTS[e.key]);
+    } else return;
+    e.preventDefault();
+    if (go) go.querySelector('a.title').focus();
+  });
+})();

@@ -1,0 +1,691 @@
+//! The web board in a real browser (headless Chromium through WebDriver):
+//! each thing a person does there, checked on the board it changes, and
+//! every page and dialog checked by axe-core in the light and dark themes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::actions::{
+    InputSource, KeyAction, KeyActions, MOUSE_BUTTON_LEFT, MouseActions, PointerAction,
+};
+use fantoccini::key::Key;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::Bench;
+use crate::serve::Server;
+
+/// A chromedriver on a free port, stopped when dropped.
+pub(crate) struct ChromeDriver {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl ChromeDriver {
+    pub(crate) fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver runs the browser tests: apt-get install chromium chromium-driver (.ci/run does)");
+        let url = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, url }
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How long a page may take to show what a test waits for.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+
+/// Runs `test` in a fresh headless Chromium (its own profile), dark when
+/// asked: the system's colour scheme as the page's media query sees it.
+pub(crate) fn browse(dark: bool, test: impl AsyncFnOnce(&Client)) {
+    let driver = ChromeDriver::start();
+    let profile = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut args = vec![
+            "--headless".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            "--no-first-run".to_owned(),
+            "--window-size=1400,900".to_owned(),
+            format!("--user-data-dir={}", profile.path().display()),
+        ];
+        if dark {
+            args.push("--blink-settings=preferredColorScheme=0".to_owned());
+        }
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({"binary": "/usr/bin/chromium", "args": args}),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&driver.url)
+            .await
+            .expect("a WebDriver session with headless Chromium");
+        test(&client).await;
+        client.close().await.unwrap();
+    });
+}
+
+/// Waits for the element `css` names.
+async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
+    client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|_| panic!("no element {css} on the page"))
+}
+
+/// Clicks the element `css` names; again when a live refresh replaced it
+/// between finding and clicking.
+async fn click(client: &Client, css: &str) {
+    let started = Instant::now();
+    loop {
+        match find(client, css).await.click().await {
+            Ok(()) => return,
+            Err(error) if error.is_stale_element_reference() && started.elapsed() < WAIT => {}
+            Err(error) => panic!("click {css}: {error}"),
+        }
+    }
+}
+
+/// The text of the element `css` names, read in one step in the page (a
+/// live refresh may replace the element at any time).
+async fn text(client: &Client, css: &str) -> String {
+    find(client, css).await;
+    let read = client
+        .execute(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+            vec![json!(css)],
+        )
+        .await
+        .unwrap();
+    read.as_str()
+        .unwrap_or_else(|| panic!("no element {css} on the page"))
+        .to_owned()
+}
+
+/// Polls the board until `done` holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < WAIT, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn status(bench: &Bench, id: &str) -> String {
+    bench.show(id)["task"]["status"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn script(client: &Client, code: &str) -> Value {
+    client.execute(code, Vec::new()).await.unwrap()
+}
+
+/// Types `keys` wherever the focus is, as a person at the keyboard does.
+async fn press(client: &Client, keys: &str) {
+    let mut actions = KeyActions::new("keyboard".to_owned());
+    for key in keys.chars() {
+        actions = actions
+            .then(KeyAction::Down { value: key })
+            .then(KeyAction::Up { value: key });
+    }
+    client.perform_actions(actions).await.unwrap();
+}
+
+/// Drags the element `from` onto the element `onto` with the mouse: down,
+/// moves in steps, up.
+async fn drag(client: &Client, from: &str, onto: &str) {
+    let started = Instant::now();
+    loop {
+        match try_drag(client, from, onto).await {
+            Ok(()) => return,
+            Err(error) if error.is_stale_element_reference() && started.elapsed() < WAIT => {}
+            Err(error) => panic!("drag {from} onto {onto}: {error}"),
+        }
+    }
+}
+
+async fn try_drag(
+    client: &Client,
+    from: &str,
+    onto: &str,
+) -> Result<(), fantoccini::error::CmdError> {
+    let card = find(client, from).await;
+    let lane = find(client, onto).await;
+    let actions = MouseActions::new("mouse".to_owned())
+        .then(PointerAction::MoveToElement {
+            element: card,
+            duration: None,
+            x: 0.0,
+            y: 0.0,
+        })
+        .then(PointerAction::Down {
+            button: MOUSE_BUTTON_LEFT,
+        })
+        .then(PointerAction::MoveBy {
+            duration: Some(Duration::from_millis(100)),
+            x: 10.0,
+            y: 10.0,
+        })
+        .then(PointerAction::MoveToElement {
+            element: lane,
+            duration: Some(Duration::from_millis(200)),
+            x: 0.0,
+            y: 0.0,
+        })
+        .then(PointerAction::Up {
+            button: MOUSE_BUTTON_LEFT,
+        });
+    client.perform_actions(actions).await?;
+    client.release_actions().await
+}
+
+#[test]
+fn dragging_a_card_moves_it_and_a_refused_move_snaps_back_and_says_why() {
+    let bench = Bench::new();
+    let blocked = bench.add("translate the README", &["--blocked"]);
+    let ready = bench.add("write the release notes", &[]);
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client.goto(&server.url).await.unwrap();
+        find(client, "#live").await;
+        // A blocked card dropped on ready is unblocked.
+        drag(
+            client,
+            &format!("[data-card='{blocked}']"),
+            "[data-lane=ready] h2",
+        )
+        .await;
+        until("the drop unblocked the card", || {
+            status(&bench, &blocked) == "ready"
+        })
+        .await;
+        find(
+            client,
+            &format!("[data-lane=ready] [data-card='{blocked}']"),
+        )
+        .await;
+        // Done is the agent's to say: the card goes back, and the page says why.
+        drag(
+            client,
+            &format!("[data-card='{ready}']"),
+            "[data-lane=done] h2",
+        )
+        .await;
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath(
+                "//div[@id='toast'][contains(., 'agent completes')]",
+            ))
+            .await
+            .expect("the refusal is said");
+        find(client, &format!("[data-lane=ready] [data-card='{ready}']")).await;
+        assert_eq!(status(&bench, &ready), "ready");
+        // A click that is not a drag still opens the card.
+        click(client, &format!("[data-card='{ready}'] a.title")).await;
+        find(client, "[data-action=edit]").await;
+    });
+}
+
+#[test]
+fn keys_move_the_focused_card_and_question_mark_lists_them() {
+    let bench = Bench::new();
+    let first = bench.add("first card", &["--priority", "2"]);
+    let second = bench.add("second card", &["--priority", "1"]);
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client.goto(&server.url).await.unwrap();
+        find(client, &format!("[data-card='{second}']")).await;
+        // j focuses the first card, j again the next; s holds it.
+        press(client, "j").await;
+        let focused = script(
+            client,
+            "return document.activeElement.closest('[data-card]').dataset.card",
+        )
+        .await;
+        assert_eq!(focused, json!(first));
+        press(client, "js").await;
+        until("s held the focused card", || {
+            status(&bench, &second) == "scheduled"
+        })
+        .await;
+        assert_eq!(status(&bench, &first), "ready", "only the focused card");
+        find(
+            client,
+            &format!("[data-lane=scheduled] [data-card='{second}']"),
+        )
+        .await;
+        // r brings it back: the focus stays on it across the live refresh.
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::Css(&format!(
+                "[data-lane=scheduled] [data-card='{second}'] a.title:focus"
+            )))
+            .await
+            .expect("the focus follows the card to its lane");
+        press(client, "r").await;
+        until("r moved it back to ready", || {
+            status(&bench, &second) == "ready"
+        })
+        .await;
+        // ? lists the keys.
+        press(client, "?").await;
+        let open = script(client, "return document.getElementById('keys').open").await;
+        assert_eq!(open, json!(true));
+        let listed = text(client, "#keys").await;
+        assert!(listed.contains("hold (move to scheduled)"), "{listed}");
+        press(client, &Key::Escape.to_string()).await;
+        let open = script(client, "return document.getElementById('keys').open").await;
+        assert_eq!(open, json!(false), "Escape closes the list");
+    });
+}
+
+#[test]
+fn a_card_is_edited_in_place_its_links_changed_and_a_child_added() {
+    let bench = Bench::new();
+    let card = bench.add("draft the plan", &[]);
+    let other = bench.add("gather the numbers", &[]);
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client
+            .goto(&format!("{}/cards/{card}", server.url))
+            .await
+            .unwrap();
+        click(client, "details.edit summary").await;
+        let title = find(client, "details.edit input[name=title]").await;
+        title.clear().await.unwrap();
+        title.send_keys("draft the release plan").await.unwrap();
+        let priority = find(client, "details.edit input[name=priority]").await;
+        priority.clear().await.unwrap();
+        priority.send_keys("5").await.unwrap();
+        find(client, "details.edit input[name=tenant]")
+            .await
+            .send_keys("acme")
+            .await
+            .unwrap();
+        find(client, "details.edit textarea[name=body]")
+            .await
+            .send_keys("**first** the dates <img src=x onerror=alert(1)>")
+            .await
+            .unwrap();
+        click(client, "[data-action=edit]").await;
+        until("the edit is saved", || {
+            bench.show(&card)["task"]["title"] == "draft the release plan"
+        })
+        .await;
+        let task = bench.show(&card)["task"].clone();
+        assert_eq!(
+            (&task["priority"], &task["tenant"]),
+            (&json!(5), &json!("acme"))
+        );
+        // The body is Markdown, rendered without the markup it holds.
+        assert_eq!(text(client, ".body.markdown strong").await, "first");
+        let images = script(
+            client,
+            "return document.querySelectorAll('.body.markdown img').length",
+        )
+        .await;
+        assert_eq!(images, json!(0), "no image ran");
+        // A link added, then removed.
+        click(client, "details.more summary").await;
+        find(client, "form[action$='/link'] input[name=text]")
+            .await
+            .send_keys(&other)
+            .await
+            .unwrap();
+        click(client, "[data-action=link]").await;
+        until("the link is made", || {
+            bench.show(&card)["parents"] == json!([other])
+        })
+        .await;
+        click(
+            client,
+            &format!("li[data-linked='{other}'] [data-action=unlink]"),
+        )
+        .await;
+        until("the link is gone", || {
+            bench.show(&card)["parents"] == json!([])
+        })
+        .await;
+        // A child of this card, made from its page.
+        click(client, "details.more summary").await;
+        find(client, "details.more form.add input[name=title]")
+            .await
+            .send_keys("check the dates")
+            .await
+            .unwrap();
+        click(client, "#add-child").await;
+        until("the child is made", || {
+            bench.show(&card)["children"]
+                .as_array()
+                .is_some_and(|c| c.len() == 1)
+        })
+        .await;
+        let child = bench.show(&card)["children"][0]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(bench.show(&child)["task"]["title"], "check the dates");
+        assert_eq!(status(&bench, &child), "todo", "it waits for its parent");
+    });
+}
+
+#[test]
+fn selected_cards_take_one_action_together() {
+    let bench = Bench::new();
+    let a = bench.add("first of three", &[]);
+    let b = bench.add("second of three", &[]);
+    let c = bench.add("third of three", &[]);
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client.goto(&server.url).await.unwrap();
+        for id in [&a, &c] {
+            click(client, &format!("[data-card='{id}'] input.pick")).await;
+        }
+        let selected = text(client, "#selected").await;
+        assert_eq!(selected, "2 selected:");
+        click(client, "#bulk select[name=action] option[value=priority]").await;
+        find(client, "#bulk input[name=text]")
+            .await
+            .send_keys("7")
+            .await
+            .unwrap();
+        click(client, "[data-bulk]").await;
+        until("both selected cards take the priority", || {
+            bench.show(&a)["task"]["priority"] == 7 && bench.show(&c)["task"]["priority"] == 7
+        })
+        .await;
+        assert_eq!(bench.show(&b)["task"]["priority"], 0, "only the selected");
+        // The selection outlives the live refresh its own action caused.
+        find(client, "[data-bulk]").await;
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath("//div[@id='toast'][contains(., '2 done')]"))
+            .await
+            .expect("the page says what was done");
+    });
+    // Without JavaScript the same form posts and comes back to the view.
+    let (code, page) = crate::serve::get(&format!("{}/", server.url));
+    assert_eq!(code, 200);
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let form = format!("csrf={csrf}&action=hold&reason=freeze&card={a}&card={b}&q=three");
+    let response = crate::serve::agent()
+        .post(&format!("{}/actions/bulk", server.url))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .header("Origin", server.url.as_str())
+        .config()
+        .max_redirects(0)
+        .build()
+        .send(form)
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 303);
+    assert_eq!(response.headers()["location"], "/?q=three");
+    assert_eq!(
+        (status(&bench, &a), status(&bench, &b), status(&bench, &c)),
+        (
+            "scheduled".to_owned(),
+            "scheduled".to_owned(),
+            "ready".to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_filter_lives_in_the_url_and_a_lane_pages() {
+    let bench = Bench::new();
+    let flaky = bench.add(
+        "fix the flaky parser test",
+        &["--assignee", "coder", "--tenant", "acme"],
+    );
+    let other = bench.add("write the release notes", &["--assignee", "writer"]);
+    for n in 0..105 {
+        bench.add(&format!("bulk card {n}"), &["--tenant", "bulk"]);
+    }
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client.goto(&server.url).await.unwrap();
+        let search = find(client, "#search").await;
+        search.send_keys("FLAKY").await.unwrap();
+        search.send_keys(&Key::Enter.to_string()).await.unwrap();
+        find(client, &format!("[data-card='{flaky}']")).await;
+        let url = client.current_url().await.unwrap();
+        assert!(
+            url.as_str().ends_with("/?q=FLAKY&assignee=&tenant=&block="),
+            "{url}"
+        );
+        assert!(
+            client
+                .find(Locator::Css(&format!("[data-card='{other}']")))
+                .await
+                .is_err(),
+            "the filter hides what does not match"
+        );
+        // The same URL, opened fresh, shows the same view.
+        client
+            .goto(&format!("{}/?assignee=writer", server.url))
+            .await
+            .unwrap();
+        find(client, &format!("[data-card='{other}']")).await;
+        assert!(
+            client
+                .find(Locator::Css(&format!("[data-card='{flaky}']")))
+                .await
+                .is_err()
+        );
+        // A lane of 107 cards pages by 100, under its filter.
+        client
+            .goto(&format!("{}/?tenant=bulk", server.url))
+            .await
+            .unwrap();
+        let count = text(client, "[data-lane=ready] [data-count]").await;
+        assert_eq!(count, "105");
+        click(client, "[data-lane=ready] [data-next-page]").await;
+        let url = client.current_url().await.unwrap();
+        assert!(
+            url.as_str().ends_with("/?tenant=bulk&lane=ready&page=2"),
+            "{url}"
+        );
+        let shown = script(
+            client,
+            "return document.querySelectorAll('[data-lane=ready] [data-card]').length",
+        )
+        .await;
+        assert_eq!(shown, json!(5));
+        let lanes = script(
+            client,
+            "return document.querySelectorAll('[data-lane]').length",
+        )
+        .await;
+        assert_eq!(lanes, json!(1), "one lane alone");
+    });
+}
+
+#[test]
+fn terminating_a_running_card_from_its_page_fences_its_worker() {
+    let bench = Bench::new();
+    let running = bench.add("fix the flaky parser test", &[]);
+    let carrier = bench.claim(&running, Some(900));
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client
+            .goto(&format!("{}/cards/{running}", server.url))
+            .await
+            .unwrap();
+        assert_eq!(text(client, "[data-action=reclaim]").await, "Terminate run");
+        click(client, "[data-action=reclaim]").await;
+        until("the run is terminated", || {
+            status(&bench, &running) == "ready"
+        })
+        .await;
+    });
+    let mut stale = bench.command();
+    stale
+        .envs(carrier.iter().cloned())
+        .args(["complete", "--summary", "too late"]);
+    assert_eq!(stale.output().unwrap().status.code(), Some(1), "fenced out");
+}
+
+/// axe-core from the npm registry, installed once per build into the
+/// test's own folder: its script's text.
+fn axe_source() -> String {
+    static AXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AXE.get_or_init(|| {
+        let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("axe-core-4.10.2");
+        let script: PathBuf = folder.join("node_modules/axe-core/axe.min.js");
+        if !script.is_file() {
+            let installed = std::process::Command::new("npm")
+                .args([
+                    "install",
+                    "--no-save",
+                    "--no-audit",
+                    "--no-fund",
+                    "--prefix",
+                ])
+                .arg(&folder)
+                .arg("axe-core@4.10.2")
+                .output()
+                .expect("npm installs axe-core for the accessibility test (.ci/run installs npm)");
+            assert!(
+                installed.status.success(),
+                "npm install axe-core: {}",
+                crate::text(&installed.stderr)
+            );
+        }
+        std::fs::read_to_string(&script).unwrap()
+    })
+    .clone()
+}
+
+/// The serious and critical violations axe-core finds on the page as it is.
+async fn violations(client: &Client, axe: &str) -> Vec<String> {
+    client.execute(axe, Vec::new()).await.unwrap();
+    let found = client
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             axe.run(document, {resultTypes: ['violations']}).then(
+               r => done(r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+                 .map(v => v.id + ': ' + v.help + ' at ' + v.nodes.map(n => n.target.join(' ')).join(', '))),
+               e => done(['axe failed: ' + e]));",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(found).unwrap()
+}
+
+#[test]
+fn every_page_and_dialog_passes_axe_in_both_themes_and_is_photographed() {
+    let axe = axe_source();
+    let bench = Bench::new();
+    let card = bench.add(
+        "write the release notes",
+        &[
+            "--assignee",
+            "writer",
+            "--priority",
+            "2",
+            "--body",
+            "Notes for **0.3**:\n\n- the board\n- the API",
+        ],
+    );
+    bench.add("summarise the design review", &["--assignee", "reviewer"]);
+    bench.add("translate the README", &["--blocked"]);
+    bench.add("shape the roadmap", &["--triage"]);
+    let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
+    let _carrier = bench.claim(&running, Some(900));
+    bench.ok(&["comment", &card, "start with the API"]);
+    let server = Server::start(&bench, &[]);
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    for dark in [false, true] {
+        let theme = if dark { "dark" } else { "light" };
+        browse(dark, async |client| {
+            client.goto(&server.url).await.unwrap();
+            find(client, "#live").await;
+            let scheme = script(
+                client,
+                "return matchMedia('(prefers-color-scheme: dark)').matches",
+            )
+            .await;
+            assert_eq!(scheme, json!(dark), "the {theme} theme");
+            let mut found = violations(client, &axe).await;
+            std::fs::write(
+                shots.join(format!("board-{theme}.png")),
+                client.screenshot().await.unwrap(),
+            )
+            .unwrap();
+            // The keys dialog, open.
+            press(client, "?").await;
+            find(client, "#keys[open]").await;
+            found.extend(violations(client, &axe).await);
+            // A card's page, its forms open.
+            client
+                .goto(&format!("{}/cards/{card}", server.url))
+                .await
+                .unwrap();
+            click(client, "details.edit summary").await;
+            click(client, "details.more summary").await;
+            found.extend(violations(client, &axe).await);
+            std::fs::write(
+                shots.join(format!("card-{theme}.png")),
+                client.screenshot().await.unwrap(),
+            )
+            .unwrap();
+            // A filtered view, one lane paged.
+            client
+                .goto(&format!("{}/?q=the&lane=ready", server.url))
+                .await
+                .unwrap();
+            found.extend(violations(client, &axe).await);
+            assert!(
+                found.is_empty(),
+                "axe-core in the {theme} theme:\n{}",
+                found.join("\n")
+            );
+        });
+    }
+}
