@@ -20,7 +20,7 @@ pub use engine::{
     TxResult, storable_json, storable_list, storable_text,
 };
 pub use statements::{
-    FILTERED_COUNT_MOST, Lane, LaneFilter, LastEvents, RunOpening, lease_from_row, lease_query,
+    LANE_WINDOW, Lane, LaneFilter, LanePage, LastEvents, RunOpening, lease_from_row, lease_query,
 };
 
 use statements::Tx;
@@ -77,9 +77,10 @@ impl<E: Engine> StoredBoard<E> {
         self.engine
             .read(move |sql| {
                 Box::pin(async move {
-                    Tx::new(sql)
+                    let page = Tx::new(sql)
                         .lane(Lane::Status(status), &LaneFilter::default(), limit, 0)
-                        .await
+                        .await?;
+                    Ok((page.count, page.cards))
                 })
             })
             .await
@@ -91,24 +92,25 @@ impl<E: Engine> StoredBoard<E> {
         self.engine
             .read(move |sql| {
                 Box::pin(async move {
-                    Tx::new(sql)
+                    let page = Tx::new(sql)
                         .lane(Lane::Unknown, &LaneFilter::default(), limit, 0)
-                        .await
+                        .await?;
+                    Ok((page.count, page.cards))
                 })
             })
             .await
     }
 
-    /// A page of one lane, narrowed by `filter`: how many cards match (a
-    /// filtered count stops past [`FILTERED_COUNT_MOST`]), and `limit` of
-    /// them after the first `skip`, in the lane's order.
+    /// A page of one lane, narrowed by `filter`: `limit` cards after the
+    /// first `skip`, in the lane's order, and how many there are, counted
+    /// (and searched by a filter) among the lane's first [`LANE_WINDOW`].
     pub async fn lane_page(
         &self,
         lane: Lane,
         filter: &LaneFilter,
         limit: usize,
         skip: usize,
-    ) -> Result<(usize, Vec<TaskRecord>), BoardError> {
+    ) -> Result<LanePage, BoardError> {
         let filter = filter.clone();
         self.engine
             .read(move |sql| {

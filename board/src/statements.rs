@@ -63,7 +63,8 @@ pub enum Lane {
 /// Which cards of a lane a page shows: each given field narrows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LaneFilter {
-    /// Words the title holds (any case), or the card's whole id.
+    /// A piece of the title (any case; `%` and `_` as themselves), or the
+    /// card's whole id.
     pub text: Option<String>,
     pub assignee: Option<String>,
     pub tenant: Option<String>,
@@ -78,9 +79,22 @@ impl LaneFilter {
     }
 }
 
-/// The most cards of a filtered lane counted: past it a page says "more
-/// than", so a rare match on a big lane never costs a scan of it all.
-pub const FILTERED_COUNT_MOST: usize = 10_000;
+/// The most cards of a lane a view counts, and a filter searches (the
+/// first ones, in the lane's order): a view of a lane of a million cards
+/// reads no more of it than this.
+pub const LANE_WINDOW: usize = 10_000;
+
+/// A page of a lane, as a view shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LanePage {
+    /// How many cards the lane holds (filtered: how many of its first
+    /// [`LANE_WINDOW`] match), at most [`LANE_WINDOW`].
+    pub count: usize,
+    /// The lane holds more than [`LANE_WINDOW`] cards: the count stopped
+    /// there, and a filter searched only those.
+    pub more: bool,
+    pub cards: Vec<TaskRecord>,
+}
 
 /// The newest event of each of some cards: its kind and time.
 pub type LastEvents = HashMap<String, (String, i64)>;
@@ -284,12 +298,96 @@ async fn mapped<T: Send>(
 }
 
 /// The statuses this build knows, as an SQL list.
-fn known_statuses() -> String {
-    let names: Vec<String> = TaskStatus::ALL
+/// A lane's cards (a condition on `tasks`) and its order, given the name
+/// of the column that orders rows as they were added (`place`).
+fn lane_rows(lane: Lane, place: &str) -> (String, fn(&str) -> String) {
+    match lane {
+        // The newest done cards: found by walking the table back from
+        // its newest row, which meets them soon (no index orders done
+        // cards by age, and one would cost every claim a page).
+        Lane::Status(TaskStatus::Done) => ("status = 'done'".to_owned(), |place| {
+            format!("{place} DESC")
+        }),
+        Lane::Status(status) => (format!("status = '{}'", status.as_str()), |place| {
+            format!("priority DESC, created_at ASC, {place} ASC")
+        }),
+        // Through the lane index's ranges (a planner ordering by place
+        // would scan the table for them).
+        Lane::Unknown => (
+            format!(
+                "{place} IN (SELECT {place} FROM tasks WHERE {})",
+                unknown_statuses()
+            ),
+            |place| place.to_owned(),
+        ),
+    }
+}
+
+/// A `LIKE` pattern matching `text` anywhere, in any case, its `%`, `_`
+/// and `\\` matched as themselves.
+fn like_pattern(text: &str) -> String {
+    let escaped = text
+        .trim()
+        .to_lowercase()
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
+}
+
+/// A lane filter's conditions, and their values bound in the order they
+/// appear (`$1` on).
+fn filter_conditions<'a>(
+    filter: &'a LaneFilter,
+    pattern: Option<&'a str>,
+) -> (String, Vec<Param<'a>>) {
+    let mut values: Vec<Param<'a>> = Vec::new();
+    let mut conditions = "TRUE".to_owned();
+    if let (Some(pattern), Some(text)) = (pattern, &filter.text) {
+        values.push(Param::Text(pattern));
+        values.push(Param::Text(text.trim()));
+        conditions.push_str(&format!(
+            " AND (LOWER(title) LIKE ${} ESCAPE '\\' OR id = ${})",
+            values.len() - 1,
+            values.len()
+        ));
+    }
+    for (column, value) in [
+        ("assignee", &filter.assignee),
+        ("tenant", &filter.tenant),
+        ("block_kind", &filter.block_kind),
+    ] {
+        if let Some(value) = value {
+            values.push(Param::Text(value));
+            conditions.push_str(&format!(" AND {column} = ${}", values.len()));
+        }
+    }
+    (conditions, values)
+}
+
+/// The cards whose status this build does not know, as ranges of the
+/// lane index between the known names: each range is a seek, so the lane
+/// of unknown statuses is read without a scan of the table (`NOT IN`
+/// would read every row).
+fn unknown_statuses() -> String {
+    let mut names: Vec<&str> = TaskStatus::ALL
         .iter()
-        .map(|status| format!("'{}'", status.as_str()))
+        .map(|status| status.as_str())
         .collect();
-    names.join(", ")
+    names.sort_unstable();
+    let mut ranges = Vec::with_capacity(names.len() + 1);
+    let mut below: Option<&str> = None;
+    for name in names {
+        ranges.push(match below {
+            None => format!("status < '{name}'"),
+            Some(low) => format!("(status > '{low}' AND status < '{name}')"),
+        });
+        below = Some(name);
+    }
+    if let Some(low) = below {
+        ranges.push(format!("status > '{low}'"));
+    }
+    format!("({})", ranges.join(" OR "))
 }
 
 /// One transaction's reads and writes of the board's rows.
@@ -1047,90 +1145,82 @@ impl<'t> Tx<'t> {
         self.flag(&query, args![scopes, now, run_id]).await
     }
 
-    /// How many cards a lane holds (of a filtered lane, at most
-    /// [`FILTERED_COUNT_MOST`] + 1), and `count` of them from `skip` on.
+    /// A page of a lane: `count` cards from `skip` on, in the lane's
+    /// order, and how many it holds, counted only up to [`LANE_WINDOW`]. A
+    /// filter searches the lane's first [`LANE_WINDOW`] cards only, so no
+    /// view of a big lane reads it whole.
     pub(crate) async fn lane(
         &mut self,
         lane: Lane,
         filter: &LaneFilter,
         count: usize,
         skip: usize,
-    ) -> TxResult<(usize, Vec<TaskRecord>)> {
+    ) -> TxResult<LanePage> {
         let dialect = self.sql.dialect();
         let place = dialect.place;
-        let (mut conditions, order) = match lane {
-            // The newest done cards: found by walking the table back from
-            // its newest row, which meets them soon (no index orders done
-            // cards by age, and one would cost every claim a page).
-            Lane::Status(TaskStatus::Done) => {
-                ("status = 'done'".to_owned(), format!("{place} DESC"))
-            }
-            Lane::Status(status) => (
-                format!("status = '{}'", status.as_str()),
-                format!("priority DESC, created_at ASC, {place} ASC"),
-            ),
-            Lane::Unknown => (
-                format!("status NOT IN ({})", known_statuses()),
-                place.to_owned(),
-            ),
-        };
-        // The filter's values, bound in the order they appear.
-        let pattern = filter.text.as_deref().map(|text| {
-            let escaped = text
-                .trim()
-                .to_lowercase()
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        });
-        let mut values: Vec<Param<'_>> = Vec::new();
-        if let (Some(pattern), Some(text)) = (&pattern, &filter.text) {
-            values.push(Param::Text(pattern));
-            values.push(Param::Text(text.trim()));
-            conditions.push_str(&format!(
-                " AND (LOWER(title) LIKE ${} ESCAPE '\\' OR id = ${})",
-                values.len() - 1,
-                values.len()
-            ));
-        }
-        for (column, value) in [
-            ("assignee", &filter.assignee),
-            ("tenant", &filter.tenant),
-            ("block_kind", &filter.block_kind),
-        ] {
-            if let Some(value) = value {
-                values.push(Param::Text(value));
-                conditions.push_str(&format!(" AND {column} = ${}", values.len()));
-            }
-        }
-        let total = if filter.is_empty() {
-            self.value(
-                &format!("SELECT COUNT(*) FROM tasks WHERE {conditions}"),
+        let (base, order) = lane_rows(lane, place);
+        let held = self
+            .value(
+                &format!(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {base} LIMIT {}) counted",
+                    LANE_WINDOW + 1
+                ),
                 &[],
             )
             .await?
-            .int(0)?
-        } else {
-            let bounded = format!(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {conditions} LIMIT {}) counted",
-                FILTERED_COUNT_MOST + 1
-            );
-            self.value(&bounded, &values).await?.int(0)?
-        };
+            .int(0)?;
+        let held = usize::try_from(held).unwrap_or(0);
+        if held == 0 {
+            return Ok(LanePage {
+                count: 0,
+                more: false,
+                cards: Vec::new(),
+            });
+        }
         let table = match lane {
-            Lane::Status(TaskStatus::Done) if total > 1000 => dialect.done_scan,
+            Lane::Status(TaskStatus::Done) if held > 1000 => dialect.done_scan,
             _ => "tasks",
         };
+        if filter.is_empty() {
+            let query = format!(
+                "SELECT {TASK_COLUMNS} FROM {table} WHERE {base} ORDER BY {} LIMIT $1 OFFSET $2",
+                order(place)
+            );
+            let cards = mapped(self.sql, &query, args![limit(count), limit(skip)], task).await?;
+            return Ok(LanePage {
+                count: held.min(LANE_WINDOW),
+                more: held > LANE_WINDOW,
+                cards,
+            });
+        }
+        let pattern = filter.text.as_deref().map(like_pattern);
+        let (conditions, mut values) = filter_conditions(filter, pattern.as_deref());
+        let window = format!(
+            "WITH lane AS (SELECT {TASK_COLUMNS}, {place} AS lane_place FROM {table} WHERE {base} \
+             ORDER BY {} LIMIT {LANE_WINDOW})",
+            order(place)
+        );
+        let matched = self
+            .value(
+                &format!("{window} SELECT COUNT(*) FROM lane WHERE {conditions}"),
+                &values,
+            )
+            .await?
+            .int(0)?;
         let query = format!(
-            "SELECT {TASK_COLUMNS} FROM {table} WHERE {conditions} ORDER BY {order} LIMIT ${} OFFSET ${}",
+            "{window} SELECT {TASK_COLUMNS} FROM lane WHERE {conditions} ORDER BY {} LIMIT ${} OFFSET ${}",
+            order("lane_place"),
             values.len() + 1,
             values.len() + 2
         );
         values.push(Param::Int(limit(count)));
         values.push(Param::Int(limit(skip)));
         let cards = mapped(self.sql, &query, &values, task).await?;
-        Ok((usize::try_from(total).unwrap_or(0), cards))
+        Ok(LanePage {
+            count: usize::try_from(matched).unwrap_or(0),
+            more: held > LANE_WINDOW,
+            cards,
+        })
     }
 
     pub(crate) async fn last_events(&mut self, ids: &[String]) -> TxResult<LastEvents> {

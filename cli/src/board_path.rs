@@ -147,7 +147,7 @@ impl OpenBoard {
         filter: &kanban_board::LaneFilter,
         limit: usize,
         skip: usize,
-    ) -> Result<(usize, Vec<kanban_core::TaskRecord>), kanban_core::BoardError> {
+    ) -> Result<kanban_board::LanePage, kanban_core::BoardError> {
         match &self.engine {
             Engine::Sqlite(board) => board.lane_page(lane, filter, limit, skip).await,
             Engine::Postgres(board) => board.lane_page(lane, filter, limit, skip).await,

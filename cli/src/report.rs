@@ -200,38 +200,21 @@ pub(crate) fn diagnostics(
         Some(path) => Some(load(&path, env).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let walls = block_on(board.walls())?;
-    let now = SystemClock.now();
-    let limits = Thresholds::default();
-    let mut reports = Vec::new();
-    for task in &tasks {
-        let view = block_on(board.show_task(&task.id))?;
-        let served = match (&agents, &task.assignee) {
-            (Some(file), Some(assignee)) => Some(file.agents.contains_key(assignee)),
-            _ => None,
-        };
-        // The walls it met, and those that hold its agent's cards.
-        let route = kanban_core::walls::route_label(task.assignee.as_deref().unwrap_or(""));
-        let met: Vec<(String, i64)> = walls
-            .iter()
-            .filter(|wall| crate::output::wall_met_by(wall, &task.id) || wall.route == route)
-            .map(|wall| (wall.scope.clone(), wall.until))
-            .collect();
-        let facts = CardFacts {
-            task: &view.task,
-            events: &view.events,
-            runs: &view.runs,
-            served,
-            walls: &met,
-        };
-        let found: Vec<Diagnostic> = diagnose(&facts, now, &limits)
+    let reports = block_on(diagnose_cards(
+        &board,
+        &tasks,
+        agents.as_ref(),
+        SystemClock.now(),
+    ))?
+    .into_iter()
+    .filter_map(|(task, found)| {
+        let found: Vec<Diagnostic> = found
             .into_iter()
             .filter(|found| severity.is_none_or(|least| found.severity >= least))
             .collect();
-        if !found.is_empty() {
-            reports.push((view.task, found));
-        }
-    }
+        (!found.is_empty()).then_some((task, found))
+    })
+    .collect::<Vec<_>>();
     print_diagnostics(&reports, as_json);
     if !as_json && task.is_none() {
         // Notifications no one will get: a board-wide finding, so not in
@@ -250,6 +233,46 @@ pub(crate) fn diagnostics(
         }
     }
     Ok(ExitCode::Success)
+}
+
+/// Each of `tasks` with what `kanban diagnostics` finds on it (none: not
+/// listed): whether an agent serves it (when there is an agents file) and
+/// the walls it met or its agent's cards wait behind.
+pub(crate) async fn diagnose_cards(
+    board: &crate::board_path::OpenBoard,
+    tasks: &[TaskRecord],
+    agents: Option<&crate::agents_file::AgentsFile>,
+    now: i64,
+) -> Result<Vec<(TaskRecord, Vec<Diagnostic>)>, kanban_core::BoardError> {
+    let walls = board.walls().await?;
+    let limits = Thresholds::default();
+    let mut reports = Vec::new();
+    for task in tasks {
+        let view = board.show_task(&task.id).await?;
+        let served = match (agents, &task.assignee) {
+            (Some(file), Some(assignee)) => Some(file.agents.contains_key(assignee)),
+            _ => None,
+        };
+        // The walls it met, and those that hold its agent's cards.
+        let route = kanban_core::walls::route_label(task.assignee.as_deref().unwrap_or(""));
+        let met: Vec<(String, i64)> = walls
+            .iter()
+            .filter(|wall| crate::output::wall_met_by(wall, &task.id) || wall.route == route)
+            .map(|wall| (wall.scope.clone(), wall.until))
+            .collect();
+        let facts = CardFacts {
+            task: &view.task,
+            events: &view.events,
+            runs: &view.runs,
+            served,
+            walls: &met,
+        };
+        let found = diagnose(&facts, now, &limits);
+        if !found.is_empty() {
+            reports.push((view.task, found));
+        }
+    }
+    Ok(reports)
 }
 
 /// The cards with their diagnostics, as JSON (the seed system's shape) or

@@ -289,15 +289,21 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/login", get(login))
         .route("/actions/add", post(add_form))
         .route("/actions/bulk", post(bulk_form))
+        .route("/actions/lift-wall", post(lift_wall_form))
+        .route("/walls", get(walls_page))
+        .route("/diagnostics", get(diagnostics_page))
         .route("/actions/{id}/{action}", post(act_form))
         .route("/api/cards", get(api_cards).post(api_add))
         .route("/api/cards/{id}", get(api_card))
         .route("/api/cards/{id}/runs", get(api_runs))
         .route("/api/cards/{id}/events", get(api_events))
         .route("/api/cards/{id}/comments", get(api_comments))
+        .route("/api/cards/{id}/edit", post(api_edit))
         .route("/api/cards/{id}/{action}", post(api_act))
         .route("/api/walls", get(api_walls))
         .route("/api/bulk", post(api_bulk))
+        .route("/api/walls/lift", post(api_lift_wall))
+        .route("/api/diagnostics", get(api_diagnostics))
         .route(
             "/api/notifications",
             get(api_notifications).post(api_subscribe),
@@ -510,13 +516,27 @@ async fn login(State(app): State<Shared>, Query(query): Query<LoginQuery>) -> Re
 /// The lanes as the board page shows them.
 pub(crate) struct Lanes {
     /// Each lane's name (a status, or [`OTHER_LANE`]), count and cards.
-    pub(crate) lanes: Vec<(String, usize, Vec<page::CardTile>)>,
+    pub(crate) lanes: Vec<(String, LaneCount, Vec<page::CardTile>)>,
     pub(crate) walls: Vec<kanban_core::walls::Wall>,
     pub(crate) now: i64,
     /// What the page's URL asked for.
     pub(crate) query: BoardQuery,
     /// The page of the lane shown alone, from 1.
     pub(crate) page: usize,
+    /// When the board's last event was written.
+    pub(crate) last_activity: Option<i64>,
+    /// Cards running now, on every host.
+    pub(crate) running: usize,
+}
+
+/// How many cards a lane holds, as far as a view counts
+/// ([`kanban_board::LANE_WINDOW`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaneCount {
+    /// The lane's cards (filtered: those of its first window that match).
+    pub(crate) count: usize,
+    /// The lane holds more than the window: counted, and searched, no further.
+    pub(crate) more: bool,
 }
 
 /// The lanes a page shows, each lane's count and first cards, and their
@@ -525,17 +545,21 @@ async fn lane_rows(app: &Shared, query: &BoardQuery) -> Result<LaneRows, Failure
     // The seed system's columns, in its order; archived cards only in the
     // API and on their own pages.
     const SHOWN: [TaskStatus; 8] = crate::report::LANES;
-    let ids = |rows: &[(String, usize, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
+    let ids = |rows: &[(String, LaneCount, Vec<kanban_core::TaskRecord>)]| -> Vec<String> {
         rows.iter()
             .flat_map(|(_, _, tasks)| tasks.iter().map(|task| task.id.clone()))
             .collect()
     };
     // Cards of statuses this build does not know get a lane of their own,
     // shown only when there are some.
-    let other = |rows: &mut Vec<(String, usize, Vec<kanban_core::TaskRecord>)>,
-                 (count, tasks): (usize, Vec<kanban_core::TaskRecord>)| {
-        if count > 0 {
-            rows.push((OTHER_LANE.to_owned(), count, tasks));
+    let other = |rows: &mut Vec<(String, LaneCount, Vec<kanban_core::TaskRecord>)>,
+                 page: kanban_board::LanePage| {
+        if page.count > 0 {
+            let count = LaneCount {
+                count: page.count,
+                more: page.more,
+            };
+            rows.push((OTHER_LANE.to_owned(), count, page.cards));
         }
     };
     let board = &app.board;
@@ -546,8 +570,12 @@ async fn lane_rows(app: &Shared, query: &BoardQuery) -> Result<LaneRows, Failure
     let mut rows = Vec::new();
     for status in SHOWN.into_iter().filter(|status| shown(status.as_str())) {
         let lane = kanban_board::Lane::Status(status);
-        let (count, tasks) = board.lane_page(lane, &filter, LANE_LIMIT, skip).await?;
-        rows.push((status.as_str().to_owned(), count, tasks));
+        let page = board.lane_page(lane, &filter, LANE_LIMIT, skip).await?;
+        let count = LaneCount {
+            count: page.count,
+            more: page.more,
+        };
+        rows.push((status.as_str().to_owned(), count, page.cards));
     }
     if shown(OTHER_LANE) {
         let lane = kanban_board::Lane::Unknown;
@@ -566,7 +594,7 @@ pub(crate) const OTHER_LANE: &str = "other";
 /// The lanes shown: each lane's count and first cards, and their last
 /// events.
 type LaneRows = (
-    Vec<(String, usize, Vec<kanban_core::TaskRecord>)>,
+    Vec<(String, LaneCount, Vec<kanban_core::TaskRecord>)>,
     std::collections::HashMap<String, (String, i64)>,
 );
 
@@ -598,12 +626,20 @@ async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
         })
         .collect();
     let walls = app.board.walls().await?;
+    let last_activity = app
+        .board
+        .recent_events(1)
+        .await?
+        .first()
+        .map(|event| event.created_at);
     Ok(Lanes {
         lanes,
         walls,
         now,
         query,
         page,
+        last_activity,
+        running: running.len(),
     })
 }
 
@@ -1302,12 +1338,6 @@ async fn api_act(
     body: String,
 ) -> Result<Json<Value>, Failure> {
     check_json(&headers)?;
-    if action == "edit" {
-        let fields: EditFields = serde_json::from_str(&body)
-            .map_err(|error| Failure::new(StatusCode::BAD_REQUEST, format!("bad edit: {error}")))?;
-        crate::serve_board::edit_card(&app, &id, &fields).await?;
-        return Ok(Json(json!({"ok": true})));
-    }
     let request: ActionBody = if body.trim().is_empty() {
         ActionBody::default()
     } else {
@@ -1327,6 +1357,142 @@ async fn api_act(
     };
     act(&app, &id, &action, &input).await?;
     Ok(Json(json!({"ok": true})))
+}
+
+/// Edits a card in place.
+async fn api_edit(
+    State(app): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<Json<Value>, Failure> {
+    check_json(&headers)?;
+    let fields: EditFields = serde_json::from_str(&body)
+        .map_err(|error| Failure::new(StatusCode::BAD_REQUEST, format!("bad edit: {error}")))?;
+    crate::serve_board::edit_card(&app, &id, &fields).await?;
+    Ok(Json(json!({"ok": true})))
+}
+
+/// The provider walls, each with a button that lifts it.
+async fn walls_page(State(app): State<Shared>) -> Result<Html<String>, Failure> {
+    let walls = app.board.walls().await?;
+    Ok(Html(
+        page::walls(&app, &walls, SystemClock.now()).into_string(),
+    ))
+}
+
+/// Lifts a wall by hand: its cards may be claimed at once.
+async fn lift_wall(app: &App, scope: &str) -> Result<(), Failure> {
+    if app.board.lift_wall(scope.trim()).await? {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("no provider wall on {:?}; /walls lists them", scope.trim()),
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LiftWall {
+    #[serde(default)]
+    csrf: String,
+    scope: String,
+}
+
+async fn lift_wall_form(
+    State(app): State<Shared>,
+    given: Result<Form<LiftWall>, FormRejection>,
+) -> Result<Redirect, Failure> {
+    let form = form(given)?;
+    check_csrf(&app, &form.csrf)?;
+    lift_wall(&app, &form.scope).await?;
+    Ok(Redirect::to("/walls"))
+}
+
+async fn api_lift_wall(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<Json<Value>, Failure> {
+    check_json(&headers)?;
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Scope {
+        scope: String,
+    }
+    let given: Scope = serde_json::from_str(&body)
+        .map_err(|error| Failure::new(StatusCode::BAD_REQUEST, format!("bad wall: {error}")))?;
+    lift_wall(&app, &given.scope).await?;
+    Ok(Json(json!({"ok": true})))
+}
+
+/// Cards of each lane a diagnostics view reads: a board of a million
+/// cards is diagnosed a page at a time, not whole.
+pub(crate) const DIAGNOSED_PER_LANE: usize = 200;
+
+/// What `kanban diagnostics` finds, on the first cards of each lane that
+/// is not done.
+async fn diagnosed(
+    app: &App,
+) -> Result<
+    Vec<(
+        kanban_core::TaskRecord,
+        Vec<kanban_core::diagnostics::Diagnostic>,
+    )>,
+    Failure,
+> {
+    let mut tasks = Vec::new();
+    for status in crate::report::LANES
+        .into_iter()
+        .filter(|status| *status != TaskStatus::Done)
+    {
+        let lane = kanban_board::Lane::Status(status);
+        let filter = kanban_board::LaneFilter::default();
+        tasks.extend(
+            app.board
+                .lane_page(lane, &filter, DIAGNOSED_PER_LANE, 0)
+                .await?
+                .cards,
+        );
+    }
+    let agents = match &app.agents {
+        Some(path) => Some(
+            crate::agents_file::load(path, &app.env)
+                .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error))?,
+        ),
+        None => None,
+    };
+    Ok(
+        crate::report::diagnose_cards(&app.board, &tasks, agents.as_ref(), SystemClock.now())
+            .await?,
+    )
+}
+
+async fn diagnostics_page(State(app): State<Shared>) -> Result<Html<String>, Failure> {
+    let reports = diagnosed(&app).await?;
+    let dead: Vec<_> = app
+        .board
+        .subscriptions()
+        .await?
+        .into_iter()
+        .filter(|sub| sub.dead > 0)
+        .collect();
+    Ok(Html(page::diagnostics(&app, &reports, &dead).into_string()))
+}
+
+/// The seed system's `diagnostics --json` shape.
+async fn api_diagnostics(State(app): State<Shared>) -> Result<Json<Value>, Failure> {
+    let reports = diagnosed(&app).await?;
+    Ok(Json(Value::Array(
+        reports
+            .iter()
+            .map(|(task, found)| {
+                json!({"task_id": task.id, "title": task.title, "status": task.status.as_str(), "assignee": task.assignee, "diagnostics": found})
+            })
+            .collect(),
+    )))
 }
 
 /// One action on many cards: each card's result, in the order named. One

@@ -3,20 +3,20 @@
 //! on many cards at once. Each is the same board operation the CLI makes.
 
 use axum::http::StatusCode;
-use kanban_board::{FILTERED_COUNT_MOST, LaneFilter};
+use kanban_board::{LANE_WINDOW, LaneFilter};
 use kanban_core::TaskStatus;
 use kanban_core::moves::{self, MoveOperation};
 use kanban_core::rules::{CardEdit, Change};
 use serde::Deserialize;
 
-use crate::serve::{App, Failure, LANE_LIMIT, OTHER_LANE};
+use crate::serve::{App, Failure, LANE_LIMIT, LaneCount, OTHER_LANE};
 
 /// What a board page shows, as its URL says: `?q=…&assignee=…&tenant=…
 /// &block=…&lane=…&page=…`. A bookmark or a shared link shows the same.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BoardQuery {
-    /// Words of the title, or a card's whole id.
+    /// A piece of the title (any case), or a card's whole id.
     #[serde(default)]
     pub(crate) q: String,
     #[serde(default)]
@@ -35,8 +35,9 @@ pub(crate) struct BoardQuery {
 
 /// The longest filter text a page takes.
 const FILTER_MOST: usize = 200;
-/// The last page a lane pages to (its cards past that: the API's cursor).
-const PAGE_MOST: usize = 10_000;
+/// The last page a lane pages to: as far as a view reads a lane (its
+/// cards past that: the API's cursor).
+const PAGE_MOST: usize = LANE_WINDOW / LANE_LIMIT;
 
 impl BoardQuery {
     /// The board's filter, or why the URL's is not one.
@@ -113,12 +114,13 @@ impl BoardQuery {
     }
 }
 
-/// How a lane's count reads: a filtered count stops past its bound.
-pub(crate) fn count_text(count: usize) -> String {
-    if count > FILTERED_COUNT_MOST {
-        format!("{FILTERED_COUNT_MOST}+")
-    } else {
-        count.to_string()
+/// How a lane's count reads: past the window a view reads, `10000+`; a
+/// filter's matches among the first 10,000 of a bigger lane say so.
+pub(crate) fn count_text(count: LaneCount, filtered: bool) -> String {
+    match (count.more, filtered) {
+        (false, _) => count.count.to_string(),
+        (true, false) => format!("{LANE_WINDOW}+"),
+        (true, true) => format!("{} in the first {LANE_WINDOW}", count.count),
     }
 }
 
@@ -500,14 +502,11 @@ mod tests {
             };
             assert_eq!(query.lane().is_ok(), ok, "{lane:?}");
         }
-        assert_eq!(
-            count_text(FILTERED_COUNT_MOST),
-            FILTERED_COUNT_MOST.to_string()
-        );
-        assert_eq!(
-            count_text(FILTERED_COUNT_MOST + 1),
-            format!("{FILTERED_COUNT_MOST}+")
-        );
+        let count = |count, more| LaneCount { count, more };
+        assert_eq!(count_text(count(7, false), false), "7");
+        assert_eq!(count_text(count(7, false), true), "7");
+        assert_eq!(count_text(count(LANE_WINDOW, true), false), "10000+");
+        assert_eq!(count_text(count(3, true), true), "3 in the first 10000");
     }
 
     #[test]

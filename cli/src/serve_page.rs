@@ -42,7 +42,8 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
                     span.path { (app.board.name()) }
                     nav aria-label="views" {
                         a href="/" { "Board" }
-                        a href="/api/walls" { "Walls (JSON)" }
+                        a href="/walls" { "Walls" }
+                        a href="/diagnostics" { "Diagnostics" }
                     }
                     button.help type="button" data-keys-help aria-haspopup="dialog" { "Keys (?)" }
                     span.live #live role="status" { "○ connecting" }
@@ -187,7 +188,14 @@ fn add_form(app: &App, parent: Option<&str>) -> Markup {
 /// The lanes, alone: what a live board fetches on `changed`.
 pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
     let query = &lanes.query;
+    let filtered = !query.filter_string().is_empty();
     html! {
+        p.health data-health {
+            (lanes.running) " running"
+            " · " (lanes.walls.len()) " provider wall" @if lanes.walls.len() != 1 { "s" }
+            " · last activity "
+            @match lanes.last_activity { Some(at) => { (crate::output::span((lanes.now - at).max(0))) " ago" } None => { "never" } }
+        }
         @if !lanes.walls.is_empty() {
             div.walls {
                 strong { "Provider walls: " }
@@ -205,17 +213,17 @@ pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
                 section class={ "lane " (status) } data-lane=(status) aria-label={ (status) " lane" } {
                     h2 {
                         a href={ "/?" (query.page_string(status, 1)) } { (status) }
-                        span data-count { (count_text(*count)) }
+                        span data-count { (count_text(*count, filtered)) }
                     }
                     @if status == crate::serve::OTHER_LANE {
                         div.more { "statuses this kanban does not know: shown as they are, never claimed" }
                     }
                     @for tile in tiles { (card_tile(tile, lanes.now)) }
-                    @if lanes.page > 1 || *count > lanes.page * LANE_LIMIT {
+                    @if lanes.page > 1 || count.count > lanes.page * LANE_LIMIT {
                         nav.pages aria-label={ (status) " pages" } {
                             @if lanes.page > 1 { a rel="prev" href={ "/?" (query.page_string(status, lanes.page - 1)) } { "← previous" } " " }
                             span { "page " (lanes.page) }
-                            @if *count > lanes.page * LANE_LIMIT { " " a rel="next" data-next-page href={ "/?" (query.page_string(status, lanes.page + 1)) } { "next " (LANE_LIMIT) " →" } }
+                            @if count.count > lanes.page * LANE_LIMIT { " " a rel="next" data-next-page href={ "/?" (query.page_string(status, lanes.page + 1)) } { "next " (LANE_LIMIT) " →" } }
                         }
                     }
                 }
@@ -595,4 +603,81 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
         }
         @if !log_tail.is_empty() { section { h3 { "Log (tail)" } pre { (log_tail) } } }
     }
+}
+
+/// The provider walls, each with a button that lifts it.
+pub(crate) fn walls(app: &App, walls: &[kanban_core::walls::Wall], now: i64) -> Markup {
+    layout(
+        app,
+        "walls",
+        html! {
+            h2 { "Provider walls" }
+            @if walls.is_empty() {
+                p { "No provider wall: every agent's cards may be claimed." }
+            } @else {
+                table {
+                    tr { th { "scope" } th { "kind" } th { "agent" } th { "holds until" } th { "hits" } th { "last hit by" } th { "reason" } th { "" } }
+                    @for wall in walls {
+                        tr data-wall=(wall.scope) {
+                            td { (wall.scope) }
+                            td { (wall.kind.as_str()) }
+                            td { (wall.route) }
+                            td { @if wall.until > now { (human_time(wall.until, now)) } @else { "probing" } }
+                            td { (wall.hits) }
+                            td { (wall.source) }
+                            td { (short(&wall.reason, 160)) }
+                            td {
+                                form.inline method="post" action="/actions/lift-wall" {
+                                    input type="hidden" name="csrf" value=(app.csrf);
+                                    input type="hidden" name="scope" value=(wall.scope);
+                                    button type="submit" data-action="lift" aria-label={ "lift the wall on " (wall.scope) } { "Lift" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// What `kanban diagnostics` finds on the first cards of each lane, and
+/// the notifications nobody will get.
+pub(crate) fn diagnostics(
+    app: &App,
+    reports: &[(TaskRecord, Vec<kanban_core::diagnostics::Diagnostic>)],
+    dead: &[kanban_core::notify::SubscriptionView],
+) -> Markup {
+    layout(
+        app,
+        "diagnostics",
+        html! {
+            h2 { "Diagnostics" }
+            p.meta { "What needs a person, on the first " (crate::serve::DIAGNOSED_PER_LANE) " cards of each lane but done (`kanban diagnostics` reads them all)." }
+            @if reports.is_empty() && dead.is_empty() {
+                p { "Nothing on the board needs a person." }
+            }
+            @for (task, found) in reports {
+                section data-diagnosed=(task.id) {
+                    h3 { a href={ "/cards/" (task.id) } { (task.id) } " · " (task.status.as_str()) " · " (short(&task.title, 80)) }
+                    ul {
+                        @for diagnostic in found {
+                            li {
+                                span.pill.warn { (diagnostic.severity.as_str()) } " " strong { (diagnostic.kind) } ": " (diagnostic.title)
+                                @for action in diagnostic.actions.iter().filter(|action| action.kind == "cli_hint") {
+                                    @if let Some(command) = action.payload["command"].as_str() { br; code { (command) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @for sub in dead {
+                p data-dead-subscription=(sub.id) {
+                    span.pill.warn { (sub.dead) " dead" } " notifications of subscription " (sub.id) " (" (sub.channel) " "
+                    (kanban_core::notify::shown_address(&sub.channel, &sub.address)) "): " (sub.last_error.as_deref().unwrap_or("no error recorded"))
+                }
+            }
+        },
+    )
 }

@@ -72,7 +72,8 @@ macro_rules! board_contract_tests {
             a_done_card_s_handoff_is_edited_on_its_last_completed_run,
             one_probe_per_wall,
             lifting_a_wall_frees_the_card_that_met_it,
-            text_with_nul_is_stored_with_its_stand_in
+            text_with_nul_is_stored_with_its_stand_in,
+            a_lane_page_is_filtered_and_counted
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -2217,4 +2218,117 @@ pub fn text_with_nul_is_stored_with_its_stand_in<B: Board + BoardAdmin + Dispatc
         .expect("the booking's event");
     assert_eq!(crash.payload["output"], "output\u{FFFD}end");
     assert_eq!(status(board, &id), TaskStatus::Ready, "a crash is retried");
+}
+
+/// A board's pages of a lane, as the web board reads them.
+pub trait LanePages {
+    fn lane_page(
+        &self,
+        lane: kanban_board::Lane,
+        filter: &kanban_board::LaneFilter,
+        limit: usize,
+        skip: usize,
+    ) -> Result<kanban_board::LanePage, BoardError>;
+}
+
+impl LanePages for kanban_board_sqlite::SqliteBoard {
+    fn lane_page(
+        &self,
+        lane: kanban_board::Lane,
+        filter: &kanban_board::LaneFilter,
+        limit: usize,
+        skip: usize,
+    ) -> Result<kanban_board::LanePage, BoardError> {
+        // The stored board's own method, not this trait's.
+        block_on(std::ops::Deref::deref(self).lane_page(lane, filter, limit, skip))
+    }
+}
+
+impl LanePages for kanban_board_postgres::PgBoard {
+    fn lane_page(
+        &self,
+        lane: kanban_board::Lane,
+        filter: &kanban_board::LaneFilter,
+        limit: usize,
+        skip: usize,
+    ) -> Result<kanban_board::LanePage, BoardError> {
+        // The stored board's own method, not this trait's.
+        block_on(std::ops::Deref::deref(self).lane_page(lane, filter, limit, skip))
+    }
+}
+
+/// A lane's page narrowed by a filter: words of the title in any case (a
+/// `%` or `_` in them matched as itself) or a whole id, an assignee, a
+/// tenant; its count that of the matches; a page after the first `skip`.
+pub fn a_lane_page_is_filtered_and_counted<B: BoardAdmin + LanePages>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    use kanban_board::{Lane, LaneFilter};
+    let add = |title: &str, assignee: Option<&str>, tenant: Option<&str>| {
+        time.advance(1);
+        create(
+            board,
+            &NewTask {
+                assignee: assignee.map(str::to_owned),
+                tenant: tenant.map(str::to_owned),
+                ..task(title)
+            },
+        )
+    };
+    let flaky = add("Fix the FLAKY parser test", Some("coder"), Some("acme"));
+    let notes = add("write the release notes", Some("writer"), None);
+    let percent = add("reach 100% coverage", Some("coder"), None);
+    let plain = add("reach 1000 users", None, Some("acme"));
+    let under = add("rename a_b", None, None);
+    let ready = Lane::Status(TaskStatus::Ready);
+    let ids = |filter: LaneFilter| -> (usize, Vec<String>) {
+        let page = board.lane_page(ready, &filter, 10, 0).unwrap();
+        (
+            page.count,
+            page.cards.into_iter().map(|card| card.id).collect(),
+        )
+    };
+    let text = |words: &str| LaneFilter {
+        text: Some(words.to_owned()),
+        ..LaneFilter::default()
+    };
+    assert_eq!(ids(LaneFilter::default()).0, 5);
+    assert_eq!(ids(text("flaky parser")), (1, vec![flaky.clone()]));
+    assert_eq!(ids(text("100%")), (1, vec![percent.clone()]), "% is itself");
+    assert_eq!(ids(text("a_b")), (1, vec![under.clone()]), "_ is itself");
+    assert_eq!(ids(text(&notes)), (1, vec![notes.clone()]), "a whole id");
+    assert_eq!(ids(text("nothing like it")), (0, Vec::new()));
+    let coder = LaneFilter {
+        assignee: Some("coder".to_owned()),
+        ..LaneFilter::default()
+    };
+    assert_eq!(
+        ids(coder.clone()),
+        (2, vec![flaky.clone(), percent.clone()])
+    );
+    let acme_coder = LaneFilter {
+        tenant: Some("acme".to_owned()),
+        ..coder
+    };
+    assert_eq!(ids(acme_coder), (1, vec![flaky.clone()]));
+    let acme = LaneFilter {
+        tenant: Some("acme".to_owned()),
+        ..LaneFilter::default()
+    };
+    assert_eq!(ids(acme.clone()), (2, vec![flaky, plain.clone()]));
+    let second = board.lane_page(ready, &acme, 1, 1).unwrap();
+    assert_eq!(
+        (
+            second.count,
+            second.more,
+            second.cards.len(),
+            second.cards[0].id.as_str()
+        ),
+        (2, false, 1, plain.as_str())
+    );
+    let blocked = board
+        .lane_page(Lane::Status(TaskStatus::Blocked), &acme, 10, 0)
+        .unwrap();
+    assert_eq!((blocked.count, blocked.cards.len()), (0, 0));
 }

@@ -254,3 +254,38 @@ fn tick_durations_add_up_per_bucket_and_in_their_sum() {
     assert_eq!(stats.tick_buckets, buckets);
     assert_eq!(stats.tick_sum_ms, 12_012);
 }
+
+/// A view reads a big lane no further than its window: the count stops
+/// there, and a filter searches only the window's cards (the lane's
+/// first, in claim order).
+#[test]
+fn a_lane_is_counted_and_searched_within_its_window() {
+    use kanban_board::{LANE_WINDOW, Lane, LaneFilter};
+    let (board, _time, dir) = board();
+    let path = dir.path().join("kanban.db");
+    let cards = u64::try_from(LANE_WINDOW).unwrap() + 50;
+    kanban_testkit::bulk_add_cards(&path, cards, kanban_testkit::BulkLanes::AllReady, START);
+    let ready = Lane::Status(TaskStatus::Ready);
+    let whole = block_on(board.lane_page(ready, &LaneFilter::default(), 100, 0)).unwrap();
+    assert_eq!(
+        (whole.count, whole.more, whole.cards.len()),
+        (LANE_WINDOW, true, 100)
+    );
+    let last_page =
+        block_on(board.lane_page(ready, &LaneFilter::default(), 100, LANE_WINDOW - 100)).unwrap();
+    assert_eq!(last_page.cards.len(), 100);
+    let text = |words: &str| LaneFilter {
+        text: Some(words.to_owned()),
+        ..LaneFilter::default()
+    };
+    // Card 4 is of the highest priority (card i has i % 5): inside the
+    // window; the last card, of priority 0 and the newest, is past it.
+    let inside = block_on(board.lane_page(ready, &text("card 4"), 100, 0)).unwrap();
+    assert!(inside.more && inside.count > 0 && inside.cards.iter().any(|c| c.title == "card 4"));
+    let past = block_on(board.lane_page(ready, &text(&format!("card {cards}")), 100, 0)).unwrap();
+    assert_eq!(
+        (past.count, past.more),
+        (0, true),
+        "searched within the window only"
+    );
+}

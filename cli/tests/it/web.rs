@@ -569,6 +569,73 @@ fn terminating_a_running_card_from_its_page_fences_its_worker() {
     assert_eq!(stale.output().unwrap().status.code(), Some(1), "fenced out");
 }
 
+/// A provider wall on the board, as a dispatcher's booking leaves one.
+fn wall(bench: &Bench, scope: &str, source: &str) {
+    let conn = rusqlite::Connection::open(&bench.db).unwrap();
+    let now = crate::now();
+    conn.execute(
+        "INSERT INTO provider_walls (scope, kind, route, since, until, reason, source, hits)
+         VALUES (?1, 'rate', 'coder', ?2, ?3, 'HTTP 429: slow down', ?4, 3)",
+        rusqlite::params![scope, now, now + 3600, source],
+    )
+    .unwrap();
+}
+
+#[test]
+fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
+    let bench = Bench::new();
+    let agents = bench.path().join("agents.toml");
+    std::fs::write(&agents, "[agents.coder]\ncommand = \"true\"\n").unwrap();
+    let stray = bench.add("nobody serves this", &["--assignee", "ghost"]);
+    let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
+    let _carrier = bench.claim(&running, Some(900));
+    wall(&bench, "http:api.example/v1", &format!("{running}#1"));
+    let server = Server::start(&bench, &["--agents", agents.to_str().unwrap()]);
+    browse(false, async |client| {
+        client.goto(&server.url).await.unwrap();
+        let health = text(client, "[data-health]").await;
+        assert!(
+            health.starts_with("1 running · 1 provider wall · last activity"),
+            "{health}"
+        );
+        click(client, "nav a[href='/diagnostics']").await;
+        let found = text(client, &format!("[data-diagnosed='{stray}']")).await;
+        assert!(found.contains("ghost"), "{found}");
+        click(client, "nav a[href='/walls']").await;
+        let shown = text(client, "[data-wall='http:api.example/v1']").await;
+        assert!(shown.contains("HTTP 429"), "{shown}");
+        click(client, "[data-action=lift]").await;
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath("//p[contains(., 'No provider wall')]"))
+            .await
+            .expect("the wall is lifted");
+    });
+    assert_eq!(bench.ok(&["walls", "--json"]).trim(), "[]");
+    // The same through the API, as described.
+    let openapi: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let (code, answer) = crate::serve::get(&format!("{}/api/diagnostics", server.url));
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    crate::serve::conforms(&openapi, "/api/diagnostics", "get", code, &answer);
+    assert!(
+        answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|card| card["task_id"] == json!(stray)),
+        "{answer}"
+    );
+    wall(&bench, "http:api.example/v2", &format!("{running}#1"));
+    let lift = format!("{}/api/walls/lift", server.url);
+    for (scope, want) in [("http:api.example/v2", 200), ("http:api.example/v2", 404)] {
+        let (code, answer) = crate::serve::post_json(&lift, &json!({"scope": scope}));
+        crate::serve::conforms(&openapi, "/api/walls/lift", "post", code, &answer);
+        assert_eq!(code, want, "{answer}");
+    }
+    assert_eq!(bench.ok(&["walls", "--json"]).trim(), "[]");
+}
+
 /// axe-core from the npm registry, installed once per build into the
 /// test's own folder: its script's text.
 fn axe_source() -> String {
@@ -638,6 +705,7 @@ fn every_page_and_dialog_passes_axe_in_both_themes_and_is_photographed() {
     let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
     let _carrier = bench.claim(&running, Some(900));
     bench.ok(&["comment", &card, "start with the API"]);
+    wall(&bench, "http:api.example/v1", &format!("{running}#1"));
     let server = Server::start(&bench, &[]);
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -667,14 +735,24 @@ fn every_page_and_dialog_passes_axe_in_both_themes_and_is_photographed() {
                 .goto(&format!("{}/cards/{card}", server.url))
                 .await
                 .unwrap();
-            click(client, "details.edit summary").await;
-            click(client, "details.more summary").await;
-            found.extend(violations(client, &axe).await);
+            find(client, "[data-action=hold]").await;
             std::fs::write(
                 shots.join(format!("card-{theme}.png")),
                 client.screenshot().await.unwrap(),
             )
             .unwrap();
+            click(client, "details.edit summary").await;
+            click(client, "details.more summary").await;
+            found.extend(violations(client, &axe).await);
+            // The walls and the diagnostics.
+            client.goto(&format!("{}/walls", server.url)).await.unwrap();
+            find(client, "[data-action=lift]").await;
+            found.extend(violations(client, &axe).await);
+            client
+                .goto(&format!("{}/diagnostics", server.url))
+                .await
+                .unwrap();
+            found.extend(violations(client, &axe).await);
             // A filtered view, one lane paged.
             client
                 .goto(&format!("{}/?q=the&lane=ready", server.url))
@@ -688,4 +766,162 @@ fn every_page_and_dialog_passes_axe_in_both_themes_and_is_photographed() {
             );
         });
     }
+}
+
+/// The API behind every page action: moves, edits and bulk actions, each
+/// answer checked against the OpenAPI document, refusals included.
+#[test]
+fn the_api_moves_edits_and_acts_in_bulk_as_described() {
+    use crate::serve::{conforms, post_json};
+    let openapi: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let bench = Bench::new();
+    let agents = bench.path().join("agents.toml");
+    std::fs::write(
+        &agents,
+        "[agents.coder]\ncommand = \"true\"\n[agents.writer]\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let blocked = bench.add("translate the README", &["--blocked"]);
+    let ready = bench.add("write the notes", &[]);
+    let archived = bench.add("old idea", &[]);
+    bench.ok(&["archive", &archived]);
+    let server = Server::start(&bench, &["--agents", agents.to_str().unwrap()]);
+    let base = &server.url;
+    let act = "/api/cards/{id}/{action}";
+    let call = |path: &str, body: Value| post_json(&format!("{base}{path}"), &body);
+
+    let (code, answer) = call(
+        &format!("/api/cards/{blocked}/move"),
+        json!({"to": "ready"}),
+    );
+    conforms(&openapi, act, "post", code, &answer);
+    assert_eq!((code, status(&bench, &blocked)), (200, "ready".to_owned()));
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/move"),
+        json!({"to": "running"}),
+    );
+    conforms(&openapi, act, "post", code, &answer);
+    assert_eq!(code, 409);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("dispatcher claims it"),
+        "{answer}"
+    );
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/move"),
+        json!({"to": "sideways"}),
+    );
+    conforms(&openapi, act, "post", code, &answer);
+    assert_eq!(code, 400);
+    assert_eq!(
+        status(&bench, &ready),
+        "ready",
+        "a refused move changes nothing"
+    );
+
+    let edit = "/api/cards/{id}/edit";
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/edit"),
+        json!({"title": "write the release notes", "priority": 3, "assignee": "writer", "tenant": "acme"}),
+    );
+    conforms(&openapi, edit, "post", code, &answer);
+    assert_eq!(code, 200);
+    let task = bench.show(&ready)["task"].clone();
+    assert_eq!(
+        (
+            &task["title"],
+            &task["priority"],
+            &task["assignee"],
+            &task["tenant"]
+        ),
+        (
+            &json!("write the release notes"),
+            &json!(3),
+            &json!("writer"),
+            &json!("acme")
+        )
+    );
+    for (body, want) in [
+        (json!({"assignee": "stranger"}), 400),
+        (json!({"priority": "high"}), 400),
+        (json!({"title": "  "}), 400),
+        (json!({"colour": "red"}), 400),
+    ] {
+        let (code, answer) = call(&format!("/api/cards/{ready}/edit"), body.clone());
+        conforms(&openapi, edit, "post", code, &answer);
+        assert_eq!(code, want, "{body}: {answer}");
+    }
+    let (code, answer) = call(
+        &format!("/api/cards/{archived}/edit"),
+        json!({"title": "x"}),
+    );
+    conforms(&openapi, edit, "post", code, &answer);
+    assert_eq!(code, 409);
+    assert_eq!(
+        bench.show(&ready)["task"]["title"],
+        "write the release notes",
+        "refusals change nothing"
+    );
+    // Clearing the tenant: an empty value.
+    let (code, _) = call(&format!("/api/cards/{ready}/edit"), json!({"tenant": ""}));
+    assert_eq!(code, 200);
+    assert_eq!(bench.show(&ready)["task"]["tenant"], Value::Null);
+
+    let (code, answer) = call(
+        "/api/bulk",
+        json!({"cards": [ready, blocked, archived, "t_nope"], "action": "hold", "reason": "freeze"}),
+    );
+    conforms(&openapi, "/api/bulk", "post", code, &answer);
+    assert_eq!(code, 200);
+    let oks: Vec<bool> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ok"] == true)
+        .collect();
+    assert_eq!(oks, [true, true, false, false], "{answer}");
+    assert_eq!(
+        (status(&bench, &ready), status(&bench, &blocked)),
+        ("scheduled".to_owned(), "scheduled".to_owned())
+    );
+    let (code, answer) = call(
+        "/api/bulk",
+        json!({"cards": [ready, blocked], "action": "move", "to": "ready"}),
+    );
+    conforms(&openapi, "/api/bulk", "post", code, &answer);
+    assert_eq!((code, status(&bench, &ready)), (200, "ready".to_owned()));
+    for body in [
+        json!({"cards": [], "action": "hold"}),
+        json!({"cards": [ready], "action": "delete"}),
+        json!({"cards": vec![ready.clone(); 1].into_iter().chain((0..500).map(|n| format!("t_{n}"))).collect::<Vec<_>>(), "action": "hold"}),
+    ] {
+        let (code, answer) = call("/api/bulk", body);
+        conforms(&openapi, "/api/bulk", "post", code, &answer);
+        assert_eq!(code, 400, "{answer}");
+    }
+    assert_eq!(status(&bench, &ready), "ready");
+    // A reassign names an agent of the file, or none.
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/reassign"),
+        json!({"text": "stranger"}),
+    );
+    conforms(&openapi, act, "post", code, &answer);
+    assert_eq!(code, 400);
+    let (code, _) = call(
+        &format!("/api/cards/{ready}/reassign"),
+        json!({"text": "coder"}),
+    );
+    assert_eq!(
+        (code, bench.show(&ready)["task"]["assignee"].clone()),
+        (200, json!("coder"))
+    );
+    // A bad board query is refused with what to fix.
+    let (code, page) = crate::serve::get(&format!("{base}/?page=0"));
+    assert_eq!(code, 400);
+    assert!(page.contains("a lane pages from 1"), "{page}");
+    let (code, page) = crate::serve::get(&format!("{base}/?lane=sideways"));
+    assert_eq!(code, 400);
+    assert!(page.contains("name one of"), "{page}");
 }
