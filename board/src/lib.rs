@@ -66,9 +66,10 @@ impl<E: Engine> StoredBoard<E> {
             .await
     }
 
-    /// One lane of the board as a page shows it: how many cards it holds,
-    /// and its first `limit` (claim order: priority, then oldest; the done
-    /// lane newest first), read through the lane index.
+    /// One lane of the board as a page shows it: how many cards it holds
+    /// (counted up to [`LANE_WINDOW`]), and its first `limit` (claim order:
+    /// priority, then oldest; the done lane newest first), read through the
+    /// lane index.
     pub async fn lane(
         &self,
         status: TaskStatus,
@@ -87,7 +88,8 @@ impl<E: Engine> StoredBoard<E> {
     }
 
     /// The cards of statuses this build does not know (the seed system's
-    /// own, a newer build's): how many, and the first `limit`, oldest first.
+    /// own, a newer build's): how many (counted up to [`LANE_WINDOW`]), and
+    /// the first `limit`, oldest first.
     pub async fn unknown_lane(&self, limit: usize) -> Result<(usize, Vec<TaskRecord>), BoardError> {
         self.engine
             .read(move |sql| {

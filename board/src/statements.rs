@@ -1177,8 +1177,11 @@ impl<'t> Tx<'t> {
                 cards: Vec::new(),
             });
         }
+        // Walking the table back finds the newest of a big done lane at
+        // once; a smaller one, spread through a big table, is read (and
+        // sorted, at most the window) through the lane index instead.
         let table = match lane {
-            Lane::Status(TaskStatus::Done) if held > 1000 => dialect.done_scan,
+            Lane::Status(TaskStatus::Done) if held > LANE_WINDOW => dialect.done_scan,
             _ => "tasks",
         };
         if filter.is_empty() {
@@ -1195,9 +1198,11 @@ impl<'t> Tx<'t> {
         }
         let pattern = filter.text.as_deref().map(like_pattern);
         let (conditions, mut values) = filter_conditions(filter, pattern.as_deref());
+        // The window holds only what the filter and the order read; the
+        // page's cards are read whole afterwards.
         let window = format!(
-            "WITH lane AS (SELECT {TASK_COLUMNS}, {place} AS lane_place FROM {table} WHERE {base} \
-             ORDER BY {} LIMIT {LANE_WINDOW})",
+            "WITH lane AS (SELECT {place} AS lane_place, id, title, assignee, tenant, block_kind, \
+             priority, created_at FROM {table} WHERE {base} ORDER BY {} LIMIT {LANE_WINDOW})",
             order(place)
         );
         let matched = self
@@ -1208,10 +1213,12 @@ impl<'t> Tx<'t> {
             .await?
             .int(0)?;
         let query = format!(
-            "{window} SELECT {TASK_COLUMNS} FROM lane WHERE {conditions} ORDER BY {} LIMIT ${} OFFSET ${}",
+            "{window} SELECT {TASK_COLUMNS} FROM tasks WHERE {place} IN (SELECT lane_place FROM lane \
+             WHERE {conditions} ORDER BY {} LIMIT ${} OFFSET ${}) ORDER BY {}",
             order("lane_place"),
             values.len() + 1,
-            values.len() + 2
+            values.len() + 2,
+            order(place)
         );
         values.push(Param::Int(limit(count)));
         values.push(Param::Int(limit(skip)));

@@ -8,7 +8,10 @@
   var targets = Array.from(document.querySelectorAll('[data-fragment]'));
   var selected = new Set();
   var dragging = null;
-  var busy = false, again = false;
+  var busy = false, again = false, waiting = false;
+  document.addEventListener('focusout', function () {
+    if (waiting) { waiting = false; setTimeout(refresh, 0); }
+  });
 
   function say(text, bad) {
     toast.textContent = text;
@@ -27,12 +30,16 @@
   }
 
   // After the lanes are fetched again: the same cards checked, the same
-  // card focused.
+  // card focused. A selected card no longer shown (moved on, filtered
+  // out) leaves the selection: a bulk action acts only on what is seen.
   function restore(focused) {
+    var shown = new Set();
     document.querySelectorAll('input.pick').forEach(function (box) {
+      shown.add(box.value);
       box.checked = selected.has(box.value);
       box.closest('.card').classList.toggle('selected', box.checked);
     });
+    selected.forEach(function (id) { if (!shown.has(id)) selected.delete(id); });
     showSelected();
     var tile = focused && tileOf(focused);
     if (tile) tile.querySelector('a.title').focus();
@@ -45,6 +52,12 @@
     var focused = focusedTile();
     focused = focused && focused.getAttribute('data-card');
     return Promise.all(targets.map(function (target) {
+      // A part with a field being typed in waits until the field is left.
+      var typing = document.activeElement;
+      if (typing && target.contains(typing) && typing.matches('input:not(.pick), textarea, select')) {
+        waiting = true;
+        return null;
+      }
       return fetch(target.getAttribute('data-fragment'), {credentials: 'same-origin'})
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) { if (html !== null) target.innerHTML = html; });
@@ -75,11 +88,12 @@
     });
   }
 
-  // Moves a card to a lane: only the moves the board allows; a refused one
-  // goes back where it was and says why.
-  function move(id, to, undo) {
+  // Moves a card to a lane: only the moves the board allows, and only from
+  // the lane the page shows it in; a refused one goes back where it was
+  // and says why.
+  function move(id, from, to, undo) {
     return post('/api/cards/' + encodeURIComponent(id) + '/move',
-                {to: to, reason: 'moved on the web board'})
+                {to: to, from: from, reason: 'moved on the web board'})
       .then(function (result) {
         if (result.ok) say(id + ' moved to ' + to);
         else { if (undo) undo(); say(result.answer.error || 'the move was refused', true); }
@@ -128,6 +142,8 @@
     dragging = null;
     if (again) { again = false; refresh(); }
     if (!drag || !drag.moving) return;
+    // A live update replaced the lanes meanwhile: the card dragged is gone.
+    if (!drag.tile.isConnected) { mark(null); return; }
     drag.tile.classList.remove('dragging');
     drag.tile.style.transform = '';
     mark(null);
@@ -136,10 +152,11 @@
     window.addEventListener('click', swallow, {capture: true, once: true});
     setTimeout(function () { window.removeEventListener('click', swallow, {capture: true}); }, 0);
     var lane = e.type === 'pointerup' ? laneAt(e.clientX, e.clientY) : null;
-    if (!lane || lane === drag.lane) return;
+    if (!lane || lane.getAttribute('data-lane') === drag.lane.getAttribute('data-lane')) return;
     var heading = lane.querySelector('h2');
     lane.insertBefore(drag.tile, heading ? heading.nextSibling : lane.firstChild);
-    move(drag.tile.getAttribute('data-card'), lane.getAttribute('data-lane'), function () {
+    move(drag.tile.getAttribute('data-card'), drag.tile.getAttribute('data-status'),
+         lane.getAttribute('data-lane'), function () {
       drag.lane.insertBefore(drag.tile, drag.next && drag.next.parentNode === drag.lane ? drag.next : null);
     });
   }
@@ -218,8 +235,12 @@
       box.checked = !box.checked;
       box.dispatchEvent(new Event('change', {bubbles: true}));
     } else if (MOVES[e.key]) {
-      move(tile.getAttribute('data-card'), MOVES[e.key]);
+      var status = tile.getAttribute('data-status');
+      // Taking a run back stops its agent: asked first.
+      if (status === 'running' && !confirm('Terminate the run of ' + tile.getAttribute('data-card') + '?')) return;
+      move(tile.getAttribute('data-card'), status, MOVES[e.key]);
     } else if (ACTS[e.key]) {
+      if (e.key === 'a' && !confirm('Archive ' + tile.getAttribute('data-card') + '?')) return;
       act(tile.getAttribute('data-card'), ACTS[e.key]);
     } else return;
     e.preventDefault();

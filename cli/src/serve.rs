@@ -87,6 +87,11 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
+    /// What it says.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -655,7 +660,7 @@ async fn board_page(
     query: Result<Query<BoardQuery>, QueryRejection>,
 ) -> Result<Html<String>, Failure> {
     let lanes = lanes(&app, board_query(query)?).await?;
-    let agents = crate::serve_board::agent_names(&app)?.unwrap_or_default();
+    let agents = crate::serve_board::listed_agents(&app);
     Ok(Html(page::board(&app, &lanes, &agents).into_string()))
 }
 
@@ -722,7 +727,7 @@ async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Fai
     for sub in &mut subscriptions {
         sub.address = notify::shown_address(&sub.channel, &sub.address);
     }
-    let agents = crate::serve_board::agent_names(app)?.unwrap_or_default();
+    let agents = crate::serve_board::listed_agents(app);
     let parts = page::CardParts {
         view: &view,
         linked: &linked,
@@ -903,12 +908,33 @@ struct ActionForm {
     /// The lane a move goes to.
     #[serde(default)]
     to: String,
-    // An edit's fields.
+    /// The lane the page showed the card in (move).
+    #[serde(default)]
+    from: String,
+    // An edit's fields, and (`was_…`) each as the form showed it: only
+    // what was changed in the form is saved, so a change made meanwhile
+    // by somebody else stays.
     title: Option<String>,
     body: Option<String>,
     priority: Option<String>,
     assignee: Option<String>,
     tenant: Option<String>,
+    was_title: Option<String>,
+    was_body: Option<String>,
+    was_priority: Option<String>,
+    was_assignee: Option<String>,
+    was_tenant: Option<String>,
+}
+
+/// A form's field as the person left it: given, and not what the form
+/// showed (line ends as a browser sends them, `\r\n`, read as `\n`).
+fn changed(given: Option<String>, shown: Option<&String>) -> Option<String> {
+    let normal = |text: &str| text.replace("\r\n", "\n");
+    let given = given.map(|text| normal(&text))?;
+    match shown {
+        Some(shown) if normal(shown) == given => None,
+        _ => Some(given),
+    }
 }
 
 #[derive(Deserialize)]
@@ -1010,6 +1036,8 @@ struct ActionInput<'a> {
     text: &'a str,
     reason: &'a str,
     events: &'a str,
+    /// The lane the page showed the card in (move; empty: wherever it is).
+    from: &'a str,
 }
 
 /// Subscribes a webhook (never a command: what runs on the dispatchers'
@@ -1073,7 +1101,14 @@ async fn act(app: &App, id: &str, action: &str, input: &ActionInput<'_>) -> Resu
         "archive" => archive(app, id).await?,
         "triage" => app.board.triage(id, Some(&reason)).await?,
         "review" => app.board.review(id, Some(&reason)).await?,
-        "move" => crate::serve_board::move_card(app, id, text, &reason).await?,
+        "move" => {
+            let given = crate::serve_board::Move {
+                to: text,
+                from: input.from,
+                reason: &reason,
+            };
+            crate::serve_board::move_card(app, id, &given).await?;
+        }
         "reassign" => crate::serve_board::reassign(app, id, text).await?,
         "priority" => crate::serve_board::set_priority(app, id, text).await?,
         "link" => {
@@ -1128,11 +1163,11 @@ async fn act_form(
     check_csrf(&app, &form.csrf)?;
     if action == "edit" {
         let fields = EditFields {
-            title: form.title,
-            body: form.body,
-            priority: form.priority.map(Value::String),
-            assignee: form.assignee,
-            tenant: form.tenant,
+            title: changed(form.title, form.was_title.as_ref()),
+            body: changed(form.body, form.was_body.as_ref()),
+            priority: changed(form.priority, form.was_priority.as_ref()).map(Value::String),
+            assignee: changed(form.assignee, form.was_assignee.as_ref()),
+            tenant: changed(form.tenant, form.was_tenant.as_ref()),
         };
         crate::serve_board::edit_card(&app, &id, &fields).await?;
         return Ok(Redirect::to(&format!("/cards/{id}")));
@@ -1146,6 +1181,7 @@ async fn act_form(
         text,
         reason: &form.reason,
         events: &form.events,
+        from: &form.from,
     };
     act(&app, &id, &action, &input).await?;
     Ok(Redirect::to(&format!("/cards/{id}")))
@@ -1329,6 +1365,10 @@ struct ActionBody {
     /// The lane a move goes to.
     #[serde(default)]
     to: String,
+    /// The lane the page showed the card in (move): a card elsewhere now
+    /// is not moved (409).
+    #[serde(default)]
+    from: String,
 }
 
 async fn api_act(
@@ -1354,6 +1394,7 @@ async fn api_act(
         text,
         reason: &request.reason,
         events: &request.events,
+        from: &request.from,
     };
     act(&app, &id, &action, &input).await?;
     Ok(Json(json!({"ok": true})))
@@ -1430,7 +1471,7 @@ async fn api_lift_wall(
 
 /// Cards of each lane a diagnostics view reads: a board of a million
 /// cards is diagnosed a page at a time, not whole.
-pub(crate) const DIAGNOSED_PER_LANE: usize = 200;
+pub(crate) const DIAGNOSED_PER_LANE: usize = 50;
 
 /// What `kanban diagnostics` finds, on the first cards of each lane that
 /// is not done.
@@ -1547,6 +1588,7 @@ async fn api_bulk(
         text,
         reason: &request.reason,
         events: "",
+        from: "",
     };
     let results = bulk(&app, request.cards, &request.action, &input).await?;
     Ok(Json(json!({"results": results})))
@@ -1579,6 +1621,7 @@ async fn bulk_form(
         text,
         reason: field("reason"),
         events: "",
+        from: "",
     };
     let results = bulk(&app, cards, action, &input).await?;
     let refused: Vec<&Value> = results
@@ -1596,9 +1639,13 @@ async fn bulk_form(
         assignee: field("assignee").to_owned(),
         tenant: field("tenant").to_owned(),
         block: field("block").to_owned(),
-        ..BoardQuery::default()
-    }
-    .filter_string();
+        lane: field("lane").to_owned(),
+        page: field("page").parse().ok(),
+    };
+    let back = match back.lane().ok().flatten() {
+        Some(lane) => back.page_string(&lane, back.page().unwrap_or(1)),
+        None => back.filter_string(),
+    };
     Ok(Redirect::to(&format!("/?{back}")).into_response())
 }
 

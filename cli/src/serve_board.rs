@@ -133,9 +133,21 @@ fn bad(message: String) -> Failure {
     Failure::new(StatusCode::BAD_REQUEST, message)
 }
 
+/// Where a move goes: the lane `to`, from the lane `from` the page showed
+/// the card in (empty: wherever it is).
+pub(crate) struct Move<'a> {
+    pub(crate) to: &'a str,
+    pub(crate) from: &'a str,
+    pub(crate) reason: &'a str,
+}
+
 /// Moves a card to the lane `to`: the operation the move stands for
 /// ([`kanban_core::moves`]), checked again by that operation's own rule.
-pub(crate) async fn move_card(app: &App, id: &str, to: &str, reason: &str) -> Result<(), Failure> {
+/// A card no longer where the page showed it is not moved: the same drop
+/// on a card that has moved on (say, started running) would be another
+/// operation than the one the person saw.
+pub(crate) async fn move_card(app: &App, id: &str, given: &Move<'_>) -> Result<(), Failure> {
+    let (to, reason) = (given.to, given.reason);
     let to_status = TaskStatus::parse(to.trim()).ok_or_else(|| {
         bad(format!(
             "no lane {to:?}: move a card to one of {}",
@@ -152,12 +164,34 @@ pub(crate) async fn move_card(app: &App, id: &str, to: &str, reason: &str) -> Re
             ),
         ));
     };
+    let shown = given.from.trim();
+    if !shown.is_empty() && shown != from.as_str() {
+        return Err(Failure::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{id} is {} now, not {shown}: the page was behind; look again before moving it",
+                from.as_str()
+            ),
+        ));
+    }
     let operation = moves::operation(from, to_status)
         .map_err(|why| Failure::new(StatusCode::CONFLICT, format!("{id}: {why}")))?;
     let board = &app.board;
     match operation {
         MoveOperation::Unblock => board.unblock(id).await?,
-        MoveOperation::Promote => board.promote(id, Some(reason), false, false).await?,
+        MoveOperation::Promote => match board.promote(id, Some(reason), false, false).await {
+            // A parent still open: said for a person at the board, not
+            // with the command line's --force.
+            Err(kanban_core::BoardError::InvalidInput(_)) => {
+                return Err(Failure::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "{id} waits for a card that is neither done nor archived: it goes in line once that one is done (kanban promote --force {id} takes it now)"
+                    ),
+                ));
+            }
+            other => other?,
+        },
         MoveOperation::Reclaim => board.reclaim(id, reason).await?,
         MoveOperation::Hold => board.hold(id, reason).await?,
         MoveOperation::Triage => board.triage(id, Some(reason)).await?,
@@ -177,6 +211,22 @@ pub(crate) struct EditFields {
     pub(crate) priority: Option<serde_json::Value>,
     pub(crate) assignee: Option<String>,
     pub(crate) tenant: Option<String>,
+}
+
+/// The agents of the agents file for a page's assignee fields: none when
+/// the file does not load (the page still serves; an assignee given is
+/// checked, and refused with the file's error, when it is saved).
+pub(crate) fn listed_agents(app: &App) -> Vec<String> {
+    match agent_names(app) {
+        Ok(names) => names.unwrap_or_default(),
+        Err(failure) => {
+            crate::out::errln!(
+                "the agents file does not load, so the page lists no agents: {}",
+                failure.message()
+            );
+            Vec::new()
+        }
+    }
 }
 
 /// The agents a card may be given to, from the agents file the server was
@@ -368,7 +418,8 @@ pub(crate) fn markdown(text: &str) -> String {
             id,
         }) => Event::Start(Tag::Link {
             link_type,
-            dest_url: if safe(&dest_url) {
+            // An e-mail autolink's address gets its `mailto:` from the writer.
+            dest_url: if safe(&dest_url) || link_type == pulldown_cmark::LinkType::Email {
                 dest_url
             } else {
                 "#".into()
@@ -424,6 +475,7 @@ mod tests {
                 true,
             ),
             ("[x](//evil.example/)", "href=\"#\"", true),
+            ("<me@example.com>", "href=\"mailto:me@example.com\"", true),
             ("| a | b |\n|---|---|\n| 1 | 2 |", "<table>", true),
         ];
         for (given, needle, present) in cases {

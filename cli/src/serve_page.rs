@@ -35,7 +35,7 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
                 title { (title) " · kanban" }
                 link rel="stylesheet" href="/assets/board.css";
             }
-            body data-csrf=(app.csrf) {
+            body {
                 a.skip href="#main" { "Skip to the board" }
                 header {
                     h1 { a.home href="/" { "kanban" } }
@@ -117,9 +117,10 @@ pub(crate) fn board(app: &App, lanes: &Lanes, agents: &[String]) -> Markup {
             }
             form #bulk .bulk method="post" action="/actions/bulk" aria-label="act on the selected cards" {
                 input type="hidden" name="csrf" value=(app.csrf);
-                @for (name, value) in [("q", &query.q), ("assignee", &query.assignee), ("tenant", &query.tenant), ("block", &query.block)] {
+                @for (name, value) in [("q", &query.q), ("assignee", &query.assignee), ("tenant", &query.tenant), ("block", &query.block), ("lane", &query.lane)] {
                     input type="hidden" name=(name) value=(value);
                 }
+                @if lanes.page > 1 { input type="hidden" name="page" value=(lanes.page); }
                 span #selected { "Selected cards:" }
                 label { "Action "
                     select name="action" {
@@ -476,6 +477,12 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                 summary { "Edit" }
                 form method="post" action={ "/actions/" (id) "/edit" } {
                     input type="hidden" name="csrf" value=(app.csrf);
+                    // What the form showed: only what is changed in it is saved.
+                    input type="hidden" name="was_title" value=(task.title);
+                    input type="hidden" name="was_priority" value=(task.priority);
+                    input type="hidden" name="was_assignee" value=(task.assignee.as_deref().unwrap_or(""));
+                    input type="hidden" name="was_tenant" value=(task.tenant.as_deref().unwrap_or(""));
+                    input type="hidden" name="was_body" value=(task.body.as_deref().unwrap_or(""));
                     label { "Title " input name="title" value=(task.title) required size="50"; }
                     label { "Priority " input name="priority" value=(task.priority) size="4" inputmode="numeric"; }
                     label { "Assignee " input name="assignee" value=(task.assignee.as_deref().unwrap_or("")) list="agents" size="14"; }
@@ -488,6 +495,7 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                 summary { "Move, link, reassign, add a child" }
                 form.inline method="post" action={ "/actions/" (id) "/move" } {
                     input type="hidden" name="csrf" value=(app.csrf);
+                    input type="hidden" name="from" value=(task.status.as_str());
                     label { "Move to "
                         select name="to" { @for status in crate::report::LANES { option value=(status.as_str()) selected[task.status == status] { (status.as_str()) } } }
                     }
@@ -653,7 +661,7 @@ pub(crate) fn diagnostics(
         "diagnostics",
         html! {
             h2 { "Diagnostics" }
-            p.meta { "What needs a person, on the first " (crate::serve::DIAGNOSED_PER_LANE) " cards of each lane but done (`kanban diagnostics` reads them all)." }
+            p.meta { "What needs a person, on the first " (crate::serve::DIAGNOSED_PER_LANE) " cards of each lane but done (kanban diagnostics reads them all)." }
             @if reports.is_empty() && dead.is_empty() {
                 p { "Nothing on the board needs a person." }
             }

@@ -1566,6 +1566,11 @@ pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError>
         )));
     }
     crate::events::check_metadata(edit.metadata.as_ref())?;
+    // A tenant is a label as `add` takes it: one plain line, bounded.
+    if let Change::Set(tenant) = &edit.tenant {
+        crate::events::check_label(tenant)
+            .map_err(|problem| BoardError::InvalidInput(format!("a card's tenant {problem}")))?;
+    }
     if edit
         .title
         .as_deref()

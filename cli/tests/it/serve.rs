@@ -398,7 +398,7 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
     assert!(complete.output().unwrap().status.success());
     let server = Server::start(&bench, &[]);
     let driver = crate::web::ChromeDriver::start();
-    let profile = tempfile::tempdir().unwrap();
+
     let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
     std::fs::create_dir_all(&screenshots).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -415,7 +415,7 @@ fn a_real_browser_sees_the_board_live_and_its_clicks_change_it() {
                     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--no-first-run",
                     "--window-size=1400,900",
-                    format!("--user-data-dir={}", profile.path().display()),
+                    format!("--user-data-dir={}", driver.profile().display()),
                 ]
             }),
         );

@@ -2,6 +2,7 @@
 //! each thing a person does there, checked on the board it changes, and
 //! every page and dialog checked by axe-core in the light and dark themes.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -16,10 +17,13 @@ use serde_json::{Value, json};
 use crate::Bench;
 use crate::serve::Server;
 
-/// A chromedriver on a free port, stopped when dropped.
+/// A chromedriver on a free port, with a browser profile of its own;
+/// stopped when dropped, with every browser process it started.
 pub(crate) struct ChromeDriver {
     child: Child,
     pub(crate) url: String,
+    /// The browser's profile: every process of that browser names it.
+    profile: tempfile::TempDir,
 }
 
 impl ChromeDriver {
@@ -31,6 +35,8 @@ impl ChromeDriver {
             .port();
         let child = std::process::Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            // A group of its own, stopped whole.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -44,14 +50,39 @@ impl ChromeDriver {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { child, url }
+        Self {
+            child,
+            url,
+            profile: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The folder to give the browser as its `--user-data-dir`.
+    pub(crate) fn profile(&self) -> &Path {
+        self.profile.path()
     }
 }
 
 impl Drop for ChromeDriver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        use nix::sys::signal::{Signal, kill, killpg};
+        use nix::unistd::Pid;
+        let group = Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(i32::MAX));
+        let _ = killpg(group, Signal::SIGKILL);
         let _ = self.child.wait();
+        // Chromium's helpers may leave the group; each names the profile. A
+        // browser left running would slow every later test that reads
+        // /proc, and hold its memory until the machine stops.
+        let profile = self.profile.path().to_string_lossy().into_owned();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&profile) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
     }
 }
 
@@ -62,7 +93,6 @@ pub(crate) const WAIT: Duration = Duration::from_secs(10);
 /// asked: the system's colour scheme as the page's media query sees it.
 pub(crate) fn browse(dark: bool, test: impl AsyncFnOnce(&Client)) {
     let driver = ChromeDriver::start();
-    let profile = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -77,7 +107,7 @@ pub(crate) fn browse(dark: bool, test: impl AsyncFnOnce(&Client)) {
             "--disable-sync".to_owned(),
             "--no-first-run".to_owned(),
             "--window-size=1400,900".to_owned(),
-            format!("--user-data-dir={}", profile.path().display()),
+            format!("--user-data-dir={}", driver.profile().display()),
         ];
         if dark {
             args.push("--blink-settings=preferredColorScheme=0".to_owned());
@@ -422,6 +452,15 @@ fn selected_cards_take_one_action_together() {
         }
         let selected = text(client, "#selected").await;
         assert_eq!(selected, "2 selected:");
+        // The selection outlives a live update of the lanes.
+        let added = bench.add("added meanwhile", &[]);
+        find(client, &format!("[data-card='{added}']")).await;
+        let checked = script(
+            client,
+            "return Array.from(document.querySelectorAll('input.pick:checked')).map(b => b.value)",
+        )
+        .await;
+        assert_eq!(checked, json!([a, c]), "the selection outlived the update");
         click(client, "#bulk select[name=action] option[value=priority]").await;
         find(client, "#bulk input[name=text]")
             .await
@@ -434,8 +473,7 @@ fn selected_cards_take_one_action_together() {
         })
         .await;
         assert_eq!(bench.show(&b)["task"]["priority"], 0, "only the selected");
-        // The selection outlives the live refresh its own action caused.
-        find(client, "[data-bulk]").await;
+
         client
             .wait()
             .at_most(WAIT)
@@ -820,6 +858,42 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         "ready",
         "a refused move changes nothing"
     );
+    // A page that showed the card elsewhere moves nothing: the same drop on
+    // a card that moved on would be another operation.
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/move"),
+        json!({"to": "scheduled", "from": "blocked"}),
+    );
+    conforms(&openapi, act, "post", code, &answer);
+    assert_eq!(code, 409);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("the page was behind"),
+        "{answer}"
+    );
+    assert_eq!(
+        status(&bench, &ready),
+        "ready",
+        "a stale move changes nothing"
+    );
+    // A card in triage that waits for an open card stays there, said plainly.
+    let waiting = bench.add("shape the follow-up", &["--triage", "--parent", &ready]);
+    let (code, answer) = call(
+        &format!("/api/cards/{waiting}/move"),
+        json!({"to": "todo", "from": "triage"}),
+    );
+    conforms(&openapi, act, "post", code, &answer);
+    assert_eq!(code, 409, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("goes in line once"),
+        "{answer}"
+    );
+    assert_eq!(status(&bench, &waiting), "triage");
 
     let edit = "/api/cards/{id}/edit";
     let (code, answer) = call(
@@ -854,6 +928,12 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         assert_eq!(code, want, "{body}: {answer}");
     }
     let (code, answer) = call(
+        &format!("/api/cards/{ready}/edit"),
+        json!({"tenant": "two\nlines"}),
+    );
+    conforms(&openapi, edit, "post", code, &answer);
+    assert_eq!(code, 400, "a tenant is one plain line: {answer}");
+    let (code, answer) = call(
         &format!("/api/cards/{archived}/edit"),
         json!({"title": "x"}),
     );
@@ -863,6 +943,63 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         bench.show(&ready)["task"]["title"],
         "write the release notes",
         "refusals change nothing"
+    );
+    // The page's form saves only what was changed in it: a title changed
+    // meanwhile by somebody else stays, and a body sent back as a browser
+    // sends it (CRLF) is no change.
+    bench.ok(&[
+        "edit",
+        &ready,
+        "--title",
+        "changed meanwhile",
+        "--body",
+        "line one\nline two",
+    ]);
+    let (_, page) = crate::serve::get(&format!("{base}/cards/{ready}"));
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let events_before = bench.show(&ready)["events"].as_array().unwrap().len();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("was_title", "write the release notes"),
+        ("title", "write the release notes"),
+        ("was_body", "line one\nline two"),
+        ("body", "line one\r\nline two"),
+        ("was_priority", "3"),
+        ("priority", "4"),
+    ];
+    let response = crate::serve::agent()
+        .post(&format!("{base}/actions/{ready}/edit"))
+        .header("Origin", base.as_str())
+        .config()
+        .max_redirects(0)
+        .build()
+        .send_form(form)
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 303);
+    let card = bench.show(&ready);
+    assert_eq!(
+        (
+            &card["task"]["title"],
+            &card["task"]["body"],
+            &card["task"]["priority"]
+        ),
+        (
+            &json!("changed meanwhile"),
+            &json!("line one\nline two"),
+            &json!(4)
+        )
+    );
+    let events = card["events"].as_array().unwrap();
+    assert_eq!(events.len(), events_before + 1);
+    assert_eq!(
+        events.last().unwrap()["payload"]["fields"],
+        json!(["priority"]),
+        "{card}"
     );
     // Clearing the tenant: an empty value.
     let (code, _) = call(&format!("/api/cards/{ready}/edit"), json!({"tenant": ""}));
@@ -917,6 +1054,22 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         (code, bench.show(&ready)["task"]["assignee"].clone()),
         (200, json!("coder"))
     );
+    // An agents file that does not load leaves the pages up (their lists
+    // of agents empty); an assignee given is refused with its error.
+    std::fs::set_permissions(&agents, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let (code, _) = crate::serve::get(&format!("{base}/"));
+    assert_eq!(code, 200);
+    let (code, _) = crate::serve::get(&format!("{base}/cards/{ready}"));
+    assert_eq!(code, 200);
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/reassign"),
+        json!({"text": "writer"}),
+    );
+    assert!(
+        code >= 400 && answer["error"].as_str().unwrap().contains("agents.toml"),
+        "{code} {answer}"
+    );
+    std::fs::set_permissions(&agents, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     // A bad board query is refused with what to fix.
     let (code, page) = crate::serve::get(&format!("{base}/?page=0"));
     assert_eq!(code, 400);

@@ -1269,6 +1269,22 @@ fn operators_cancel_archive_hold_release_and_edit() {
         ..CardEdit::default()
     };
     assert!(edit(&running(), &blank).is_err());
+    // A tenant is checked as `add` checks it.
+    for bad in ["two\nlines", " padded", &"x".repeat(201)] {
+        let change = CardEdit {
+            tenant: Change::Set(bad.to_owned()),
+            ..CardEdit::default()
+        };
+        assert!(
+            matches!(edit(&running(), &change), Err(BoardError::InvalidInput(why)) if why.starts_with("a card's tenant")),
+            "{bad:?}"
+        );
+    }
+    let fine = CardEdit {
+        tenant: Change::Set("x".repeat(200)),
+        ..CardEdit::default()
+    };
+    assert!(edit(&running(), &fine).is_ok());
     let metadata = serde_json::json!({"tests_run": 12});
     let all = CardEdit {
         title: Some("t".into()),
