@@ -296,6 +296,9 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/actions/bulk", post(bulk_form))
         .route("/actions/lift-wall", post(lift_wall_form))
         .route("/walls", get(walls_page))
+        .route("/notifications", get(notifications_page))
+        .route("/actions/notify", post(notify_form))
+        .route("/actions/unnotify", post(unnotify_form))
         .route("/diagnostics", get(diagnostics_page))
         .route("/actions/{id}/{action}", post(act_form))
         .route("/api/cards", get(api_cards).post(api_add))
@@ -1651,11 +1654,7 @@ async fn bulk_form(
 
 /// The subscriptions, a webhook shown without its path (it may hold a token).
 async fn api_notifications(State(app): State<Shared>) -> Result<Json<Value>, Failure> {
-    let mut subscriptions = app.board.subscriptions().await?;
-    for sub in &mut subscriptions {
-        sub.address = notify::shown_address(&sub.channel, &sub.address);
-    }
-    Ok(Json(json!(subscriptions)))
+    Ok(Json(json!(shown_subscriptions(&app).await?)))
 }
 
 /// A webhook subscription made through the API: a command or mail is made
@@ -1693,27 +1692,155 @@ async fn api_subscribe(
             ));
         }
     };
-    let events = new
-        .events
-        .unwrap_or_else(|| "needs_input,failed".to_owned());
-    let kinds = notify::parse_kinds(&events).map_err(|error| bad(format!("events: {error}")))?;
-    let id = app
+    let webhook = Webhook {
+        url: &new.webhook,
+        events: new.events.as_deref().unwrap_or("needs_input,failed"),
+        format: new.format.as_deref().unwrap_or("json"),
+        by: "api",
+    };
+    let id = subscribe_webhook(&app, scope, &webhook).await?;
+    Ok((StatusCode::CREATED, Json(json!({"id": id}))))
+}
+
+/// A webhook subscription as the API or a page makes it.
+struct Webhook<'a> {
+    url: &'a str,
+    events: &'a str,
+    format: &'a str,
+    by: &'a str,
+}
+
+/// Subscribes an unsigned webhook: a secret, a command or mail is named
+/// on a dispatcher host's command line (the API could otherwise have the
+/// dispatchers sign with any of their secrets, to a host it names).
+async fn subscribe_webhook(
+    app: &App,
+    scope: NotifyScope,
+    hook: &Webhook<'_>,
+) -> Result<i64, Failure> {
+    let kinds = notify::parse_kinds(hook.events)
+        .map_err(|error| Failure::new(StatusCode::BAD_REQUEST, format!("events: {error}")))?;
+    Ok(app
         .board
         .subscribe(&NewSubscription {
             scope,
             kinds: kinds.iter().map(|kind| (*kind).to_owned()).collect(),
             channel: "webhook".to_owned(),
-            address: new.webhook.trim().to_owned(),
-            format: new.format.unwrap_or_else(|| "json".to_owned()),
-            // A secret is named on a dispatcher host's command line: the
-            // API could otherwise have the dispatchers sign with any of
-            // their secrets, to a host it names.
+            address: hook.url.trim().to_owned(),
+            format: hook.format.to_owned(),
             secret: None,
             smtp: None,
-            created_by: Some("api".to_owned()),
+            created_by: Some(hook.by.to_owned()),
         })
-        .await?;
-    Ok((StatusCode::CREATED, Json(json!({"id": id}))))
+        .await?)
+}
+
+/// Every subscription, a webhook's address without its path.
+async fn shown_subscriptions(app: &App) -> Result<Vec<notify::SubscriptionView>, Failure> {
+    let mut subscriptions = app.board.subscriptions().await?;
+    for sub in &mut subscriptions {
+        sub.address = notify::shown_address(&sub.channel, &sub.address);
+    }
+    Ok(subscriptions)
+}
+
+async fn notifications_page(State(app): State<Shared>) -> Result<Html<String>, Failure> {
+    let subscriptions = shown_subscriptions(&app).await?;
+    Ok(Html(
+        page::notifications_page(&app, &subscriptions).into_string(),
+    ))
+}
+
+/// The notifications page's form: a webhook for every card, an assignee's
+/// or a tenant's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NotifyForm {
+    #[serde(default)]
+    csrf: String,
+    /// `all`, `assignee` or `tenant`.
+    scope: String,
+    #[serde(default)]
+    name: String,
+    webhook: String,
+    #[serde(default)]
+    events: String,
+    #[serde(default)]
+    format: String,
+}
+
+async fn notify_form(
+    State(app): State<Shared>,
+    given: Result<Form<NotifyForm>, FormRejection>,
+) -> Result<Redirect, Failure> {
+    let form = form(given)?;
+    check_csrf(&app, &form.csrf)?;
+    let name = form.name.trim().to_owned();
+    let scope = match (form.scope.as_str(), name.is_empty()) {
+        ("all", _) => NotifyScope::Board,
+        ("assignee", false) => NotifyScope::Assignee(name),
+        ("tenant", false) => NotifyScope::Tenant(name),
+        (scope @ ("assignee" | "tenant"), true) => {
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                format!("name the {scope} whose cards' events to send"),
+            ));
+        }
+        (other, _) => {
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                format!("scope {other:?}: all, assignee or tenant"),
+            ));
+        }
+    };
+    let (events, format) = (non_blank(&form.events), non_blank(&form.format));
+    let webhook = Webhook {
+        url: &form.webhook,
+        events: events.as_deref().unwrap_or("needs_input,failed"),
+        format: format.as_deref().unwrap_or("json"),
+        by: "web",
+    };
+    subscribe_webhook(&app, scope, &webhook).await?;
+    Ok(Redirect::to("/notifications"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnnotifyForm {
+    #[serde(default)]
+    csrf: String,
+    id: String,
+}
+
+/// Stops a webhook subscription (never a command or mail: those are
+/// removed on a dispatcher host's command line).
+async fn unnotify_form(
+    State(app): State<Shared>,
+    given: Result<Form<UnnotifyForm>, FormRejection>,
+) -> Result<Redirect, Failure> {
+    let form = form(given)?;
+    check_csrf(&app, &form.csrf)?;
+    let number: i64 = form.id.trim().parse().map_err(|_| {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            format!("{:?} is not a subscription's number", form.id),
+        )
+    })?;
+    let webhook = app
+        .board
+        .subscriptions()
+        .await?
+        .iter()
+        .any(|sub| sub.id == number && sub.channel == "webhook");
+    if !webhook || !app.board.unsubscribe(number).await? {
+        return Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no webhook subscription {number}: commands and mail are removed with kanban notify unsubscribe"
+            ),
+        ));
+    }
+    Ok(Redirect::to("/notifications"))
 }
 
 async fn api_unsubscribe(

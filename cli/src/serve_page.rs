@@ -44,6 +44,7 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
                         a href="/" { "Board" }
                         a href="/walls" { "Walls" }
                         a href="/diagnostics" { "Diagnostics" }
+                        a href="/notifications" { "Notifications" }
                     }
                     button.help type="button" data-keys-help aria-haspopup="dialog" { "Keys (?)" }
                     span.live #live role="status" { "○ connecting" }
@@ -686,6 +687,69 @@ pub(crate) fn diagnostics(
                     (kanban_core::notify::shown_address(&sub.channel, &sub.address)) "): " (sub.last_error.as_deref().unwrap_or("no error recorded"))
                 }
             }
+        },
+    )
+}
+
+/// Every subscription, a Stop button for each webhook, and a form that
+/// sends the events of every card, an assignee's or a tenant's to a webhook.
+pub(crate) fn notifications_page(
+    app: &App,
+    subscriptions: &[kanban_core::notify::SubscriptionView],
+) -> Markup {
+    layout(
+        app,
+        "notifications",
+        html! {
+            h2 { "Notifications" }
+            @if subscriptions.is_empty() {
+                p { "Nobody is notified of this board's events yet." }
+            } @else {
+                table {
+                    tr { th { "#" } th { "of" } th { "events" } th { "to" } th { "sent" } th { "waiting" } th { "dead" } th { "" } }
+                    @for sub in subscriptions {
+                        tr data-subscription=(sub.id) {
+                            td { (sub.id) }
+                            td { (sub.scope) @if let Some(target) = &sub.target { " " (target) } }
+                            td { (sub.kinds.join(", ")) }
+                            td { (sub.channel) " " (sub.address) }
+                            td { (sub.delivered) }
+                            td { (sub.pending) }
+                            td { @if sub.dead > 0 { span.pill.warn { (sub.dead) } } @else { "0" } }
+                            td {
+                                @if sub.channel == "webhook" {
+                                    form.inline method="post" action="/actions/unnotify" {
+                                        input type="hidden" name="csrf" value=(app.csrf);
+                                        input type="hidden" name="id" value=(sub.id);
+                                        button type="submit" data-action="unnotify" aria-label={ "stop subscription " (sub.id) } { "Stop" }
+                                    }
+                                } @else {
+                                    span.meta { "kanban notify unsubscribe " (sub.id) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            h3 { "Send events to a webhook" }
+            form.add method="post" action="/actions/notify" {
+                input type="hidden" name="csrf" value=(app.csrf);
+                label { "Of "
+                    select name="scope" {
+                        option value="all" { "every card" }
+                        option value="assignee" { "an assignee's cards" }
+                        option value="tenant" { "a tenant's cards" }
+                    }
+                }
+                label { "Assignee or tenant " input name="name" size="12"; }
+                label { "Events " input name="events" value="needs_input,failed" size="24"; }
+                label { "Webhook " input name="webhook" type="url" required placeholder="https://…" size="36"; }
+                label { "Format "
+                    select name="format" { option value="json" { "json" } option value="slack" { "slack" } }
+                }
+                button.primary type="submit" data-action="notify" { "Subscribe" }
+            }
+            p.meta { "A webhook is sent unsigned from here; a signed one, a command or mail is made with kanban notify subscribe on a dispatcher's host (docs/notifications.md)." }
         },
     )
 }

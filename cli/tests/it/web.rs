@@ -674,6 +674,50 @@ fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
     assert_eq!(bench.ok(&["walls", "--json"]).trim(), "[]");
 }
 
+#[test]
+fn the_notifications_page_subscribes_a_webhook_to_every_card_and_stops_it() {
+    let bench = Bench::new();
+    let server = Server::start(&bench, &[]);
+    let listed = |bench: &Bench| -> Vec<Value> {
+        serde_json::from_str::<Value>(&bench.ok(&["notify", "list", "--json"]))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    browse(false, async |client| {
+        client.goto(&server.url).await.unwrap();
+        click(client, "nav a[href='/notifications']").await;
+        find(client, "form[action='/actions/notify'] input[name=webhook]")
+            .await
+            .send_keys("https://hooks.example/board/secret-path")
+            .await
+            .unwrap();
+        click(client, "[data-action=notify]").await;
+        until("the board-wide subscription is made", || {
+            listed(&bench).len() == 1
+        })
+        .await;
+        let made = listed(&bench)[0].clone();
+        assert_eq!(
+            (&made["scope"], &made["channel"], &made["kinds"]),
+            (
+                &json!("board"),
+                &json!("webhook"),
+                &json!(["needs_input", "failed"])
+            ),
+            "{made}"
+        );
+        let shown = text(client, &format!("[data-subscription='{}']", made["id"])).await;
+        assert!(
+            !shown.contains("secret-path"),
+            "the path is not shown: {shown}"
+        );
+        click(client, "[data-action=unnotify]").await;
+        until("the subscription is stopped", || listed(&bench).is_empty()).await;
+    });
+}
+
 /// axe-core from the npm registry, installed once per build into the
 /// test's own folder: its script's text.
 fn axe_source() -> String {
@@ -788,6 +832,11 @@ fn every_page_and_dialog_passes_axe_in_both_themes_and_is_photographed() {
             found.extend(violations(client, &axe).await);
             client
                 .goto(&format!("{}/diagnostics", server.url))
+                .await
+                .unwrap();
+            found.extend(violations(client, &axe).await);
+            client
+                .goto(&format!("{}/notifications", server.url))
                 .await
                 .unwrap();
             found.extend(violations(client, &axe).await);
