@@ -62,7 +62,7 @@
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) { if (html !== null) target.innerHTML = html; });
     }))
-      .then(function () { restore(focused); }, function () {})
+      .then(function () { restore(focused); followLog(); }, function () {})
       .finally(function () { busy = false; if (again) { again = false; refresh(); } });
   }
 
@@ -72,6 +72,24 @@
     source.onopen = function () { state.textContent = '● live'; };
     source.onerror = function () { state.textContent = '○ reconnecting'; };
   }
+
+  // A card's log, as it grows: appended to its tail, which keeps its last
+  // 200 lines. A live refresh of the page brings a fresh tail; the stream
+  // goes on into it.
+  var logSource = null;
+  function followLog() {
+    var pre = document.querySelector('pre[data-log]');
+    if (!pre || logSource || !window.EventSource) return;
+    logSource = new EventSource(pre.getAttribute('data-log'));
+    logSource.addEventListener('log', function (e) {
+      var shown = document.querySelector('pre[data-log]');
+      if (!shown) return;
+      var lines = (shown.textContent + (shown.textContent && !shown.textContent.endsWith('\n') ? '\n' : '') + e.data).split('\n');
+      shown.textContent = lines.slice(-201).join('\n');
+      shown.scrollTop = shown.scrollHeight;
+    });
+  }
+  followLog();
 
   function post(path, body) {
     return fetch(path, {

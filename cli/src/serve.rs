@@ -291,6 +291,7 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/fragments/lanes", get(lanes_fragment))
         .route("/fragments/cards/{id}", get(card_fragment))
         .route("/live", get(live))
+        .route("/cards/{id}/log", get(log_stream))
         .route("/login", get(login))
         .route("/actions/add", post(add_form))
         .route("/actions/bulk", post(bulk_form))
@@ -894,6 +895,78 @@ async fn live(State(app): State<Shared>) -> Result<Response, Failure> {
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// How often a streamed log is looked at for new lines.
+const LOG_EVERY: Duration = Duration::from_millis(300);
+/// The most of a log one event of a stream carries.
+const LOG_CHUNK: u64 = 64 * 1024;
+
+/// A card's log as it grows, as server-sent events `log` (its new text,
+/// whole lines only; from its end as the stream opens, since the page
+/// shows the tail already). A log that shrank (moved aside for the next
+/// run) is followed from its start.
+async fn log_stream(
+    State(app): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Failure> {
+    if !kanban_core::is_valid_task_id(&id) {
+        return Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("no card {id:?}"),
+        ));
+    }
+    app.board.show_task(&id).await?;
+    let permit = app.live_pages.clone().try_acquire_owned().map_err(|_| {
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{LIVE_PAGES} live pages are open already: close one, or reload later"),
+        )
+    })?;
+    let path = crate::supervisor::readable_log(&app.logs, &id);
+    let start = std::fs::metadata(&path).map_or(0, |meta| meta.len());
+    let stream =
+        futures_util::stream::unfold((path, start, permit), |(path, mut at, permit)| async move {
+            loop {
+                tokio::time::sleep(LOG_EVERY).await;
+                let (text, next) = read_log_from(&path, at);
+                at = next;
+                if !text.is_empty() {
+                    let event = Event::default().event("log").data(text);
+                    return Some((Ok::<_, std::convert::Infallible>(event), (path, at, permit)));
+                }
+            }
+        });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// The whole lines of a log from byte `at` on (at most [`LOG_CHUNK`]),
+/// and where the next read starts; from its start again when it shrank.
+fn read_log_from(path: &Path, at: u64) -> (String, u64) {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (String::new(), at);
+    };
+    let length = file.metadata().map_or(0, |meta| meta.len());
+    let at = if length < at { 0 } else { at };
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(at)).is_err()
+        || file.take(LOG_CHUNK).read_to_end(&mut bytes).is_err()
+    {
+        return (String::new(), at);
+    }
+    // Whole lines only: a line still being written waits for its end
+    // (unless one chunk holds no end of line at all).
+    let whole = match bytes.iter().rposition(|byte| *byte == b'\n') {
+        Some(end) => end + 1,
+        None if bytes.len() as u64 == LOG_CHUNK => bytes.len(),
+        None => 0,
+    };
+    bytes.truncate(whole);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    (text, at + whole as u64)
 }
 
 /// An action's form: the CSRF token and what the action needs.

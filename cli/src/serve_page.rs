@@ -610,7 +610,9 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
                 }
             }
         }
-        @if !log_tail.is_empty() { section { h3 { "Log (tail)" } pre { (log_tail) } } }
+        @if !log_tail.is_empty() || task.status.known() == Some(TaskStatus::Running) {
+            section { h3 { "Log (tail)" } pre data-log={ "/cards/" (id) "/log" } tabindex="0" { (log_tail) } }
+        }
     }
 }
 

@@ -718,6 +718,55 @@ fn the_notifications_page_subscribes_a_webhook_to_every_card_and_stops_it() {
     });
 }
 
+#[test]
+fn a_running_card_s_log_streams_to_its_page() {
+    use std::io::Write as _;
+    let bench = Bench::new();
+    let running = bench.add("fix the flaky parser test", &[]);
+    let _carrier = bench.claim(&running, Some(900));
+    let logs = bench.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join(format!("{running}.log"));
+    std::fs::write(&log, "run 1 started\n").unwrap();
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client
+            .goto(&format!("{}/cards/{running}", server.url))
+            .await
+            .unwrap();
+        let shown = text(client, "pre[data-log]").await;
+        assert!(shown.contains("run 1 started"), "{shown}");
+        // Lines the agent writes show up with no commit to the board.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        writeln!(file, "compiling the parser").unwrap();
+        write!(file, "running the tests").unwrap();
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath(
+                "//pre[@data-log][contains(., 'compiling the parser')]",
+            ))
+            .await
+            .expect("a whole line the agent wrote streams to the page");
+        let shown = text(client, "pre[data-log]").await;
+        assert!(
+            !shown.contains("running the tests"),
+            "a line being written waits for its end: {shown}"
+        );
+        writeln!(file, " passed").unwrap();
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath(
+                "//pre[@data-log][contains(., 'running the tests passed')]",
+            ))
+            .await
+            .expect("the line, once ended, streams whole");
+    });
+    let (code, _) = crate::serve::get(&format!("{}/cards/t_nope/log", server.url));
+    assert_eq!(code, 404);
+}
+
 /// axe-core from the npm registry, installed once per build into the
 /// test's own folder: its script's text.
 fn axe_source() -> String {
