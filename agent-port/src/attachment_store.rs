@@ -2,7 +2,6 @@
 //! (`ROOT/TASK/NAME`), for `kanban attach` and the `kanban_attach` tool
 //! alike: one path, one set of bounds.
 
-use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
@@ -43,10 +42,26 @@ pub fn store_attachment(
     content_type: Option<&str>,
     uploaded_by: &str,
 ) -> Result<NewAttachment, String> {
+    check_attachment_size(bytes.len() as u64)?;
+    let mut source = bytes;
+    store_attachment_from(root, task_id, name, &mut source, content_type, uploaded_by)
+}
+
+/// [`store_attachment`] of what `source` reads, copied as it is read (a
+/// file of 25 MiB is never held whole); one byte past the bound is refused
+/// and what was written of it removed.
+pub fn store_attachment_from(
+    root: &Path,
+    task_id: &str,
+    name: &str,
+    source: &mut dyn std::io::Read,
+    content_type: Option<&str>,
+    uploaded_by: &str,
+) -> Result<NewAttachment, String> {
+    use std::io::Read as _;
     if !kanban_core::is_valid_task_id(task_id) {
         return Err(format!("the card id {task_id:?} cannot name a folder"));
     }
-    check_attachment_size(bytes.len() as u64)?;
     let safe = safe_attachment_name(name)?;
     let content_type = match content_type {
         Some(given) => Some(checked_content_type(given)?),
@@ -83,7 +98,22 @@ pub fn store_attachment(
         .mode(0o600)
         .open(&stored)
         .map_err(cannot)?;
-    if let Err(error) = out.write_all(bytes).and_then(|()| out.sync_all()) {
+    let limit = kanban_core::attachments::MAX_ATTACHMENT_BYTES;
+    let copied = std::io::copy(&mut source.take(limit + 1), &mut out);
+    let size = match copied {
+        Ok(size) => size,
+        Err(error) => {
+            let _ = std::fs::remove_file(&stored);
+            return Err(cannot(error));
+        }
+    };
+    if let Err(problem) = check_attachment_size(size) {
+        let _ = std::fs::remove_file(&stored);
+        // Only an empty folder goes; another file keeps it.
+        let _ = std::fs::remove_dir(&folder);
+        return Err(problem);
+    }
+    if let Err(error) = out.sync_all() {
         let _ = std::fs::remove_file(&stored);
         return Err(cannot(error));
     }
@@ -91,7 +121,7 @@ pub fn store_attachment(
         filename: stored_name,
         stored_path: stored.display().to_string(),
         content_type,
-        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        size: i64::try_from(size).unwrap_or(i64::MAX),
         uploaded_by: Some(uploaded_by.to_owned()),
     })
 }
@@ -104,5 +134,37 @@ pub fn discard_attachment(stored: &NewAttachment) {
     if let Some(folder) = path.parent() {
         // Only an empty folder goes; another file keeps it.
         let _ = std::fs::remove_dir(folder);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kanban_core::attachments::MAX_ATTACHMENT_BYTES;
+    use std::io::Read as _;
+
+    #[test]
+    fn a_stream_past_the_bound_is_refused_and_leaves_no_file() {
+        let root = tempfile::tempdir().unwrap();
+        let mut big = std::io::repeat(b'x').take(MAX_ATTACHMENT_BYTES + 1);
+        let refused =
+            store_attachment_from(root.path(), "t_1234abcd", "big.bin", &mut big, None, "web");
+        assert!(refused.is_err_and(|why| why.contains("at most")));
+        assert!(!root.path().join("t_1234abcd").exists(), "nothing is left");
+        let mut exact = std::io::repeat(b'x').take(MAX_ATTACHMENT_BYTES);
+        let kept = store_attachment_from(
+            root.path(),
+            "t_1234abcd",
+            "big.bin",
+            &mut exact,
+            None,
+            "web",
+        )
+        .unwrap();
+        assert_eq!(kept.size, i64::try_from(MAX_ATTACHMENT_BYTES).unwrap());
+        assert_eq!(
+            std::fs::metadata(&kept.stored_path).unwrap().len(),
+            MAX_ATTACHMENT_BYTES
+        );
     }
 }

@@ -20,7 +20,9 @@ mod seed_worker;
 mod tools;
 
 pub use activity::Activity;
-pub use attachment_store::{checked_content_type, discard_attachment, store_attachment};
+pub use attachment_store::{
+    checked_content_type, discard_attachment, store_attachment, store_attachment_from,
+};
 pub use exec::{
     BRIEF_COMMENTS, EXIT_DRAIN, ExecAgent, ExecAgentConfig, FORWARD_LIMIT_BYTES, Forward,
     ProcessStat, STDOUT_TAIL_BYTES, SeedWorker, TaskBrief, own_children, process_stat,

@@ -210,6 +210,26 @@
       });
   });
 
+  // An upload: the chosen file is the request's body, as the API takes it.
+  document.querySelectorAll('form[data-upload]').forEach(function (form) {
+    form.addEventListener('submit', function (e) {
+      e.preventDefault();
+      var file = form.querySelector('input[type=file]').files[0];
+      if (!file) return;
+      var url = form.getAttribute('data-upload') + '?name=' + encodeURIComponent(file.name) +
+                (file.type ? '&type=' + encodeURIComponent(file.type) : '');
+      fetch(url, {method: 'POST', credentials: 'same-origin',
+                  headers: {'Content-Type': 'application/octet-stream'}, body: file})
+        .then(function (r) {
+          return r.json().catch(function () { return {}; }).then(function (answer) {
+            say(r.ok ? file.name + ' attached' : (answer.error || 'the upload was refused'), !r.ok);
+            if (r.ok) form.reset();
+            return refresh();
+          });
+        }, function () { say('the board did not answer: is kanban serve still running?', true); });
+    });
+  });
+
   // Keys: focus a card, then a key per action; `?` lists them.
   var keys = document.getElementById('keys');
   function help() { if (keys && !keys.open) keys.showModal(); }

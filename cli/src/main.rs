@@ -34,6 +34,7 @@ mod serve;
 mod serve_board;
 mod serve_net;
 mod serve_page;
+mod serve_upload;
 mod sim_agent;
 mod supervisor;
 mod triage;

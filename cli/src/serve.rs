@@ -48,7 +48,7 @@ pub(crate) struct App {
     pub(crate) board: OpenBoard,
     logs: PathBuf,
     /// The board's attachments folder on this host: only files in it are served.
-    attachments: PathBuf,
+    pub(crate) attachments: PathBuf,
     /// Put in every form; a POST without it is refused (a page of another
     /// site cannot read it).
     pub(crate) csrf: String,
@@ -292,6 +292,10 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/fragments/cards/{id}", get(card_fragment))
         .route("/live", get(live))
         .route("/cards/{id}/log", get(log_stream))
+        .route(
+            "/api/cards/{id}/attachments",
+            post(crate::serve_upload::api_upload),
+        )
         .route("/login", get(login))
         .route("/actions/add", post(add_form))
         .route("/actions/bulk", post(bulk_form))

@@ -492,6 +492,11 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                     button.primary type="submit" data-action="edit" { "Save" }
                 }
             }
+            form.upload data-upload={ "/api/cards/" (id) "/attachments" } method="post" action={ "/api/cards/" (id) "/attachments" } {
+                label { "Attach a file " input type="file" name="file" required; }
+                " " button type="submit" data-action="upload" { "Upload" }
+                noscript { " Uploading needs JavaScript; without it: kanban attach " (id) " FILE" }
+            }
             details.more {
                 summary { "Move, link, reassign, add a child" }
                 form.inline method="post" action={ "/actions/" (id) "/move" } {

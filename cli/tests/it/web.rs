@@ -767,6 +767,107 @@ fn a_running_card_s_log_streams_to_its_page() {
     assert_eq!(code, 404);
 }
 
+#[test]
+fn a_file_is_uploaded_from_a_card_page_and_downloaded_again() {
+    let bench = Bench::new();
+    let card = bench.add("write the release notes", &[]);
+    let file = bench.path().join("notes draft.txt");
+    std::fs::write(&file, "the first draft\n").unwrap();
+    let server = Server::start(&bench, &[]);
+    browse(false, async |client| {
+        client
+            .goto(&format!("{}/cards/{card}", server.url))
+            .await
+            .unwrap();
+        find(client, "form[data-upload] input[type=file]")
+            .await
+            .send_keys(file.to_str().unwrap())
+            .await
+            .unwrap();
+        click(client, "[data-action=upload]").await;
+        until("the file is attached", || {
+            bench.show(&card)["attachments"]
+                .as_array()
+                .is_some_and(|files| files.len() == 1)
+        })
+        .await;
+        find(client, "[data-attachment] a").await;
+    });
+    let attached = bench.show(&card)["attachments"][0].clone();
+    assert_eq!(
+        (&attached["filename"], &attached["size"]),
+        (&json!("notes draft.txt"), &json!(16)),
+        "{attached}"
+    );
+    let (code, body) = crate::serve::get(&format!(
+        "{}/cards/{card}/attachments/{}",
+        server.url, attached["id"]
+    ));
+    assert_eq!((code, body.as_str()), (200, "the first draft\n"));
+    // The API refuses what a form of another site could send, what is too
+    // big, and a card that is not there; none of them leaves a file.
+    let upload = |path: &str, kind: &str, body: Vec<u8>| -> (u16, Value) {
+        let mut response = crate::serve::agent()
+            .post(&format!("{}{path}", server.url))
+            .header("Content-Type", kind)
+            .send(&body[..])
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    };
+    let openapi: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let path = "/api/cards/{id}/attachments";
+    for (url, kind, size, want) in [
+        (
+            format!("/api/cards/{card}/attachments?name=a.txt"),
+            "text/plain",
+            10,
+            415,
+        ),
+        (
+            format!("/api/cards/{card}/attachments?name=big.bin"),
+            "application/octet-stream",
+            25 * 1024 * 1024 + 1,
+            413,
+        ),
+        (
+            "/api/cards/t_00000000/attachments?name=a.txt".to_owned(),
+            "application/octet-stream",
+            10,
+            404,
+        ),
+        (
+            format!("/api/cards/{card}/attachments"),
+            "application/octet-stream",
+            10,
+            400,
+        ),
+    ] {
+        let (code, answer) = upload(&url, kind, vec![b'x'; size]);
+        crate::serve::conforms(&openapi, path, "post", code, &answer);
+        assert_eq!(code, want, "{url}: {answer}");
+    }
+    let (code, answer) = upload(
+        &format!("/api/cards/{card}/attachments?name=report.pdf&type=application/pdf"),
+        "application/octet-stream",
+        b"%PDF-1.4".to_vec(),
+    );
+    crate::serve::conforms(&openapi, path, "post", code, &answer);
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(
+        bench.show(&card)["attachments"].as_array().unwrap().len(),
+        2
+    );
+    let folder = bench.path().join("attachments");
+    let leftovers: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".upload-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
 /// axe-core from the npm registry, installed once per build into the
 /// test's own folder: its script's text.
 fn axe_source() -> String {
