@@ -1199,7 +1199,8 @@ impl<'t> Tx<'t> {
         let pattern = filter.text.as_deref().map(like_pattern);
         let (conditions, mut values) = filter_conditions(filter, pattern.as_deref());
         // The window holds only what the filter and the order read; the
-        // page's cards are read whole afterwards.
+        // page's cards are read whole afterwards, by id (the key both
+        // engines index).
         let window = format!(
             "WITH lane AS (SELECT {place} AS lane_place, id, title, assignee, tenant, block_kind, \
              priority, created_at FROM {table} WHERE {base} ORDER BY {} LIMIT {LANE_WINDOW})",
@@ -1213,7 +1214,7 @@ impl<'t> Tx<'t> {
             .await?
             .int(0)?;
         let query = format!(
-            "{window} SELECT {TASK_COLUMNS} FROM tasks WHERE {place} IN (SELECT lane_place FROM lane \
+            "{window} SELECT {TASK_COLUMNS} FROM tasks WHERE id IN (SELECT id FROM lane \
              WHERE {conditions} ORDER BY {} LIMIT ${} OFFSET ${}) ORDER BY {}",
             order("lane_place"),
             values.len() + 1,
