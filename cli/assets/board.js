@@ -9,9 +9,26 @@
   var selected = new Set();
   var dragging = null;
   var busy = false, again = false, waiting = false;
-  document.addEventListener('focusout', function () {
+  document.addEventListener('focusout', function (e) {
+    // Going from one field of a form to the next is still typing in it.
+    var form = e.target.closest && e.target.closest('form');
+    if (form && e.relatedTarget && form.contains(e.relatedTarget)) return;
     if (waiting) { waiting = false; setTimeout(refresh, 0); }
   });
+
+  // A part being typed in: a field in it has the focus, or holds what was
+  // typed and not yet sent. Fetching it again would throw that away.
+  function typingIn(target) {
+    var active = document.activeElement;
+    if (active && target.contains(active) && active.matches('input:not(.pick), textarea, select')) return true;
+    return Array.from(target.querySelectorAll('input:not(.pick):not([type=hidden]), textarea, select')).some(function (field) {
+      if (field.matches('select')) {
+        return Array.from(field.options).some(function (o) { return o.selected !== o.defaultSelected; });
+      }
+      if (field.type === 'checkbox' || field.type === 'radio') return field.checked !== field.defaultChecked;
+      return field.value !== field.defaultValue;
+    });
+  }
 
   function say(text, bad) {
     toast.textContent = text;
@@ -52,9 +69,9 @@
     var focused = focusedTile();
     focused = focused && focused.getAttribute('data-card');
     return Promise.all(targets.map(function (target) {
-      // A part with a field being typed in waits until the field is left.
-      var typing = document.activeElement;
-      if (typing && target.contains(typing) && typing.matches('input:not(.pick), textarea, select')) {
+      // A part being typed in waits until its field is left, and keeps
+      // what was typed until it is sent.
+      if (typingIn(target)) {
         waiting = true;
         return null;
       }
@@ -73,20 +90,32 @@
     source.onerror = function () { state.textContent = '○ reconnecting'; };
   }
 
-  // A card's log, as it grows: appended to its tail, which keeps its last
-  // 200 lines. A live refresh of the page brings a fresh tail; the stream
-  // goes on into it.
+  // A card's log, as it grows: appended to its tail (which keeps its last
+  // 200 lines) from the byte the tail ends on, while the card runs. The
+  // stream ends when the run does; a refresh that shows the card running
+  // again follows the next run.
   var logSource = null;
   function followLog() {
     var pre = document.querySelector('pre[data-log]');
+    var status = document.querySelector('[data-fragment$="?part=head"] [data-status]');
     if (!pre || logSource || !window.EventSource) return;
-    logSource = new EventSource(pre.getAttribute('data-log'));
+    if (!status || status.getAttribute('data-status') !== 'running') return;
+    logSource = new EventSource(pre.getAttribute('data-log') + '?from=' +
+                                encodeURIComponent(pre.getAttribute('data-from') || '0'));
     logSource.addEventListener('log', function (e) {
-      var shown = document.querySelector('pre[data-log]');
-      if (!shown) return;
-      var lines = (shown.textContent + (shown.textContent && !shown.textContent.endsWith('\n') ? '\n' : '') + e.data).split('\n');
-      shown.textContent = lines.slice(-201).join('\n');
-      shown.scrollTop = shown.scrollHeight;
+      var text = pre.textContent;
+      var lines = (text + (text && !text.endsWith('\n') ? '\n' : '') + e.data).split('\n');
+      pre.textContent = lines.slice(-201).join('\n');
+      pre.setAttribute('data-from', e.lastEventId);
+      var none = document.querySelector('[data-no-log]');
+      if (none) none.remove();
+      pre.scrollTop = pre.scrollHeight;
+    });
+    var stop = function () { logSource.close(); logSource = null; };
+    logSource.addEventListener('end', stop);
+    // Refused (too many followed): the next refresh tries again.
+    logSource.addEventListener('error', function () {
+      if (logSource && logSource.readyState === EventSource.CLOSED) stop();
     });
   }
   followLog();
@@ -216,6 +245,8 @@
       e.preventDefault();
       var file = form.querySelector('input[type=file]').files[0];
       if (!file) return;
+      // Said before 25 MiB go over the wire only to be refused.
+      if (file.size > 25 * 1024 * 1024) { say(file.name + ' is over 25 MiB: a card takes files of at most 25 MiB', true); return; }
       var url = form.getAttribute('data-upload') + '?name=' + encodeURIComponent(file.name) +
                 (file.type ? '&type=' + encodeURIComponent(file.type) : '');
       fetch(url, {method: 'POST', credentials: 'same-origin',
@@ -275,7 +306,7 @@
     } else if (MOVES[e.key]) {
       var status = tile.getAttribute('data-status');
       // Taking a run back stops its agent: asked first.
-      if (status === 'running' && !confirm('Terminate the run of ' + tile.getAttribute('data-card') + '?')) return;
+      if (status === 'running' && e.key === 'r' && !confirm('Terminate the run of ' + tile.getAttribute('data-card') + '?')) return;
       move(tile.getAttribute('data-card'), status, MOVES[e.key]);
     } else if (ACTS[e.key]) {
       if (e.key === 'a' && !confirm('Archive ' + tile.getAttribute('data-card') + '?')) return;

@@ -58,6 +58,9 @@ pub(crate) struct App {
     /// Live pages held at once: each holds a connection for as long as it
     /// is open, so they may take only part of the server's.
     live_pages: Arc<tokio::sync::Semaphore>,
+    /// Log streams held at once, apart from the live pages: a page that
+    /// follows a log holds both.
+    log_streams: Arc<tokio::sync::Semaphore>,
     /// The agents file, read again for each page that lists its agents.
     pub(crate) agents: Option<PathBuf>,
     /// The environment the server was started in: the agents file's
@@ -67,6 +70,8 @@ pub(crate) struct App {
 
 /// Live pages (`/live` streams) a server holds at once.
 const LIVE_PAGES: usize = crate::serve_net::MAX_CONNECTIONS / 4;
+/// Log streams (`/cards/ID/log`) a server holds at once.
+const LOG_STREAMS: usize = LIVE_PAGES / 2;
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -243,6 +248,7 @@ pub(crate) fn serve(
         token,
         changes,
         live_pages: Arc::new(tokio::sync::Semaphore::new(LIVE_PAGES)),
+        log_streams: Arc::new(tokio::sync::Semaphore::new(LOG_STREAMS)),
         agents,
         env,
     });
@@ -680,22 +686,25 @@ async fn lanes_fragment(
     Ok(Html(page::lanes(&app, &lanes).into_string()))
 }
 
-/// The last lines of a card's log, if it has one: read from its last
-/// 256 KiB only (a live page refetches on every commit; a log may be 16 MiB).
-fn log_tail(logs: &Path, id: &str) -> String {
+/// The last whole lines of a card's log, if it has one, and the byte of
+/// the log just after them (where a stream of what follows starts): read
+/// from its last 256 KiB only (a live page refetches on every commit; a
+/// log may be 16 MiB). A line still being written is left to the stream.
+fn log_tail(logs: &Path, id: &str) -> (String, u64) {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL_BYTES: u64 = 256 * 1024;
-    let path = crate::supervisor::readable_log(logs, id);
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return String::new();
+    let Some(mut file) = open_log(&crate::supervisor::readable_log(logs, id)) else {
+        return (String::new(), 0);
     };
     let length = file.metadata().map_or(0, |meta| meta.len());
     let from = length.saturating_sub(TAIL_BYTES);
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut bytes).is_err() {
-        return String::new();
+        return (String::new(), 0);
     }
-    let text = String::from_utf8_lossy(&bytes);
+    let whole = whole_lines(&bytes, false);
+    bytes.truncate(whole);
+    let text = log_text(&bytes);
     // A cut start is a partial line: drop it.
     let text = if from > 0 {
         text.split_once('\n').map_or("", |(_, rest)| rest)
@@ -703,7 +712,66 @@ fn log_tail(logs: &Path, id: &str) -> String {
         &text
     };
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    (tail, from + whole as u64)
+}
+
+/// A log opened for reading, never through a link: a log is the worker's
+/// file in the logs folder, and a link there points anywhere.
+fn open_log(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .ok()
+}
+
+/// How many of `bytes` are whole lines (up to the last line end, `\n` or
+/// a `\r` that is not the last byte: a `\r\n` may be cut in two). With
+/// `forced`, a read that holds no line end at all is taken whole, short
+/// of a character cut at its end.
+fn whole_lines(bytes: &[u8], forced: bool) -> usize {
+    let ends = bytes
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(at, byte)| **byte == b'\n' || (**byte == b'\r' && at + 1 < bytes.len()));
+    match ends {
+        Some((end, _)) => end + 1,
+        None if forced => utf8_whole(bytes),
+        None => 0,
+    }
+}
+
+/// How many of `bytes` end on a whole UTF-8 character: a character whose
+/// last bytes are still to come waits for them.
+fn utf8_whole(bytes: &[u8]) -> usize {
+    let Some(start) = (bytes.len().saturating_sub(4)..bytes.len())
+        .rev()
+        .find(|at| bytes[*at] & 0xC0 != 0x80)
+    else {
+        return bytes.len();
+    };
+    let wants = match bytes[start] {
+        lead if lead >= 0xF0 => 4,
+        lead if lead >= 0xE0 => 3,
+        lead if lead >= 0xC0 => 2,
+        _ => 1,
+    };
+    if start + wants > bytes.len() {
+        start
+    } else {
+        bytes.len()
+    }
+}
+
+/// A log's bytes as the page shows them: every line end a `\n` (a
+/// progress bar's `\r` too), bytes that are not UTF-8 replaced.
+fn log_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .replace("\r\n", "\n")
+        .replace('\r', "\n")
 }
 
 /// The status of each card a card waits for or is waited for by, by id;
@@ -728,7 +796,7 @@ pub(crate) async fn linked_statuses(
 async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Failure> {
     let view = app.board.show_task(id).await?;
     let linked = linked_statuses(&app.board, &view).await?;
-    let tail = log_tail(&app.logs, id);
+    let (tail, log_end) = log_tail(&app.logs, id);
     let now = SystemClock.now();
     let mut subscriptions = app.board.subscriptions().await?;
     subscriptions.retain(|sub| sub.scope == "card" && sub.target.as_deref() == Some(id));
@@ -740,6 +808,7 @@ async fn card_view(app: &App, id: &str, whole: bool) -> Result<Html<String>, Fai
         view: &view,
         linked: &linked,
         log_tail: &tail,
+        log_end,
         subscriptions: &subscriptions,
         agents: &agents,
     };
@@ -903,16 +972,29 @@ async fn live(State(app): State<Shared>) -> Result<Response, Failure> {
 
 /// How often a streamed log is looked at for new lines.
 const LOG_EVERY: Duration = Duration::from_millis(300);
+/// How often a log stream asks the board whether the card still runs.
+const LOG_STATUS_EVERY: Duration = Duration::from_secs(3);
 /// The most of a log one event of a stream carries.
 const LOG_CHUNK: u64 = 64 * 1024;
 
+/// Where a log stream starts.
+#[derive(Deserialize)]
+struct LogQuery {
+    /// A byte of the log: the end of the tail the page shows.
+    from: Option<u64>,
+}
+
 /// A card's log as it grows, as server-sent events `log` (its new text,
-/// whole lines only; from its end as the stream opens, since the page
-/// shows the tail already). A log that shrank (moved aside for the next
-/// run) is followed from its start.
+/// whole lines only, each event's id the byte it ends on) from `from`,
+/// from a reconnecting browser's `Last-Event-ID`, or else from the log's
+/// end; `end` once the card no longer runs and its log has no more, and
+/// the stream closes. A log that shrank (moved aside for the next run) is
+/// followed from its start.
 async fn log_stream(
     State(app): State<Shared>,
     UrlPath(id): UrlPath<String>,
+    query: Result<Query<LogQuery>, QueryRejection>,
+    headers: HeaderMap,
 ) -> Result<Response, Failure> {
     if !kanban_core::is_valid_task_id(&id) {
         return Err(Failure::new(
@@ -920,57 +1002,150 @@ async fn log_stream(
             format!("no card {id:?}"),
         ));
     }
+    let Query(query) =
+        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
     app.board.show_task(&id).await?;
-    let permit = app.live_pages.clone().try_acquire_owned().map_err(|_| {
+    let permit = app.log_streams.clone().try_acquire_owned().map_err(|_| {
         Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("{LIVE_PAGES} live pages are open already: close one, or reload later"),
+            format!(
+                "{LOG_STREAMS} logs are followed already: close a card's page, or reload later"
+            ),
         )
     })?;
     let path = crate::supervisor::readable_log(&app.logs, &id);
-    let start = std::fs::metadata(&path).map_or(0, |meta| meta.len());
-    let stream =
-        futures_util::stream::unfold((path, start, permit), |(path, mut at, permit)| async move {
-            loop {
-                tokio::time::sleep(LOG_EVERY).await;
-                let (text, next) = read_log_from(&path, at);
-                at = next;
-                if !text.is_empty() {
-                    let event = Event::default().event("log").data(text);
-                    return Some((Ok::<_, std::convert::Infallible>(event), (path, at, permit)));
-                }
-            }
-        });
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    let start = match resumed.or(query.from) {
+        Some(at) => at,
+        None => std::fs::metadata(&path).map_or(0, |meta| meta.len()),
+    };
+    let follow = LogFollow {
+        app: app.clone(),
+        id,
+        path,
+        at: start,
+        asked: None,
+        ended: false,
+        _permit: permit,
+    };
+    let stream = futures_util::stream::unfold(follow, |mut follow| async move {
+        let event = follow.next().await?;
+        Some((Ok::<_, std::convert::Infallible>(event), follow))
+    });
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
 }
 
-/// The whole lines of a log from byte `at` on (at most [`LOG_CHUNK`]),
-/// and where the next read starts; from its start again when it shrank.
-fn read_log_from(path: &Path, at: u64) -> (String, u64) {
+/// One log stream's place in its log.
+struct LogFollow {
+    app: Shared,
+    id: String,
+    path: PathBuf,
+    at: u64,
+    /// When the board was last asked whether the card runs.
+    asked: Option<tokio::time::Instant>,
+    ended: bool,
+    /// Held as long as the stream.
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl LogFollow {
+    /// The stream's next event: new lines, or `end`; none after `end`.
+    async fn next(&mut self) -> Option<Event> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            let read = read_log_from(&self.path, self.at);
+            self.at = read.next;
+            if !read.text.is_empty() {
+                return Some(
+                    Event::default()
+                        .event("log")
+                        .id(read.next.to_string())
+                        .data(read.text),
+                );
+            }
+            if read.full {
+                continue;
+            }
+            let due = self
+                .asked
+                .is_none_or(|asked| asked.elapsed() >= LOG_STATUS_EVERY);
+            if due {
+                self.asked = Some(tokio::time::Instant::now());
+                // A busy board is asked again later; a card gone runs no more.
+                let runs = match self.app.board.show_task(&self.id).await {
+                    Ok(card) => card.task.status.known() == Some(TaskStatus::Running),
+                    Err(BoardError::TaskNotFound(_)) => false,
+                    Err(_) => true,
+                };
+                if !runs {
+                    // What the run wrote last may have landed since the read.
+                    let last = read_log_from(&self.path, self.at);
+                    if !last.text.is_empty() {
+                        self.at = last.next;
+                        self.asked = None;
+                        return Some(
+                            Event::default()
+                                .event("log")
+                                .id(last.next.to_string())
+                                .data(last.text),
+                        );
+                    }
+                    self.ended = true;
+                    return Some(Event::default().event("end").data(self.id.clone()));
+                }
+            }
+            tokio::time::sleep(LOG_EVERY).await;
+        }
+    }
+}
+
+/// What one read of a log found.
+struct LogRead {
+    /// Whole lines, line ends as `\n`.
+    text: String,
+    /// Where the next read starts.
+    next: u64,
+    /// The read filled a chunk: more may be there already.
+    full: bool,
+}
+
+/// The whole lines of a log from byte `at` on (at most [`LOG_CHUNK`]);
+/// from its start again when it shrank.
+fn read_log_from(path: &Path, at: u64) -> LogRead {
     use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return (String::new(), at);
+    let nothing = |at| LogRead {
+        text: String::new(),
+        next: at,
+        full: false,
+    };
+    let Some(mut file) = open_log(path) else {
+        return nothing(at);
     };
     let length = file.metadata().map_or(0, |meta| meta.len());
     let at = if length < at { 0 } else { at };
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(at)).is_err()
-        || file.take(LOG_CHUNK).read_to_end(&mut bytes).is_err()
+        || (&mut file).take(LOG_CHUNK).read_to_end(&mut bytes).is_err()
     {
-        return (String::new(), at);
+        return nothing(at);
     }
+    let full = bytes.len() as u64 == LOG_CHUNK;
     // Whole lines only: a line still being written waits for its end
     // (unless one chunk holds no end of line at all).
-    let whole = match bytes.iter().rposition(|byte| *byte == b'\n') {
-        Some(end) => end + 1,
-        None if bytes.len() as u64 == LOG_CHUNK => bytes.len(),
-        None => 0,
-    };
+    let whole = whole_lines(&bytes, full);
     bytes.truncate(whole);
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    (text, at + whole as u64)
+    LogRead {
+        text: log_text(&bytes),
+        next: at + whole as u64,
+        full,
+    }
 }
 
 /// An action's form: the CSRF token and what the action needs.

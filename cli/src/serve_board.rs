@@ -186,7 +186,7 @@ pub(crate) async fn move_card(app: &App, id: &str, given: &Move<'_>) -> Result<(
                 return Err(Failure::new(
                     StatusCode::CONFLICT,
                     format!(
-                        "{id} waits for a card that is neither done nor archived: it goes in line once that one is done (kanban promote --force {id} takes it now)"
+                        "{id} waits for a card that is neither done nor archived: it stays where it is; move it again once that one is done, or run kanban promote --force {id} to take it now"
                     ),
                 ));
             }
@@ -217,13 +217,22 @@ pub(crate) struct EditFields {
 /// the file does not load (the page still serves; an assignee given is
 /// checked, and refused with the file's error, when it is saved).
 pub(crate) fn listed_agents(app: &App) -> Vec<String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Said once each time the file breaks, not on every page (a live page
+    // fetches one on every commit). One server serves one agents file.
+    static BROKEN: AtomicBool = AtomicBool::new(false);
     match agent_names(app) {
-        Ok(names) => names.unwrap_or_default(),
+        Ok(names) => {
+            BROKEN.store(false, Ordering::Relaxed);
+            names.unwrap_or_default()
+        }
         Err(failure) => {
-            crate::out::errln!(
-                "the agents file does not load, so the page lists no agents: {}",
-                failure.message()
-            );
+            if !BROKEN.swap(true, Ordering::Relaxed) {
+                crate::out::errln!(
+                    "the agents file does not load, so the pages list no agents until it does: {}",
+                    failure.message()
+                );
+            }
             Vec::new()
         }
     }

@@ -293,6 +293,8 @@ pub(crate) struct CardParts<'a> {
     pub(crate) view: &'a TaskView,
     pub(crate) linked: &'a Linked,
     pub(crate) log_tail: &'a str,
+    /// The byte of the log just after its tail: where its stream starts.
+    pub(crate) log_end: u64,
     /// The subscriptions to this card's events.
     pub(crate) subscriptions: &'a [kanban_core::notify::SubscriptionView],
     /// The agents of the agents file, for its assignee field.
@@ -310,6 +312,7 @@ pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
             div data-fragment={ "/fragments/cards/" (view.task.id) "?part=head" } { (card_head(app, &view.task, now)) }
             (card_forms(app, view))
             div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, parts, now)) }
+            (card_log(parts))
         },
     )
 }
@@ -488,7 +491,9 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                     label { "Priority " input name="priority" value=(task.priority) size="4" inputmode="numeric"; }
                     label { "Assignee " input name="assignee" value=(task.assignee.as_deref().unwrap_or("")) list="agents" size="14"; }
                     label { "Tenant " input name="tenant" value=(task.tenant.as_deref().unwrap_or("")) size="12"; }
-                    label.wide { "Body (Markdown) " textarea name="body" rows="8" cols="80" { (task.body.as_deref().unwrap_or("")) } }
+                    // A parser drops the newline that opens a textarea: one
+                    // is put there, so a body that starts with one keeps it.
+                    label.wide { "Body (Markdown) " textarea name="body" rows="8" cols="80" { "\n" (task.body.as_deref().unwrap_or("")) } }
                     button.primary type="submit" data-action="edit" { "Save" }
                 }
             }
@@ -564,7 +569,7 @@ pub(crate) fn card_head(app: &App, task: &kanban_core::TaskRecord, now: i64) -> 
 /// A card's links, files, notifications, body, runs, comments, events and
 /// log, alone: the second live part of its page.
 pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
-    let (view, linked, log_tail) = (parts.view, parts.linked, parts.log_tail);
+    let (view, linked) = (parts.view, parts.linked);
     let task = &view.task;
     let id = task.id.as_str();
     html! {
@@ -615,8 +620,21 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
                 }
             }
         }
-        @if !log_tail.is_empty() || task.status.known() == Some(TaskStatus::Running) {
-            section { h3 { "Log (tail)" } pre data-log={ "/cards/" (id) "/log" } tabindex="0" { (log_tail) } }
+    }
+}
+
+/// A card's log: its tail, which the script goes on with as the agent
+/// writes (outside the live parts, so a refresh does not cut it short).
+fn card_log(parts: &CardParts<'_>) -> Markup {
+    let task = &parts.view.task;
+    let running = task.status.known() == Some(TaskStatus::Running);
+    html! {
+        section {
+            h3 { "Log (tail)" }
+            @if parts.log_tail.is_empty() && !running {
+                p.meta data-no-log { "No log yet: a run writes one." }
+            }
+            pre data-log={ "/cards/" (task.id) "/log" } data-from=(parts.log_end) tabindex="0" { (parts.log_tail) }
         }
     }
 }

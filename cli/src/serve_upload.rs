@@ -58,6 +58,14 @@ pub(crate) async fn api_upload(
         ));
     }
     app.board.show_task(&id).await?;
+    // The name and the type are checked before a byte is received: what
+    // the store refuses after that is the disk's doing (500).
+    kanban_core::attachments::safe_attachment_name(&query.name)
+        .map_err(|problem| Failure::new(StatusCode::BAD_REQUEST, problem))?;
+    if let Some(given) = &query.content_type {
+        kanban_agent_port::checked_content_type(given)
+            .map_err(|problem| Failure::new(StatusCode::BAD_REQUEST, problem))?;
+    }
     let root = app.attachments.clone();
     let partial = receive(&root, body).await?;
     let (task, name, kind) = (id.clone(), query.name, query.content_type);
@@ -79,7 +87,7 @@ pub(crate) async fn api_upload(
     })
     .await
     .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))?
-    .map_err(|problem| Failure::new(StatusCode::BAD_REQUEST, problem))?;
+    .map_err(|problem| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, problem))?;
     match app.board.add_attachment(&id, &stored).await {
         Ok(number) => Ok((
             StatusCode::CREATED,

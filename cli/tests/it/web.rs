@@ -435,6 +435,44 @@ fn a_card_is_edited_in_place_its_links_changed_and_a_child_added() {
             .to_owned();
         assert_eq!(bench.show(&child)["task"]["title"], "check the dates");
         assert_eq!(status(&bench, &child), "todo", "it waits for its parent");
+        // A comment typed and not sent outlives the page's live updates,
+        // once the focus has left it too.
+        let draft = "form[action$='/comment'] input[name=text]";
+        find(client, draft)
+            .await
+            .send_keys("half a thought")
+            .await
+            .unwrap();
+        script(client, "document.activeElement.blur(); return null").await;
+        bench.ok(&["edit", &card, "--priority", "9"]);
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath("//div[@class='meta']/span[.='priority 9']"))
+            .await
+            .expect("the page went live on the edit");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let kept = script(
+            client,
+            &format!("return document.querySelector(\"{draft}\").value"),
+        )
+        .await;
+        assert_eq!(kept, json!("half a thought"), "the draft was kept");
+        // Sent (here: cleared), the part goes live again.
+        script(
+            client,
+            &format!("document.querySelector(\"{draft}\").value = ''; return null"),
+        )
+        .await;
+        bench.ok(&["comment", &card, "noted from the command line"]);
+        client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath(
+                "//p[contains(., 'noted from the command line')]",
+            ))
+            .await
+            .expect("the comments went live again");
     });
 }
 
@@ -765,6 +803,37 @@ fn a_running_card_s_log_streams_to_its_page() {
     });
     let (code, _) = crate::serve::get(&format!("{}/cards/t_nope/log", server.url));
     assert_eq!(code, 404);
+
+    // A card that does not run: its log from a byte on (every line end a
+    // newline, each event's id where it ends), then `end`, and the stream
+    // closes; a reconnecting browser's Last-Event-ID goes on from there.
+    let idle = bench.add("write the release notes", &[]);
+    let log = logs.join(format!("{idle}.log"));
+    std::fs::write(&log, "old line\nfirst\r\nsecond\rthird\npartial").unwrap();
+    let (code, events) = crate::serve::get(&format!("{}/cards/{idle}/log?from=9", server.url));
+    assert_eq!(code, 200);
+    assert!(
+        events.contains("event: log\nid: 29\ndata: first\ndata: second\ndata: third\n")
+            && !events.contains("old line")
+            && !events.contains("partial"),
+        "{events}"
+    );
+    assert!(
+        events
+            .trim_end()
+            .ends_with(&format!("event: end\ndata: {idle}")),
+        "{events}"
+    );
+    let mut resumed = crate::serve::agent()
+        .get(&format!("{}/cards/{idle}/log?from=0", server.url))
+        .header("Last-Event-ID", "23")
+        .call()
+        .unwrap();
+    let events = resumed.body_mut().read_to_string().unwrap();
+    assert!(
+        events.contains("data: third\n") && !events.contains("second"),
+        "{events}"
+    );
 }
 
 #[test]
@@ -1089,7 +1158,7 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         answer["error"]
             .as_str()
             .unwrap()
-            .contains("goes in line once"),
+            .contains("move it again once that one is done"),
         "{answer}"
     );
     assert_eq!(status(&bench, &waiting), "triage");
