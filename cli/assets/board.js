@@ -4,6 +4,8 @@
 (function () {
   'use strict';
   var toast = document.getElementById('toast');
+  // Where this board's pages and API are: '' or /boards/SLUG.
+  var base = document.body.getAttribute('data-base') || '';
   var state = document.getElementById('live');
   var targets = Array.from(document.querySelectorAll('[data-fragment]'));
   var selected = new Set();
@@ -84,7 +86,7 @@
   }
 
   if (targets.length && window.EventSource) {
-    var source = new EventSource('/live');
+    var source = new EventSource(base + '/live');
     source.addEventListener('changed', refresh);
     source.onopen = function () { state.textContent = '● live'; };
     source.onerror = function () { state.textContent = '○ reconnecting'; };
@@ -139,7 +141,7 @@
   // the lane the page shows it in; a refused one goes back where it was
   // and says why.
   function move(id, from, to, undo) {
-    return post('/api/cards/' + encodeURIComponent(id) + '/move',
+    return post(base + '/api/cards/' + encodeURIComponent(id) + '/move',
                 {to: to, from: from, reason: 'moved on the web board'})
       .then(function (result) {
         if (result.ok) say(id + ' moved to ' + to);
@@ -149,7 +151,7 @@
   }
 
   function act(id, action) {
-    return post('/api/cards/' + encodeURIComponent(id) + '/' + action, {})
+    return post(base + '/api/cards/' + encodeURIComponent(id) + '/' + action, {})
       .then(function (result) {
         say(result.ok ? id + ': ' + action + ' done' : (result.answer.error || action + ' refused'), !result.ok);
         return refresh();
@@ -226,7 +228,7 @@
     e.preventDefault();
     var form = new FormData(bulk);
     var action = form.get('action');
-    post('/api/bulk', {cards: Array.from(selected), action: action, text: form.get('text') || '',
+    post(base + '/api/bulk', {cards: Array.from(selected), action: action, text: form.get('text') || '',
                        reason: form.get('reason') || '', to: form.get('to') || ''})
       .then(function (result) {
         if (!result.ok) { say(result.answer.error || 'refused', true); return; }

@@ -57,7 +57,7 @@ pub(crate) struct Cli {
 }
 
 /// The options every command takes, shown after the command's own.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Global options")]
 pub(crate) struct GlobalArgs {
     /// The board: a SQLite file, or postgres://USER@HOST:PORT/DBNAME.
@@ -338,6 +338,9 @@ pub(crate) enum Command {
     /// Serve the live web board, a JSON API (/api/, docs/api.md) and
     /// Prometheus metrics (/metrics). Loopback by default; any other address
     /// needs --token.
+    ///
+    /// On a board of the kanban home, the home's other boards are served
+    /// too, at /boards/SLUG, and every page can switch between them.
     ///
     /// Example: kanban --db ./kanban.db serve --listen 127.0.0.1:8080
     Serve {

@@ -317,13 +317,8 @@ fn command(cli: Cli, env: &Environment, interrupt: &Arc<AtomicUsize>) -> anyhow:
         } => {
             let token = serve::serve_token(token, token_file.as_deref(), env)?;
             runtime::install_signal_handlers(interrupt)?;
-            let board = board_path::open_board(global, env)?;
-            let places = serve::Places {
-                attachments: attach::board_attachments_root(global, env, &board)?,
-                agents: agents_file::agents_file_path(global.agents.as_deref(), &board.folder),
-                env: env.clone(),
-            };
-            serve::serve(board, places, listen, token, interrupt)
+            let (first, others) = serve::served_boards(global, env)?;
+            serve::serve(first, others, listen, token, interrupt)
         }
         Command::Walls { json, lift } => match lift {
             Some(scope) => admin::lift_wall(global, env, &scope),

@@ -66,6 +66,36 @@ pub(crate) struct App {
     /// The environment the server was started in: the agents file's
     /// `${VAR}`s, and git's for a workspace taken away.
     pub(crate) env: kanban_core::Environment,
+    /// Where this board's pages are: `""` for the board the server was
+    /// started for, `/boards/SLUG` for another board of the kanban home.
+    pub(crate) base: String,
+    /// Every board the server serves, for the switcher in each page.
+    pub(crate) boards: Arc<Vec<BoardLink>>,
+}
+
+/// A board the server serves, as the switcher lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct BoardLink {
+    pub(crate) slug: String,
+    pub(crate) name: String,
+    /// Its board page.
+    pub(crate) href: String,
+}
+
+impl App {
+    /// This board's page.
+    pub(crate) fn home(&self) -> &str {
+        if self.base.is_empty() {
+            "/"
+        } else {
+            &self.base
+        }
+    }
+
+    /// A path of this board's pages or API (`path` starts with `/`).
+    pub(crate) fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
 }
 
 /// Live pages (`/live` streams) a server holds at once.
@@ -206,19 +236,88 @@ pub(crate) struct Places {
     pub(crate) env: kanban_core::Environment,
 }
 
-/// Runs the server until SIGINT or SIGTERM.
+/// A board a server serves: the board, what is beside it, and its slug in
+/// the kanban home (none for a board named by `--db`).
+pub(crate) struct ServedBoard {
+    pub(crate) board: OpenBoard,
+    pub(crate) places: Places,
+    pub(crate) slug: Option<String>,
+    /// What the switcher calls it.
+    pub(crate) title: String,
+}
+
+/// The boards `kanban serve` serves: the board the command means first;
+/// then, when that is a board of the kanban home (no `--db`), every other
+/// board there that is not archived, so a page can switch to it. A board
+/// that does not open is left out and said so.
+pub(crate) fn served_boards(
+    global: &crate::args::GlobalArgs,
+    env: &kanban_core::Environment,
+) -> anyhow::Result<(ServedBoard, Vec<ServedBoard>)> {
+    let open = |global: &crate::args::GlobalArgs, slug: Option<String>, title: String| {
+        let board = crate::board_path::open_board(global, env)?;
+        let places = Places {
+            attachments: crate::attach::board_attachments_root(global, env, &board)?,
+            agents: crate::agents_file::agents_file_path(global.agents.as_deref(), &board.folder),
+            env: env.clone(),
+        };
+        anyhow::Ok(ServedBoard {
+            board,
+            places,
+            slug,
+            title,
+        })
+    };
+    let named_by_path = global.db.is_some() || env.get_trimmed(kanban_core::vars::DB).is_some();
+    let home = crate::board_path::home(env).ok().filter(|_| !named_by_path);
+    let Some(home) = home else {
+        let board = open(global, None, String::new())?;
+        let title = board.board.name();
+        return Ok((ServedBoard { title, ..board }, Vec::new()));
+    };
+    let title = |slug: &str| {
+        home.metadata(slug).map_or_else(
+            |_| crate::home::display_name(slug),
+            |metadata| metadata.name(slug),
+        )
+    };
+    let slug = crate::board_path::board_slug(global, env)?;
+    let first = open(global, Some(slug.clone()), title(&slug))?;
+    let mut others = Vec::new();
+    for other in home.slugs().into_iter().filter(|other| *other != slug) {
+        let archived = home.metadata(&other).is_ok_and(|metadata| {
+            metadata
+                .fields
+                .get("archived")
+                .and_then(serde_json::Value::as_bool)
+                == Some(true)
+        });
+        if archived {
+            continue;
+        }
+        let global = crate::args::GlobalArgs {
+            board: Some(other.clone()),
+            ..global.clone()
+        };
+        match open(&global, Some(other.clone()), title(&other)) {
+            Ok(board) => others.push(board),
+            Err(error) => crate::out::errln!(
+                "board {other:?} is not served, since it does not open: {error:#}"
+            ),
+        }
+    }
+    Ok((first, others))
+}
+
+/// Runs the server until SIGINT or SIGTERM: `first` at `/`, each of
+/// `others` (the other boards of the kanban home) at `/boards/SLUG`.
 pub(crate) fn serve(
-    board: OpenBoard,
-    places: Places,
+    first: ServedBoard,
+    others: Vec<ServedBoard>,
     listen: SocketAddr,
     token: Option<String>,
     interrupt: &Arc<AtomicUsize>,
 ) -> anyhow::Result<ExitCode> {
-    let Places {
-        attachments,
-        agents,
-        env,
-    } = places;
     if !loopback(&listen) && token.is_none() {
         anyhow::bail!(
             "--listen {listen} is reachable from other machines: give --token TOKEN (or KANBAN_SERVE_TOKEN) so only those who know it get in, or listen on 127.0.0.1"
@@ -229,29 +328,39 @@ pub(crate) fn serve(
         .enable_all()
         .build()
         .context("cannot start the server's runtime")?;
-    let logs = board.folder.join("logs");
-
-    // Pages go live on every commit: SQLite's data_version, looked at every
-    // WATCH_EVERY, or PostgreSQL's notifications.
-    let watch = match &board.engine {
-        Engine::Sqlite(sqlite) => ChangeWatch::open(sqlite.path())
-            .ok()
-            .map(BoardWatch::Sqlite),
-        Engine::Postgres(pg) => Some(BoardWatch::Postgres(pg.watch())),
-    };
-    let (changes, _) = tokio::sync::broadcast::channel(16);
-    let app = Arc::new(App {
-        board: board.with_offload(Arc::new(crate::runtime::TokioOffload)),
-        logs,
-        attachments,
-        csrf: crate::supervisor::random_hex(),
-        token,
-        changes,
+    let boards: Vec<BoardLink> = std::iter::once(&first)
+        .chain(&others)
+        .enumerate()
+        .map(|(at, served)| {
+            let slug = served.slug.clone().unwrap_or_default();
+            BoardLink {
+                name: served.title.clone(),
+                href: if at == 0 {
+                    "/".to_owned()
+                } else {
+                    format!("/boards/{slug}")
+                },
+                slug,
+            }
+        })
+        .collect();
+    let boards = Arc::new(boards);
+    let shared = Limits {
         live_pages: Arc::new(tokio::sync::Semaphore::new(LIVE_PAGES)),
         log_streams: Arc::new(tokio::sync::Semaphore::new(LOG_STREAMS)),
-        agents,
-        env,
-    });
+        csrf: crate::supervisor::random_hex(),
+        token,
+        boards,
+    };
+    let mut watches = Vec::new();
+    let app = served_app(first, String::new(), &shared, &mut watches);
+    let others: Vec<Shared> = others
+        .into_iter()
+        .map(|served| {
+            let base = format!("/boards/{}", served.slug.clone().unwrap_or_default());
+            served_app(served, base, &shared, &mut watches)
+        })
+        .collect();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -259,11 +368,15 @@ pub(crate) fn serve(
         let bound = listener.local_addr()?;
         // The first line says where: a test or a script reads it.
         crate::out::outln!("serving {} on http://{bound}/", app.board.name());
-        if let Some(watch) = watch {
-            tokio::spawn(watch_board(watch, app.changes.clone()));
+        for (watch, changes) in watches {
+            tokio::spawn(watch_board(watch, changes));
+        }
+        let mut routes = router(app);
+        for other in others {
+            routes = routes.nest(&other.base.clone(), router(other));
         }
         let stop = interrupt.clone();
-        crate::serve_net::serve(listener, router(app), async move {
+        crate::serve_net::serve(listener, routes, async move {
             while stop.load(Ordering::SeqCst) == 0 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -275,6 +388,59 @@ pub(crate) fn serve(
         ExitCode::Interrupted
     } else {
         ExitCode::Success
+    })
+}
+
+/// What the boards of one server share: their limits, the secrets a
+/// request shows, and the list of boards.
+struct Limits {
+    live_pages: Arc<tokio::sync::Semaphore>,
+    log_streams: Arc<tokio::sync::Semaphore>,
+    csrf: String,
+    token: Option<String>,
+    boards: Arc<Vec<BoardLink>>,
+}
+
+/// The state of one served board's pages at `base`; how its commits are
+/// seen goes to `watches`.
+fn served_app(
+    served: ServedBoard,
+    base: String,
+    shared: &Limits,
+    watches: &mut Vec<(BoardWatch, tokio::sync::broadcast::Sender<()>)>,
+) -> Shared {
+    let ServedBoard { board, places, .. } = served;
+    let Places {
+        attachments,
+        agents,
+        env,
+    } = places;
+    let logs = board.folder.join("logs");
+    // Pages go live on every commit: SQLite's data_version, looked at every
+    // WATCH_EVERY, or PostgreSQL's notifications.
+    let watch = match &board.engine {
+        Engine::Sqlite(sqlite) => ChangeWatch::open(sqlite.path())
+            .ok()
+            .map(BoardWatch::Sqlite),
+        Engine::Postgres(pg) => Some(BoardWatch::Postgres(pg.watch())),
+    };
+    let (changes, _) = tokio::sync::broadcast::channel(16);
+    if let Some(watch) = watch {
+        watches.push((watch, changes.clone()));
+    }
+    Arc::new(App {
+        board: board.with_offload(Arc::new(crate::runtime::TokioOffload)),
+        logs,
+        attachments,
+        csrf: shared.csrf.clone(),
+        token: shared.token.clone(),
+        changes,
+        live_pages: shared.live_pages.clone(),
+        log_streams: shared.log_streams.clone(),
+        agents,
+        env,
+        base,
+        boards: shared.boards.clone(),
     })
 }
 
@@ -303,6 +469,7 @@ pub(crate) fn router(app: Shared) -> Router {
             post(crate::serve_upload::api_upload),
         )
         .route("/login", get(login))
+        .route("/switch", get(switch_board))
         .route("/actions/add", post(add_form))
         .route("/actions/bulk", post(bulk_form))
         .route("/actions/lift-wall", post(lift_wall_form))
@@ -510,6 +677,34 @@ fn constant_eq(a: &str, b: &str) -> bool {
     a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
+/// The board a page's switcher picked.
+#[derive(Deserialize)]
+struct SwitchQuery {
+    board: String,
+}
+
+/// To the page of the board the switcher picked.
+async fn switch_board(
+    State(app): State<Shared>,
+    query: Result<Query<SwitchQuery>, QueryRejection>,
+) -> Result<Redirect, Failure> {
+    let Query(query) =
+        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    app.boards
+        .iter()
+        .find(|board| board.slug == query.board)
+        .map(|board| Redirect::to(&board.href))
+        .ok_or_else(|| {
+            Failure::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no board {:?} is served here: kanban boards lists the home's boards, and a board made after kanban serve started is served once it starts again",
+                    query.board
+                ),
+            )
+        })
+}
+
 #[derive(Deserialize)]
 struct LoginQuery {
     token: String,
@@ -522,13 +717,13 @@ async fn login(State(app): State<Shared>, Query(query): Query<LoginQuery>) -> Re
                 header::SET_COOKIE,
                 format!("kanban_token={token}; HttpOnly; SameSite=Strict; Path=/"),
             )],
-            Redirect::to("/"),
+            Redirect::to(app.home()),
         )
             .into_response(),
         Some(_) => {
             Failure::new(StatusCode::UNAUTHORIZED, "that is not this board's token").into_response()
         }
-        None => Redirect::to("/").into_response(),
+        None => Redirect::to(app.home()).into_response(),
     }
 }
 
@@ -1279,7 +1474,9 @@ async fn add_form(
             ..NewTask::default()
         })
         .await?;
-    Ok(Redirect::to(&format!("/cards/{}", back.unwrap_or(id))))
+    Ok(Redirect::to(
+        &app.at(&format!("/cards/{}", back.unwrap_or(id))),
+    ))
 }
 
 /// The kinds a card's page subscribes a webhook to unless it names others.
@@ -1425,7 +1622,7 @@ async fn act_form(
             tenant: changed(form.tenant, form.was_tenant.as_ref()),
         };
         crate::serve_board::edit_card(&app, &id, &fields).await?;
-        return Ok(Redirect::to(&format!("/cards/{id}")));
+        return Ok(Redirect::to(&app.at(&format!("/cards/{id}"))));
     }
     let text = if action == "move" {
         &form.to
@@ -1439,7 +1636,7 @@ async fn act_form(
         from: &form.from,
     };
     act(&app, &id, &action, &input).await?;
-    Ok(Redirect::to(&format!("/cards/{id}")))
+    Ok(Redirect::to(&app.at(&format!("/cards/{id}"))))
 }
 
 /// A JSON write must say it is JSON: a page of another site cannot send
@@ -1704,7 +1901,7 @@ async fn lift_wall_form(
     let form = form(given)?;
     check_csrf(&app, &form.csrf)?;
     lift_wall(&app, &form.scope).await?;
-    Ok(Redirect::to("/walls"))
+    Ok(Redirect::to(&app.at("/walls")))
 }
 
 async fn api_lift_wall(
@@ -1901,7 +2098,7 @@ async fn bulk_form(
         Some(lane) => back.page_string(&lane, back.page().unwrap_or(1)),
         None => back.filter_string(),
     };
-    Ok(Redirect::to(&format!("/?{back}")).into_response())
+    Ok(Redirect::to(&format!("{}?{back}", app.home())).into_response())
 }
 
 /// The subscriptions, a webhook shown without its path (it may hold a token).
@@ -2053,7 +2250,7 @@ async fn notify_form(
         by: "web",
     };
     subscribe_webhook(&app, scope, &webhook).await?;
-    Ok(Redirect::to("/notifications"))
+    Ok(Redirect::to(&app.at("/notifications")))
 }
 
 #[derive(Deserialize)]
@@ -2092,7 +2289,7 @@ async fn unnotify_form(
             ),
         ));
     }
-    Ok(Redirect::to("/notifications"))
+    Ok(Redirect::to(&app.at("/notifications")))
 }
 
 async fn api_unsubscribe(

@@ -35,16 +35,26 @@ fn layout(app: &App, title: &str, content: Markup) -> Markup {
                 title { (title) " · kanban" }
                 link rel="stylesheet" href="/assets/board.css";
             }
-            body {
+            body data-base=(app.base) {
                 a.skip href="#main" { "Skip to the board" }
                 header {
-                    h1 { a.home href="/" { "kanban" } }
+                    h1 { a.home href=(app.home()) { "kanban" } }
                     span.path { (app.board.name()) }
+                    @if app.boards.len() > 1 {
+                        form.switch method="get" action="/switch" {
+                            label { "Board " select name="board" data-switch {
+                                @for board in app.boards.iter() {
+                                    option value=(board.slug) selected[board.href == app.home()] { (board.name) }
+                                }
+                            } }
+                            " " button type="submit" { "Open" }
+                        }
+                    }
                     nav aria-label="views" {
-                        a href="/" { "Board" }
-                        a href="/walls" { "Walls" }
-                        a href="/diagnostics" { "Diagnostics" }
-                        a href="/notifications" { "Notifications" }
+                        a href=(app.home()) { "Board" }
+                        a href=(app.at("/walls")) { "Walls" }
+                        a href=(app.at("/diagnostics")) { "Diagnostics" }
+                        a href=(app.at("/notifications")) { "Notifications" }
                     }
                     button.help type="button" data-keys-help aria-haspopup="dialog" { "Keys (?)" }
                     span.live #live role="status" { "○ connecting" }
@@ -97,7 +107,7 @@ fn agents_list(agents: &[String]) -> Markup {
 /// The board page.
 pub(crate) fn board(app: &App, lanes: &Lanes, agents: &[String]) -> Markup {
     let query = &lanes.query;
-    let fragment = format!("/fragments/lanes?{}", lane_query(lanes));
+    let fragment = app.at(&format!("/fragments/lanes?{}", lane_query(lanes)));
     layout(
         app,
         "board",
@@ -107,16 +117,16 @@ pub(crate) fn board(app: &App, lanes: &Lanes, agents: &[String]) -> Markup {
                 summary { "Add a card" }
                 (add_form(app, None))
             }
-            form.filter method="get" action="/" role="search" aria-label="filter the board" {
+            form.filter method="get" action=(app.home()) role="search" aria-label="filter the board" {
                 label { "Search " input #search type="search" name="q" value=(query.q) placeholder="title or id"; }
                 label { "Assignee " input name="assignee" value=(query.assignee) list="agents" size="12"; }
                 label { "Tenant " input name="tenant" value=(query.tenant) size="10"; }
                 label { "Block " input name="block" value=(query.block) placeholder="needs_input…" size="12"; }
                 @if !query.lane.is_empty() { input type="hidden" name="lane" value=(query.lane); }
                 button type="submit" { "Filter" }
-                @if !query.filter_string().is_empty() || !query.lane.is_empty() { " " a href="/" { "Clear" } }
+                @if !query.filter_string().is_empty() || !query.lane.is_empty() { " " a href=(app.home()) { "Clear" } }
             }
-            form #bulk .bulk method="post" action="/actions/bulk" aria-label="act on the selected cards" {
+            form #bulk .bulk method="post" action=(app.at("/actions/bulk")) aria-label="act on the selected cards" {
                 input type="hidden" name="csrf" value=(app.csrf);
                 @for (name, value) in [("q", &query.q), ("assignee", &query.assignee), ("tenant", &query.tenant), ("block", &query.block), ("lane", &query.lane)] {
                     input type="hidden" name=(name) value=(value);
@@ -165,7 +175,7 @@ fn lane_query(lanes: &Lanes) -> String {
 /// The form that makes a card: a child of `parent` when given.
 fn add_form(app: &App, parent: Option<&str>) -> Markup {
     html! {
-        form.add method="post" action="/actions/add" {
+        form.add method="post" action=(app.at("/actions/add")) {
             input type="hidden" name="csrf" value=(app.csrf);
             @if let Some(parent) = parent {
                 input type="hidden" name="parents" value=(parent);
@@ -188,7 +198,7 @@ fn add_form(app: &App, parent: Option<&str>) -> Markup {
 }
 
 /// The lanes, alone: what a live board fetches on `changed`.
-pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
+pub(crate) fn lanes(app: &App, lanes: &Lanes) -> Markup {
     let query = &lanes.query;
     let filtered = !query.filter_string().is_empty();
     html! {
@@ -214,18 +224,18 @@ pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
             @for (status, count, tiles) in &lanes.lanes {
                 section class={ "lane " (status) } data-lane=(status) aria-label={ (status) " lane" } {
                     h2 {
-                        a href={ "/?" (query.page_string(status, 1)) } { (status) }
+                        a href={ (app.home()) "?" (query.page_string(status, 1)) } { (status) }
                         span data-count { (count_text(*count, filtered)) }
                     }
                     @if status == crate::serve::OTHER_LANE {
                         div.more { "statuses this kanban does not know: shown as they are, never claimed" }
                     }
-                    @for tile in tiles { (card_tile(tile, lanes.now)) }
+                    @for tile in tiles { (card_tile(app, tile, lanes.now)) }
                     @if lanes.page > 1 || count.count > lanes.page * LANE_LIMIT {
                         nav.pages aria-label={ (status) " pages" } {
-                            @if lanes.page > 1 { a rel="prev" href={ "/?" (query.page_string(status, lanes.page - 1)) } { "← previous" } " " }
+                            @if lanes.page > 1 { a rel="prev" href={ (app.home()) "?" (query.page_string(status, lanes.page - 1)) } { "← previous" } " " }
                             span { "page " (lanes.page) }
-                            @if count.count > lanes.page * LANE_LIMIT { " " a rel="next" data-next-page href={ "/?" (query.page_string(status, lanes.page + 1)) } { "next " (LANE_LIMIT) " →" } }
+                            @if count.count > lanes.page * LANE_LIMIT { " " a rel="next" data-next-page href={ (app.home()) "?" (query.page_string(status, lanes.page + 1)) } { "next " (LANE_LIMIT) " →" } }
                         }
                     }
                 }
@@ -234,12 +244,12 @@ pub(crate) fn lanes(_app: &App, lanes: &Lanes) -> Markup {
     }
 }
 
-fn card_tile(tile: &CardTile, now: i64) -> Markup {
+fn card_tile(app: &App, tile: &CardTile, now: i64) -> Markup {
     let task = &tile.task;
     html! {
         div.card data-card=(task.id) data-status=(task.status.as_str()) {
             input.pick type="checkbox" name="card" value=(task.id) form="bulk" aria-label={ "select " (task.id) };
-            a.title href={ "/cards/" (task.id) } draggable="false" { (short(&task.title, 80)) }
+            a.title href={ (app.base) "/cards/" (task.id) } draggable="false" { (short(&task.title, 80)) }
             div.meta {
                 span { (task.id) }
                 @if task.status.known().is_none() { span.pill { (task.status) } }
@@ -274,12 +284,12 @@ pub(crate) fn bulk_refusals(
             ul {
                 @for result in refused {
                     li data-refused=(result["id"].as_str().unwrap_or("")) {
-                        a href={ "/cards/" (result["id"].as_str().unwrap_or("")) } { (result["id"].as_str().unwrap_or("")) }
+                        a href={ (app.base) "/cards/" (result["id"].as_str().unwrap_or("")) } { (result["id"].as_str().unwrap_or("")) }
                         ": " (result["error"].as_str().unwrap_or(""))
                     }
                 }
             }
-            p { a href="/" { "← board" } }
+            p { a href=(app.home()) { "← board" } }
         },
     )
 }
@@ -307,12 +317,12 @@ pub(crate) fn card(app: &App, parts: &CardParts<'_>, now: i64) -> Markup {
         app,
         &view.task.title,
         html! {
-            p { a href="/" { "← board" } }
+            p { a href=(app.home()) { "← board" } }
             (agents_list(parts.agents))
-            div data-fragment={ "/fragments/cards/" (view.task.id) "?part=head" } { (card_head(app, &view.task, now)) }
+            div data-fragment={ (app.base) "/fragments/cards/" (view.task.id) "?part=head" } { (card_head(app, &view.task, now)) }
             (card_forms(app, view))
-            div data-fragment={ "/fragments/cards/" (view.task.id) } { (card_details(app, parts, now)) }
-            (card_log(parts))
+            div data-fragment={ (app.base) "/fragments/cards/" (view.task.id) } { (card_details(app, parts, now)) }
+            (card_log(app, parts))
         },
     )
 }
@@ -375,7 +385,7 @@ fn notifications(
                         li data-subscription=(sub.id) {
                             (sub.kinds.join(", ")) " → " (sub.channel) " " (sub.address)
                             @if sub.dead > 0 { " " span.pill.warn { (sub.dead) " dead" } }
-                            form.inline method="post" action={ "/actions/" (id) "/unnotify" } {
+                            form.inline method="post" action={ (app.base) "/actions/" (id) "/unnotify" } {
                                 input type="hidden" name="csrf" value=(app.csrf);
                                 input type="hidden" name="text" value=(sub.id);
                                 " " button type="submit" data-action="unnotify" { "Stop" }
@@ -384,7 +394,7 @@ fn notifications(
                     }
                 }
             }
-            form method="post" action={ "/actions/" (id) "/notify" } {
+            form method="post" action={ (app.base) "/actions/" (id) "/notify" } {
                 input type="hidden" name="csrf" value=(app.csrf);
                 label { "Webhook " input name="text" type="url" placeholder="https://…" size="40" required; }
                 " "
@@ -396,7 +406,11 @@ fn notifications(
 }
 
 /// A card's attached files, each a link that downloads it.
-fn attachments(id: &str, files: &[kanban_core::attachments::AttachmentRecord]) -> Markup {
+fn attachments(
+    app: &App,
+    id: &str,
+    files: &[kanban_core::attachments::AttachmentRecord],
+) -> Markup {
     html! {
         @if !files.is_empty() {
             section.attachments {
@@ -404,7 +418,7 @@ fn attachments(id: &str, files: &[kanban_core::attachments::AttachmentRecord]) -
                 ul {
                     @for file in files {
                         li data-attachment=(file.id) {
-                            a href={ "/cards/" (id) "/attachments/" (file.id) } { (file.filename) }
+                            a href={ (app.base) "/cards/" (id) "/attachments/" (file.id) } { (file.filename) }
                             " · " (file.size) " bytes"
                             @if let Some(by) = &file.uploaded_by { " · by " (by) }
                         }
@@ -417,7 +431,7 @@ fn attachments(id: &str, files: &[kanban_core::attachments::AttachmentRecord]) -
 
 fn action(app: &App, id: &str, name: &str, label: &str, with_reason: bool) -> Markup {
     html! {
-        form.inline method="post" action={ "/actions/" (id) "/" (name) } {
+        form.inline method="post" action={ (app.base) "/actions/" (id) "/" (name) } {
             input type="hidden" name="csrf" value=(app.csrf);
             @if with_reason { input name="reason" placeholder="why (optional)" size="14"; }
             button type="submit" data-action=(name) { (label) }
@@ -453,9 +467,9 @@ fn links(app: &App, view: &TaskView, linked: &Linked) -> Markup {
                         @for linked_id in ids {
                             @let status = linked.get(linked_id).map_or("gone", String::as_str);
                             li data-linked=(linked_id) {
-                                a href={ "/cards/" (linked_id) } { (linked_id) } " " span.pill data-status=(status) { (status) }
+                                a href={ (app.base) "/cards/" (linked_id) } { (linked_id) } " " span.pill data-status=(status) { (status) }
                                 @if parents {
-                                    form.inline method="post" action={ "/actions/" (id) "/unlink" } {
+                                    form.inline method="post" action={ (app.base) "/actions/" (id) "/unlink" } {
                                         input type="hidden" name="csrf" value=(app.csrf);
                                         input type="hidden" name="text" value=(linked_id);
                                         " " button type="submit" data-action="unlink" aria-label={ "stop waiting for " (linked_id) } { "Unlink" }
@@ -479,7 +493,7 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
         @if task.status.known() != Some(TaskStatus::Archived) {
             details.edit {
                 summary { "Edit" }
-                form method="post" action={ "/actions/" (id) "/edit" } {
+                form method="post" action={ (app.base) "/actions/" (id) "/edit" } {
                     input type="hidden" name="csrf" value=(app.csrf);
                     // What the form showed: only what is changed in it is saved.
                     input type="hidden" name="was_title" value=(task.title);
@@ -497,14 +511,14 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                     button.primary type="submit" data-action="edit" { "Save" }
                 }
             }
-            form.upload data-upload={ "/api/cards/" (id) "/attachments" } method="post" action={ "/api/cards/" (id) "/attachments" } {
+            form.upload data-upload={ (app.base) "/api/cards/" (id) "/attachments" } method="post" action={ (app.base) "/api/cards/" (id) "/attachments" } {
                 label { "Attach a file " input type="file" name="file" required; }
                 " " button type="submit" data-action="upload" { "Upload" }
                 noscript { " Uploading needs JavaScript; without it: kanban attach " (id) " FILE" }
             }
             details.more {
                 summary { "Move, link, reassign, add a child" }
-                form.inline method="post" action={ "/actions/" (id) "/move" } {
+                form.inline method="post" action={ (app.base) "/actions/" (id) "/move" } {
                     input type="hidden" name="csrf" value=(app.csrf);
                     input type="hidden" name="from" value=(task.status.as_str());
                     label { "Move to "
@@ -512,12 +526,12 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                     }
                     " " button type="submit" data-action="move" { "Move" }
                 }
-                form.inline method="post" action={ "/actions/" (id) "/link" } {
+                form.inline method="post" action={ (app.base) "/actions/" (id) "/link" } {
                     input type="hidden" name="csrf" value=(app.csrf);
                     label { " Wait for card " input name="text" required size="14" placeholder="t_…"; }
                     " " button type="submit" data-action="link" { "Link" }
                 }
-                form.inline method="post" action={ "/actions/" (id) "/reassign" } {
+                form.inline method="post" action={ (app.base) "/actions/" (id) "/reassign" } {
                     input type="hidden" name="csrf" value=(app.csrf);
                     label { " Reassign to " input name="text" list="agents" size="12" placeholder="none"; }
                     " " button type="submit" data-action="reassign" { "Reassign" }
@@ -574,7 +588,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
     let id = task.id.as_str();
     html! {
         (links(app, view, linked))
-        (attachments(id, &view.attachments))
+        (attachments(app, id, &view.attachments))
         (notifications(app, id, parts.subscriptions))
         @if let Some(body) = &task.body { section { h3 { "Body" } div.body.markdown { (maud::PreEscaped(crate::serve_board::markdown(body))) } } }
         @if let Some(result) = &task.result { section { h3 { "Result" } div.body { (result) } } }
@@ -600,7 +614,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
             @for comment in &view.comments {
                 p { strong { (comment.author) } " · " span.meta { (human_time(comment.created_at, now)) } br; (comment.body) }
             }
-            form method="post" action={ "/actions/" (id) "/comment" } {
+            form method="post" action={ (app.base) "/actions/" (id) "/comment" } {
                 input type="hidden" name="csrf" value=(app.csrf);
                 input name="text" placeholder="Steer the agent: a comment its next run reads" size="60" required;
                 " " button type="submit" data-action="comment" { "Comment" }
@@ -625,7 +639,7 @@ pub(crate) fn card_details(app: &App, parts: &CardParts<'_>, now: i64) -> Markup
 
 /// A card's log: its tail, which the script goes on with as the agent
 /// writes (outside the live parts, so a refresh does not cut it short).
-fn card_log(parts: &CardParts<'_>) -> Markup {
+fn card_log(app: &App, parts: &CardParts<'_>) -> Markup {
     let task = &parts.view.task;
     let running = task.status.known() == Some(TaskStatus::Running);
     html! {
@@ -634,7 +648,7 @@ fn card_log(parts: &CardParts<'_>) -> Markup {
             @if parts.log_tail.is_empty() && !running {
                 p.meta data-no-log { "No log yet: a run writes one." }
             }
-            pre data-log={ "/cards/" (task.id) "/log" } data-from=(parts.log_end) tabindex="0" { (parts.log_tail) }
+            pre data-log={ (app.base) "/cards/" (task.id) "/log" } data-from=(parts.log_end) tabindex="0" { (parts.log_tail) }
         }
     }
 }
@@ -661,7 +675,7 @@ pub(crate) fn walls(app: &App, walls: &[kanban_core::walls::Wall], now: i64) -> 
                             td { (wall.source) }
                             td { (short(&wall.reason, 160)) }
                             td {
-                                form.inline method="post" action="/actions/lift-wall" {
+                                form.inline method="post" action=(app.at("/actions/lift-wall")) {
                                     input type="hidden" name="csrf" value=(app.csrf);
                                     input type="hidden" name="scope" value=(wall.scope);
                                     button type="submit" data-action="lift" aria-label={ "lift the wall on " (wall.scope) } { "Lift" }
@@ -693,7 +707,7 @@ pub(crate) fn diagnostics(
             }
             @for (task, found) in reports {
                 section data-diagnosed=(task.id) {
-                    h3 { a href={ "/cards/" (task.id) } { (task.id) } " · " (task.status.as_str()) " · " (short(&task.title, 80)) }
+                    h3 { a href={ (app.base) "/cards/" (task.id) } { (task.id) } " · " (task.status.as_str()) " · " (short(&task.title, 80)) }
                     ul {
                         @for diagnostic in found {
                             li {
@@ -743,7 +757,7 @@ pub(crate) fn notifications_page(
                             td { @if sub.dead > 0 { span.pill.warn { (sub.dead) } } @else { "0" } }
                             td {
                                 @if sub.channel == "webhook" {
-                                    form.inline method="post" action="/actions/unnotify" {
+                                    form.inline method="post" action=(app.at("/actions/unnotify")) {
                                         input type="hidden" name="csrf" value=(app.csrf);
                                         input type="hidden" name="id" value=(sub.id);
                                         button type="submit" data-action="unnotify" aria-label={ "stop subscription " (sub.id) } { "Stop" }
@@ -757,7 +771,7 @@ pub(crate) fn notifications_page(
                 }
             }
             h3 { "Send events to a webhook" }
-            form.add method="post" action="/actions/notify" {
+            form.add method="post" action=(app.at("/actions/notify")) {
                 input type="hidden" name="csrf" value=(app.csrf);
                 label { "Of "
                     select name="scope" {

@@ -29,6 +29,11 @@ impl Server {
         Self { child, url }
     }
 
+    /// A server started otherwise, stopped as this one is.
+    pub(crate) fn adopt(child: std::process::Child, url: String) -> Self {
+        Self { child, url }
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }

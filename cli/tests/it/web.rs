@@ -1346,3 +1346,111 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
     assert_eq!(code, 400);
     assert!(page.contains("name one of"), "{page}");
 }
+
+/// `kanban ARGS…` on the kanban home `home`, which must succeed: its output.
+fn in_home(bench: &Bench, home: &Path, args: &[&str]) -> String {
+    let output = bench
+        .command()
+        .env(kanban_core::vars::HOME, home)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kanban {args:?}: {}",
+        crate::text(&output.stderr)
+    );
+    crate::text(&output.stdout)
+}
+
+#[test]
+fn a_page_switches_to_another_board_of_the_home_and_acts_on_it() {
+    let bench = Bench::new();
+    let home = bench.path().join("home");
+    in_home(&bench, &home, &["init"]);
+    in_home(
+        &bench,
+        &home,
+        &["boards", "create", "team", "--name", "Team board"],
+    );
+    in_home(&bench, &home, &["boards", "create", "old"]);
+    in_home(&bench, &home, &["boards", "rm", "old"]);
+    let ours = in_home(&bench, &home, &["add", "on the default board"]);
+    let theirs = in_home(
+        &bench,
+        &home,
+        &["--board", "team", "add", "on the team board"],
+    );
+    let (ours, theirs) = (ours.trim().to_owned(), theirs.trim().to_owned());
+    let team_status = |id: &str| -> String {
+        let shown: Value = serde_json::from_str(&in_home(
+            &bench,
+            &home,
+            &["--board", "team", "show", id, "--json"],
+        ))
+        .unwrap();
+        shown["task"]["status"].as_str().unwrap().to_owned()
+    };
+    let mut command = bench.command();
+    command
+        .env(kanban_core::vars::HOME, &home)
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    let (child, url) = kanban_testkit::start_server(command);
+    let _server = crate::serve::Server::adopt(child, url.clone());
+    browse(false, async |client| {
+        client.goto(&url).await.unwrap();
+        find(client, &format!("[data-card='{ours}']")).await;
+        let offered = script(
+            client,
+            "return Array.from(document.querySelectorAll('select[data-switch] option')).map(o => o.value)",
+        )
+        .await;
+        assert_eq!(
+            offered,
+            json!(["default", "team"]),
+            "an archived board is not offered"
+        );
+        click(client, "select[data-switch] option[value=team]").await;
+        click(client, "form.switch button").await;
+        find(client, &format!("[data-card='{theirs}']")).await;
+        assert_eq!(client.current_url().await.unwrap().path(), "/boards/team");
+        let shown = script(
+            client,
+            "return document.querySelectorAll('[data-card]').length",
+        )
+        .await;
+        assert_eq!(shown, json!(1), "only the team board's card");
+        // A key on the team board acts on the team board (the API under
+        // its path).
+        press(client, "js").await;
+        until("s held the team board's card", || {
+            team_status(&theirs) == "scheduled"
+        })
+        .await;
+        // Its card page, and a form there, stay on the team board.
+        client
+            .goto(&format!("{url}/boards/team/cards/{theirs}"))
+            .await
+            .unwrap();
+        click(client, "[data-action=release]").await;
+        until("the form released it", || {
+            team_status(&theirs) != "scheduled"
+        })
+        .await;
+        find(client, "[data-fragment$='?part=head'] [data-status]").await;
+        assert_eq!(
+            client.current_url().await.unwrap().path(),
+            format!("/boards/team/cards/{theirs}")
+        );
+        // And back: the first board is at the root.
+        click(client, "select[data-switch] option[value=default]").await;
+        click(client, "form.switch button").await;
+        find(client, &format!("[data-card='{ours}']")).await;
+        assert_eq!(client.current_url().await.unwrap().path(), "/");
+    });
+    let (code, answer) = crate::serve::get(&format!("{url}/switch?board=nope"));
+    assert_eq!(code, 404, "{answer}");
+    assert!(answer.contains("kanban boards lists"), "{answer}");
+    let (code, _) = crate::serve::get(&format!("{url}/boards/old"));
+    assert_eq!(code, 404, "an archived board is not served");
+}
