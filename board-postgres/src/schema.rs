@@ -12,10 +12,10 @@ use kanban_board::TxResult;
 use crate::conn::{Conn, pg};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Migration N (1-based) brings a board from version N-1 to N.
-pub const MIGRATIONS: [&str; 6] = [
+pub const MIGRATIONS: [&str; 7] = [
     r#"
 CREATE TABLE tasks (
     id                   TEXT PRIMARY KEY,
@@ -175,6 +175,17 @@ CREATE TABLE notify_outbox (
 );
 CREATE INDEX idx_outbox_open ON notify_outbox(delivered_at, dead_at, next_attempt_at);
 CREATE INDEX idx_outbox_order ON notify_outbox(subscription_id, task_id, id);
+"#,
+    // 7: what each host's dispatcher last said of itself (the web
+    // board's health line).
+    r#"
+CREATE TABLE dispatchers (
+    host         TEXT PRIMARY KEY,
+    reported_at  BIGINT NOT NULL,
+    in_flight    BIGINT NOT NULL,
+    state        TEXT NOT NULL,
+    why          TEXT
+);
 "#,
 ];
 

@@ -4,11 +4,11 @@
 //! file means the same thing to both.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Migration N (1-based) brings a board from version N-1 to N. Public so
 /// tests can build a board of any earlier version.
-pub const MIGRATIONS: [&str; 9] = [
+pub const MIGRATIONS: [&str; 10] = [
     r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id                   TEXT PRIMARY KEY,
@@ -193,5 +193,16 @@ CREATE TABLE IF NOT EXISTS notify_outbox (
 );
 CREATE INDEX IF NOT EXISTS idx_outbox_open ON notify_outbox(delivered_at, dead_at, next_attempt_at);
 CREATE INDEX IF NOT EXISTS idx_outbox_order ON notify_outbox(subscription_id, task_id, id);
+"#,
+    // 10: what each host's dispatcher last said of itself (the web
+    // board's health line).
+    r#"
+CREATE TABLE IF NOT EXISTS dispatchers (
+    host         TEXT PRIMARY KEY,
+    reported_at  INTEGER NOT NULL,
+    in_flight    INTEGER NOT NULL,
+    state        TEXT NOT NULL,
+    why          TEXT
+);
 "#,
 ];

@@ -7,8 +7,8 @@ use kanban_core::rules::{
 };
 use kanban_core::walls::Wall;
 use kanban_core::{
-    BoardError, Booking, Claim, ClaimFilter, ClaimGrant, ExitReport, NotLive, RunningWorker,
-    SignalReason, TickDurations, WorkerProcess, WorkerResult, events,
+    BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatcherReport, ExitReport, NotLive,
+    RunningWorker, SignalReason, WorkerProcess, WorkerResult, events,
 };
 
 use crate::StoredBoard;
@@ -205,12 +205,12 @@ impl<E: Engine> StoredBoard<E> {
             .await
     }
 
-    pub async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
-        let (host, ticks) = (host.to_owned(), ticks.clone());
+    pub async fn report_dispatcher(&self, report: &DispatcherReport) -> Result<(), BoardError> {
+        let report = report.clone();
         self.engine
-            .write(Durability::Record, move |sql, _| {
-                let (host, ticks) = (host.clone(), ticks.clone());
-                Box::pin(async move { Tx::new(sql).add_ticks(&host, &ticks).await })
+            .write(Durability::Record, move |sql, now| {
+                let report = report.clone();
+                Box::pin(async move { Tx::new(sql).add_report(&report, now).await })
             })
             .await
     }

@@ -20,7 +20,8 @@ pub use engine::{
     TxResult, storable_json, storable_list, storable_text,
 };
 pub use statements::{
-    LANE_WINDOW, Lane, LaneFilter, LanePage, LastEvents, RunOpening, lease_from_row, lease_query,
+    DispatcherSeen, LANE_WINDOW, Lane, LaneFilter, LanePage, LastEvents, RunOpening,
+    lease_from_row, lease_query,
 };
 
 use statements::Tx;
@@ -118,6 +119,13 @@ impl<E: Engine> StoredBoard<E> {
             .read(move |sql| {
                 Box::pin(async move { Tx::new(sql).lane(lane, &filter, limit, skip).await })
             })
+            .await
+    }
+
+    /// What each host's dispatcher last said of itself, the latest first.
+    pub async fn dispatchers(&self) -> Result<Vec<DispatcherSeen>, BoardError> {
+        self.engine
+            .read(|sql| Box::pin(async move { Tx::new(sql).dispatchers().await }))
             .await
     }
 
@@ -548,12 +556,11 @@ macro_rules! board_ports {
             ) -> Result<Vec<::kanban_core::rules::ClaimCandidate>, ::kanban_core::BoardError> {
                 (**self).claim_lane(limit).await
             }
-            async fn record_ticks(
+            async fn report_dispatcher(
                 &self,
-                host: &str,
-                ticks: &::kanban_core::TickDurations,
+                report: &::kanban_core::DispatcherReport,
             ) -> Result<(), ::kanban_core::BoardError> {
-                (**self).record_ticks(host, ticks).await
+                (**self).report_dispatcher(report).await
             }
             async fn walls(
                 &self,

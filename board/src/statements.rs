@@ -15,9 +15,9 @@ use kanban_core::rules::{
 };
 use kanban_core::walls::{Wall, WallChange, WallKind};
 use kanban_core::{
-    BoardError, BoardStats, CardStatus, Claim, ClaimFilter, CommentRecord, EventRecord, NewTask,
-    ProofIdentity, RunRecord, RunningWorker, TaskRecord, TaskStatus, TaskView, TickDurations,
-    WorkerProcess,
+    BoardError, BoardStats, CardStatus, Claim, ClaimFilter, CommentRecord, DispatcherReport,
+    EventRecord, NewTask, ProofIdentity, RunRecord, RunningWorker, TaskRecord, TaskStatus,
+    TaskView, TickDurations, WorkerProcess,
 };
 use serde_json::Value;
 
@@ -94,6 +94,20 @@ pub struct LanePage {
     /// there, and a filter searched only those.
     pub more: bool,
     pub cards: Vec<TaskRecord>,
+}
+
+/// What a host's dispatcher last said of itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispatcherSeen {
+    pub host: String,
+    /// When (epoch seconds).
+    pub reported_at: i64,
+    /// Its workers alive then.
+    pub in_flight: i64,
+    /// `claiming`, `paused`, `halted`, `stopping` or `stopped`.
+    pub state: String,
+    /// Why it was paused or halted.
+    pub why: Option<String>,
 }
 
 /// The newest event of each of some cards: its kind and time.
@@ -2043,7 +2057,48 @@ impl Tx<'_> {
         Ok(taken == 1)
     }
 
-    pub(crate) async fn add_ticks(&mut self, host: &str, ticks: &TickDurations) -> TxResult<()> {
+    /// Keeps what a dispatcher says of itself (one row per host) and adds
+    /// its ticks to the histogram.
+    pub(crate) async fn add_report(&mut self, report: &DispatcherReport, now: i64) -> TxResult<()> {
+        let in_flight = i64::try_from(report.in_flight).unwrap_or(i64::MAX);
+        let why = report.state.why().map(crate::storable_text);
+        self.sql
+            .execute(
+                "INSERT INTO dispatchers (host, reported_at, in_flight, state, why) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (host) DO UPDATE SET reported_at = excluded.reported_at,
+                     in_flight = excluded.in_flight, state = excluded.state, why = excluded.why",
+                args![
+                    &report.host,
+                    now,
+                    in_flight,
+                    report.state.as_str(),
+                    why.as_deref()
+                ],
+            )
+            .await?;
+        self.add_ticks(&report.host, &report.ticks).await
+    }
+
+    /// What each host's dispatcher last said, the latest first.
+    pub(crate) async fn dispatchers(&mut self) -> TxResult<Vec<DispatcherSeen>> {
+        mapped(
+            self.sql,
+            "SELECT host, reported_at, in_flight, state, why FROM dispatchers ORDER BY reported_at DESC, host LIMIT 100",
+            &[],
+            |row| {
+                Ok(DispatcherSeen {
+                    host: row.text(0)?,
+                    reported_at: row.int(1)?,
+                    in_flight: row.int(2)?,
+                    state: row.text(3)?,
+                    why: row.opt_text(4)?,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn add_ticks(&mut self, host: &str, ticks: &TickDurations) -> TxResult<()> {
         let add = "INSERT INTO dispatcher_ticks (host, bucket, count) VALUES ($1, $2, $3)
                    ON CONFLICT (host, bucket) DO UPDATE SET count = dispatcher_ticks.count + excluded.count";
         let counts = ticks

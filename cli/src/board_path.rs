@@ -140,6 +140,16 @@ impl OpenBoard {
         }
     }
 
+    /// What each host's dispatcher last said of itself, the latest first.
+    pub(crate) async fn dispatchers(
+        &self,
+    ) -> Result<Vec<kanban_board::DispatcherSeen>, kanban_core::BoardError> {
+        match &self.engine {
+            Engine::Sqlite(board) => board.dispatchers().await,
+            Engine::Postgres(board) => board.dispatchers().await,
+        }
+    }
+
     /// A page of one lane, narrowed by a filter: its count and cards.
     pub(crate) async fn lane_page(
         &self,

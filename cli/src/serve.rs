@@ -741,6 +741,8 @@ pub(crate) struct Lanes {
     pub(crate) last_activity: Option<i64>,
     /// Cards running now, on every host.
     pub(crate) running: usize,
+    /// What each host's dispatcher last said of itself.
+    pub(crate) dispatchers: Vec<kanban_board::DispatcherSeen>,
 }
 
 /// How many cards a lane holds, as far as a view counts
@@ -854,6 +856,7 @@ async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
         page,
         last_activity,
         running: running.len(),
+        dispatchers: app.board.dispatchers().await?,
     })
 }
 

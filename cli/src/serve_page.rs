@@ -197,6 +197,35 @@ fn add_form(app: &App, parent: Option<&str>) -> Markup {
     }
 }
 
+/// Dispatchers the health line names (the latest to report first).
+const SHOWN_DISPATCHERS: usize = 4;
+
+/// How long a dispatcher may say nothing before the health line calls it
+/// silent: it reports every 15 s while it runs.
+const SILENT_AFTER: i64 = 60;
+
+/// One dispatcher on the health line: whether it claims (and why not),
+/// its workers, and when it last reported.
+fn dispatcher_health(seen: &kanban_board::DispatcherSeen, now: i64) -> Markup {
+    let ago = crate::output::span((now - seen.reported_at).max(0));
+    let silent = seen.state != "stopped" && now - seen.reported_at > SILENT_AFTER;
+    let warn = silent || matches!(seen.state.as_str(), "paused" | "halted");
+    html! {
+        span.dispatcher.warn[warn] data-dispatcher=(seen.host) data-state=(seen.state) {
+            "dispatcher " (seen.host) ": "
+            @if silent {
+                "silent for " (ago) " (last " (seen.state) ")"
+            } @else if seen.state == "stopped" {
+                "stopped " (ago) " ago"
+            } @else {
+                (seen.state)
+                @if let Some(why) = &seen.why { " (" (short(why, 120)) ")" }
+                ", " (seen.in_flight) " in flight, reported " (ago) " ago"
+            }
+        }
+    }
+}
+
 /// The lanes, alone: what a live board fetches on `changed`.
 pub(crate) fn lanes(app: &App, lanes: &Lanes) -> Markup {
     let query = &lanes.query;
@@ -207,6 +236,9 @@ pub(crate) fn lanes(app: &App, lanes: &Lanes) -> Markup {
             " · " (lanes.walls.len()) " provider wall" @if lanes.walls.len() != 1 { "s" }
             " · last activity "
             @match lanes.last_activity { Some(at) => { (crate::output::span((lanes.now - at).max(0))) " ago" } None => { "never" } }
+            @if lanes.dispatchers.is_empty() { " · no dispatcher has reported" }
+            @for seen in lanes.dispatchers.iter().take(SHOWN_DISPATCHERS) { " · " (dispatcher_health(seen, lanes.now)) }
+            @if lanes.dispatchers.len() > SHOWN_DISPATCHERS { " · " (lanes.dispatchers.len() - SHOWN_DISPATCHERS) " more dispatchers" }
         }
         @if !lanes.walls.is_empty() {
             div.walls {

@@ -58,10 +58,10 @@ pub use data::{
 };
 pub use dispatcher::{
     ClaimFilter, DispatchBoard, DispatchEnd, DispatchEvent, DispatchNotes, DispatchPorts,
-    DispatchSettings, Dispatcher, ExitReport, Foreseen, Gates, RunLog, RunMode, RunningWorker,
-    STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor, TICK_BUCKETS_MS,
-    TickDurations, TickPreview, TickReport, Wakeups, WorkerExit, WorkerProcess, foresee,
-    stale_claim_action,
+    DispatchSettings, Dispatcher, DispatcherReport, DispatcherState, ExitReport, Foreseen, Gates,
+    RunLog, RunMode, RunningWorker, STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal,
+    Supervisor, TICK_BUCKETS_MS, TickDurations, TickPreview, TickReport, Wakeups, WorkerExit,
+    WorkerProcess, foresee, stale_claim_action,
 };
 pub use env::{Environment, vars};
 pub use exit::{

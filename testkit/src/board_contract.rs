@@ -73,7 +73,8 @@ macro_rules! board_contract_tests {
             one_probe_per_wall,
             lifting_a_wall_frees_the_card_that_met_it,
             text_with_nul_is_stored_with_its_stand_in,
-            a_lane_page_is_filtered_and_counted
+            a_lane_page_is_filtered_and_counted,
+            each_host_s_dispatcher_report_is_kept_and_its_ticks_add_up
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -2220,8 +2221,12 @@ pub fn text_with_nul_is_stored_with_its_stand_in<B: Board + BoardAdmin + Dispatc
     assert_eq!(status(board, &id), TaskStatus::Ready, "a crash is retried");
 }
 
-/// A board's pages of a lane, as the web board reads them.
+/// A board's pages of a lane, and its dispatchers' reports, as the web
+/// board reads them.
 pub trait LanePages {
+    fn dispatchers(&self) -> Result<Vec<kanban_board::DispatcherSeen>, BoardError>;
+    fn stats(&self) -> Result<kanban_core::BoardStats, BoardError>;
+
     fn lane_page(
         &self,
         lane: kanban_board::Lane,
@@ -2232,6 +2237,14 @@ pub trait LanePages {
 }
 
 impl LanePages for kanban_board_sqlite::SqliteBoard {
+    fn dispatchers(&self) -> Result<Vec<kanban_board::DispatcherSeen>, BoardError> {
+        block_on(std::ops::Deref::deref(self).dispatchers())
+    }
+
+    fn stats(&self) -> Result<kanban_core::BoardStats, BoardError> {
+        block_on(std::ops::Deref::deref(self).stats())
+    }
+
     fn lane_page(
         &self,
         lane: kanban_board::Lane,
@@ -2245,6 +2258,14 @@ impl LanePages for kanban_board_sqlite::SqliteBoard {
 }
 
 impl LanePages for kanban_board_postgres::PgBoard {
+    fn dispatchers(&self) -> Result<Vec<kanban_board::DispatcherSeen>, BoardError> {
+        block_on(std::ops::Deref::deref(self).dispatchers())
+    }
+
+    fn stats(&self) -> Result<kanban_core::BoardStats, BoardError> {
+        block_on(std::ops::Deref::deref(self).stats())
+    }
+
     fn lane_page(
         &self,
         lane: kanban_board::Lane,
@@ -2331,4 +2352,78 @@ pub fn a_lane_page_is_filtered_and_counted<B: BoardAdmin + LanePages>(
         .lane_page(Lane::Status(TaskStatus::Blocked), &acme, 10, 0)
         .unwrap();
     assert_eq!((blocked.count, blocked.cards.len()), (0, 0));
+}
+
+/// What a dispatcher says of itself is kept, one row per host, the latest
+/// first; its tick durations add up per bucket whatever it says.
+pub fn each_host_s_dispatcher_report_is_kept_and_its_ticks_add_up<
+    B: DispatchBoard + BoardAdmin + LanePages,
+>(
+    board: &B,
+    time: &VirtualClock,
+) {
+    use kanban_core::{DispatcherReport, DispatcherState, TICK_BUCKETS_MS, TickDurations};
+    let mut ticks = TickDurations::default();
+    for ms in [3, 3, 6000] {
+        ticks.observe(ms);
+    }
+    let report = |host: &str, in_flight: u64, state: DispatcherState| DispatcherReport {
+        host: host.to_owned(),
+        ticks: ticks.clone(),
+        in_flight,
+        state,
+    };
+    block_on(board.report_dispatcher(&report("h1", 2, DispatcherState::Claiming))).unwrap();
+    time.advance(5);
+    block_on(board.report_dispatcher(&report(
+        "h2",
+        0,
+        DispatcherState::Paused("the disk is full\0".to_owned()),
+    )))
+    .unwrap();
+    let seen = board.dispatchers().unwrap();
+    let said: Vec<_> = seen
+        .iter()
+        .map(|d| {
+            (
+                d.host.as_str(),
+                d.in_flight,
+                d.state.as_str(),
+                d.why.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said,
+        vec![
+            ("h2", 0, "paused", Some("the disk is full\u{FFFD}")),
+            ("h1", 2, "claiming", None)
+        ]
+    );
+    assert_eq!(seen[0].reported_at, seen[1].reported_at + 5);
+    time.advance(5);
+    block_on(board.report_dispatcher(&report(
+        "h2",
+        1,
+        DispatcherState::Halted("no agent coder".to_owned()),
+    )))
+    .unwrap();
+    block_on(board.report_dispatcher(&report("h2", 0, DispatcherState::Stopped))).unwrap();
+    let seen = board.dispatchers().unwrap();
+    assert_eq!(seen.len(), 2, "one row per host");
+    assert_eq!(
+        (
+            seen[0].host.as_str(),
+            seen[0].state.as_str(),
+            seen[0].why.as_deref()
+        ),
+        ("h2", "stopped", None),
+        "the latest report replaces the host's last"
+    );
+    let stats = LanePages::stats(board).unwrap();
+    let mut buckets = vec![0; TICK_BUCKETS_MS.len() + 1];
+    buckets[1] = 8;
+    buckets[10] = 4;
+    assert_eq!(stats.tick_buckets, buckets);
+    assert_eq!(stats.tick_sum_ms, 24_024);
 }

@@ -13,7 +13,8 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use kanban_core::{
-    Board, BoardAdmin, BookingKind, ClaimFilter, DispatchBoard, ExitWitness, NewTask, TickDurations,
+    Board, BoardAdmin, BookingKind, ClaimFilter, DispatchBoard, DispatcherReport, DispatcherState,
+    ExitWitness, NewTask, TickDurations,
 };
 use kanban_testkit::board_contract::exit_report;
 use kanban_testkit::{ClusterOptions, PgCluster, TempPgBoard, VirtualClock, block_on};
@@ -151,7 +152,13 @@ fn only_a_settled_run_s_exit_and_tick_counts_commit_without_waiting_for_the_log_
             let booking = block_on(board.book_exit(&settled, &exit_report(ExitWitness::Code(0))));
             let mut ticks = TickDurations::default();
             ticks.observe(3);
-            let counted = block_on(board.record_ticks("host", &ticks));
+            let report = DispatcherReport {
+                host: "host".to_owned(),
+                ticks,
+                in_flight: 1,
+                state: DispatcherState::Claiming,
+            };
+            let counted = block_on(board.report_dispatcher(&report));
             (booking, counted)
         })
     };

@@ -238,23 +238,6 @@ fn the_system_clock_reads_the_epoch_and_a_monotonic_clock_that_moves() {
     assert!(clock.monotonic_millis() >= before + 20);
 }
 
-#[test]
-fn tick_durations_add_up_per_bucket_and_in_their_sum() {
-    let (board, _time, _dir) = board();
-    let mut ticks = kanban_core::TickDurations::default();
-    for ms in [3, 3, 6000] {
-        ticks.observe(ms);
-    }
-    block_on(board.record_ticks("h1", &ticks)).unwrap();
-    block_on(board.record_ticks("h2", &ticks)).unwrap();
-    let stats = block_on(board.stats()).unwrap();
-    let mut buckets = vec![0; kanban_core::TICK_BUCKETS_MS.len() + 1];
-    buckets[1] = 4;
-    buckets[10] = 2;
-    assert_eq!(stats.tick_buckets, buckets);
-    assert_eq!(stats.tick_sum_ms, 12_012);
-}
-
 /// A view reads a big lane no further than its window: the count stops
 /// there, and a filter searches only the window's cards (the lane's
 /// first, in claim order).

@@ -197,7 +197,12 @@ fn only_writes_whose_loss_equals_an_earlier_crash_skip_the_sync() {
         started_at: Some(1),
         seal_digest: None,
     };
-    let ticks = TickDurations::default();
+    let report = kanban_core::DispatcherReport {
+        host: "host".to_owned(),
+        ticks: TickDurations::default(),
+        in_flight: 0,
+        state: kanban_core::DispatcherState::Claiming,
+    };
     let expected: [Step<'_>; 9] = [
         ("claim", vec![Durability::Synced], &|| {
             claim("host:1:b");
@@ -217,8 +222,8 @@ fn only_writes_whose_loss_equals_an_earlier_crash_skip_the_sync() {
         ("record_signal", vec![Durability::LocalRecord], &|| {
             block_on(board.record_signal(&first, 15, SignalReason::Shutdown)).unwrap();
         }),
-        ("record_ticks", vec![Durability::Record], &|| {
-            block_on(board.record_ticks("host", &ticks)).unwrap();
+        ("report_dispatcher", vec![Durability::Record], &|| {
+            block_on(board.report_dispatcher(&report)).unwrap();
         }),
         ("complete", vec![Durability::Synced], &|| {
             block_on(board.complete(&first, "done", None)).unwrap();

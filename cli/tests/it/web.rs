@@ -666,6 +666,21 @@ fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
     let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
     let _carrier = bench.claim(&running, Some(900));
     wall(&bench, "http:api.example/v1", &format!("{running}#1"));
+    // What three hosts' dispatchers said of themselves, as each writes it
+    // every 15 s.
+    let conn = rusqlite::Connection::open(&bench.db).unwrap();
+    let now = crate::now();
+    for (host, ago, in_flight, state, why) in [
+        ("alpha", 3, 2, "claiming", None),
+        ("beta", 5, 1, "paused", Some("the disk is full")),
+        ("gamma", 600, 1, "claiming", None),
+    ] {
+        conn.execute(
+            "INSERT INTO dispatchers (host, reported_at, in_flight, state, why) VALUES (?1, ?2, ?3, ?4, ?5)",
+            rusqlite::params![host, now - ago, in_flight, state, why],
+        )
+        .unwrap();
+    }
     let server = Server::start(&bench, &["--agents", agents.to_str().unwrap()]);
     browse(false, async |client| {
         client.goto(&server.url).await.unwrap();
@@ -673,6 +688,38 @@ fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
         assert!(
             health.starts_with("1 running · 1 provider wall · last activity"),
             "{health}"
+        );
+        let said = script(
+            client,
+            "return Array.from(document.querySelectorAll('[data-dispatcher]')).map(d => [d.getAttribute('data-dispatcher'), d.classList.contains('warn'), d.textContent])",
+        )
+        .await;
+        let said = said.as_array().unwrap();
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert_eq!(said[0][0], "alpha");
+        assert_eq!(said[0][1], false);
+        assert!(
+            said[0][2]
+                .as_str()
+                .unwrap()
+                .starts_with("dispatcher alpha: claiming, 2 in flight, reported "),
+            "{said:?}"
+        );
+        assert_eq!(said[1][1], true, "a pause warns");
+        assert!(
+            said[1][2]
+                .as_str()
+                .unwrap()
+                .contains("paused (the disk is full), 1 in flight"),
+            "{said:?}"
+        );
+        assert_eq!(said[2][1], true, "silence warns");
+        assert!(
+            said[2][2]
+                .as_str()
+                .unwrap()
+                .contains("dispatcher gamma: silent for 10m"),
+            "{said:?}"
         );
         click(client, "nav a[href='/diagnostics']").await;
         let found = text(client, &format!("[data-diagnosed='{stray}']")).await;

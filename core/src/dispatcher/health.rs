@@ -17,6 +17,8 @@ pub(super) struct Health {
     pub(super) halt: Option<EnvironmentFault>,
     /// Claiming is paused until then (monotonic ms) after a transient fault.
     pub(super) paused_until_ms: Option<u64>,
+    /// What paused it.
+    pub(super) paused_by: Option<String>,
     /// The next pause's length.
     pub(super) next_pause: Duration,
     /// The board failed its health check: nothing more is written to it,
@@ -29,6 +31,7 @@ impl Default for Health {
         Self {
             halt: None,
             paused_until_ms: None,
+            paused_by: None,
             next_pause: FIRST_PAUSE,
             board_unsafe: None,
         }
@@ -89,6 +92,7 @@ impl Dispatcher {
                 }
                 // Any earlier pause is over by now, so this one ends later.
                 let for_ms = millis(self.health.next_pause);
+                self.health.paused_by = Some(fault.to_string());
                 self.note(DispatchEvent::Paused { fault, for_ms });
                 self.health.paused_until_ms = Some(mono.saturating_add(for_ms));
                 self.health.next_pause = (self.health.next_pause * 2).min(LONGEST_PAUSE);
@@ -102,6 +106,7 @@ impl Dispatcher {
             Some(until) if self.mono() < until => true,
             Some(_) => {
                 self.health.paused_until_ms = None;
+                self.health.paused_by = None;
                 self.note(DispatchEvent::Resumed);
                 false
             }

@@ -23,9 +23,9 @@ mod routing;
 
 pub use events::{DispatchEvent, DispatchNotes};
 pub use ports::{
-    ClaimFilter, DispatchBoard, ExitReport, RunLog, RunningWorker, STALE_HEARTBEAT_SECONDS,
-    StaleClaimAction, StopSignal, Supervisor, TICK_BUCKETS_MS, TickDurations, Wakeups, WorkerExit,
-    WorkerProcess, stale_claim_action,
+    ClaimFilter, DispatchBoard, DispatcherReport, DispatcherState, ExitReport, RunLog,
+    RunningWorker, STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal, Supervisor,
+    TICK_BUCKETS_MS, TickDurations, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
 };
 pub use preview::{Foreseen, Gates, TickPreview, foresee};
 
@@ -276,7 +276,7 @@ impl Dispatcher {
         loop {
             if self.ports.wakeups.stop_requested() {
                 self.shut_down().await;
-                self.flush_ticks().await;
+                self.tell_board(true).await;
                 return DispatchEnd::Interrupted;
             }
             let began = self.mono();
@@ -285,23 +285,23 @@ impl Dispatcher {
                 .durations
                 .observe(self.mono().saturating_sub(began));
             if self.mono().saturating_sub(self.ticks.flushed_ms) >= TICK_FLUSH_MS {
-                self.flush_ticks().await;
+                self.tell_board(false).await;
             }
             if let Some(fault) = &self.health.halt
                 && self.children.is_empty()
                 && self.stopping.is_empty()
             {
                 let fault = fault.clone();
-                self.flush_ticks().await;
+                self.tell_board(true).await;
                 return DispatchEnd::Halted(fault);
             }
             match mode {
                 RunMode::Once => {
-                    self.flush_ticks().await;
+                    self.tell_board(true).await;
                     return DispatchEnd::Finished;
                 }
                 RunMode::UntilIdle if report.idle => {
-                    self.flush_ticks().await;
+                    self.tell_board(true).await;
                     return DispatchEnd::Finished;
                 }
                 _ => {}
@@ -311,19 +311,45 @@ impl Dispatcher {
         }
     }
 
-    /// Adds the ticks counted since the last flush to the board's histogram.
-    async fn flush_ticks(&mut self) {
+    /// Tells the board how this dispatcher is (`ended`: it ends now) and
+    /// adds the ticks counted since the last report to the board's
+    /// histogram; nothing on a board found unsafe to write.
+    async fn tell_board(&mut self, ended: bool) {
         self.ticks.flushed_ms = self.mono();
-        if self.ticks.durations.count == 0 || self.health.board_unsafe.is_some() {
+        if self.health.board_unsafe.is_some() {
             return;
         }
-        let ticks = std::mem::take(&mut self.ticks.durations);
-        let host = self.ports.supervisor.host().to_owned();
-        if let Err(error) = self.ports.board.record_ticks(&host, &ticks).await {
+        let report = DispatcherReport {
+            host: self.ports.supervisor.host().to_owned(),
+            ticks: std::mem::take(&mut self.ticks.durations),
+            in_flight: self.children.len() as u64,
+            state: if ended {
+                DispatcherState::Stopped
+            } else {
+                self.state()
+            },
+        };
+        if let Err(error) = self.ports.board.report_dispatcher(&report).await {
             // Metrics are not worth a fault: note it, keep dispatching.
             self.note(DispatchEvent::BoardTrouble {
                 message: error.to_string(),
             });
+        }
+    }
+
+    /// Whether it claims now, and why not (what it reports to the board).
+    pub fn state(&self) -> DispatcherState {
+        if let Some(fault) = &self.health.halt {
+            return DispatcherState::Halted(fault.to_string());
+        }
+        if self.ports.wakeups.stop_requested() {
+            return DispatcherState::Stopping;
+        }
+        match (&self.health.paused_until_ms, &self.health.paused_by) {
+            (Some(until), Some(why)) if self.mono() < *until => {
+                DispatcherState::Paused(why.clone())
+            }
+            _ => DispatcherState::Claiming,
         }
     }
 

@@ -120,8 +120,10 @@ pub trait DispatchBoard: Board {
     /// claim order, whatever their claims, holds and times: what a dry run
     /// of a tick reads. Writes nothing.
     async fn claim_lane(&self, limit: usize) -> Result<Vec<ClaimCandidate>, BoardError>;
-    /// Adds one dispatcher's tick durations to the board's (for metrics).
-    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError>;
+    /// Records what a dispatcher says of itself (for the web board's
+    /// health line) and adds its tick durations to the board's (for
+    /// metrics).
+    async fn report_dispatcher(&self, report: &DispatcherReport) -> Result<(), BoardError>;
     /// Every provider wall on the board.
     async fn walls(&self) -> Result<Vec<Wall>, BoardError>;
     /// Marks `claim`'s run as the probe of the walls of `scopes` (event
@@ -200,6 +202,53 @@ impl TickDurations {
         self.buckets[bucket] += 1;
         self.sum_ms = self.sum_ms.saturating_add(ms);
         self.count += 1;
+    }
+}
+
+/// What a dispatcher tells the board of itself every 15 s and as it ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispatcherReport {
+    /// The host it runs on (the claim locks' prefix).
+    pub host: String,
+    /// Its ticks since its last report.
+    pub ticks: TickDurations,
+    /// Its workers alive.
+    pub in_flight: u64,
+    pub state: DispatcherState,
+}
+
+/// Whether a dispatcher claims, and why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DispatcherState {
+    Claiming,
+    /// A fault that may pass paused claiming (a full disk, a busy board).
+    Paused(String),
+    /// A fault a person must fix stopped claiming (a missing agent).
+    Halted(String),
+    /// It is winding down: a stop was asked for, or the board is unsafe.
+    Stopping,
+    /// It ended.
+    Stopped,
+}
+
+impl DispatcherState {
+    /// Its name, as the board keeps it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Claiming => "claiming",
+            Self::Paused(_) => "paused",
+            Self::Halted(_) => "halted",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+        }
+    }
+
+    /// Why it does not claim, when a fault says why.
+    pub fn why(&self) -> Option<&str> {
+        match self {
+            Self::Paused(why) | Self::Halted(why) => Some(why),
+            _ => None,
+        }
     }
 }
 

@@ -8,8 +8,8 @@ use kanban_board_sqlite::SqliteBoard;
 use kanban_core::rules::FailurePolicy;
 use kanban_core::{
     Board, BoardAdmin, Claim, Clock, DispatchBoard, DispatchEnd, DispatchEvent, DispatchPorts,
-    DispatchSettings, Dispatcher, EnvironmentFault, ExitCode, ExitWitness, NewTask, RunMode,
-    StopSignal, TaskStatus, WorkerResult,
+    DispatchSettings, Dispatcher, DispatcherState, EnvironmentFault, ExitCode, ExitWitness,
+    NewTask, RunMode, StopSignal, TaskStatus, WorkerResult,
 };
 use kanban_testkit::{FakeHost, VirtualClock, block_on, memory_board};
 
@@ -491,6 +491,43 @@ fn a_transient_fault_pauses_claiming_then_claiming_resumes() {
     rig.time.advance(2);
     assert_eq!(rig.tick().spawned, 1, "resumed after the pause");
     assert_eq!(rig.card(&id).task.consecutive_failures, 0);
+}
+
+#[test]
+fn the_state_a_dispatcher_reports_says_whether_it_claims_and_why_not() {
+    let mut rig = rig();
+    rig.add("patient");
+    assert_eq!(rig.dispatcher.state(), DispatcherState::Claiming);
+    rig.host
+        .fail_spawns(Some(EnvironmentFault::Transient("fork failed".into())));
+    rig.tick();
+    assert_eq!(
+        rig.dispatcher.state(),
+        DispatcherState::Paused("fork failed".into())
+    );
+    rig.host.fail_spawns(None);
+    rig.time.advance(1);
+    assert_eq!(
+        rig.dispatcher.state(),
+        DispatcherState::Claiming,
+        "the pause is over once its time is, tick or not"
+    );
+    rig.host.request_stop();
+    assert_eq!(rig.dispatcher.state(), DispatcherState::Stopping);
+    let mut halted = self::rig();
+    halted.add("unlucky");
+    halted
+        .host
+        .fail_spawns(Some(EnvironmentFault::Configuration(
+            "no agent coder".into(),
+        )));
+    halted.tick();
+    halted.host.request_stop();
+    assert_eq!(
+        halted.dispatcher.state(),
+        DispatcherState::Halted("no agent coder".into()),
+        "a halt says why, stopping or not"
+    );
 }
 
 #[test]
@@ -1405,6 +1442,19 @@ fn once_is_one_tick_and_its_count_is_recorded() {
     assert_eq!(rig.dispatcher.children().count(), 2, "one tick's claims");
     assert_eq!(rig.host.processes().len(), 2);
     assert_eq!(ticks_recorded(&rig), 1, "the tick is counted on the board");
+    let said = block_on(rig.board.dispatchers()).unwrap();
+    assert_eq!(
+        said.iter()
+            .map(|d| (
+                d.host.as_str(),
+                d.in_flight,
+                d.state.as_str(),
+                d.reported_at
+            ))
+            .collect::<Vec<_>>(),
+        [("h1", 2, "stopped", START)],
+        "it says how it ended, with its workers still alive"
+    );
     assert_eq!(rig.dispatcher.halted(), None);
     let shown = format!("{:?}", rig.dispatcher);
     assert!(shown.contains("children: 2"), "{shown}");

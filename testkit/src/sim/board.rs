@@ -13,7 +13,7 @@ use kanban_core::rules::{ClaimCandidate, FailurePolicy, Overrun, Release, Releas
 use kanban_core::walls::Wall;
 use kanban_core::{
     Board, BoardAdmin, BoardError, Booking, Claim, ClaimFilter, ClaimGrant, DispatchBoard,
-    ExitReport, NotLive, ProofIdentity, RunStatus, RunningWorker, SignalReason, TickDurations,
+    DispatcherReport, ExitReport, NotLive, ProofIdentity, RunStatus, RunningWorker, SignalReason,
     WorkerProcess, WorkerResult,
 };
 
@@ -285,8 +285,8 @@ impl DispatchBoard for SimBoard {
         self.gate("claim_lane").await?;
         done(self.inner.claim_lane(limit))
     }
-    async fn record_ticks(&self, host: &str, ticks: &TickDurations) -> Result<(), BoardError> {
-        done(self.inner.record_ticks(host, ticks))
+    async fn report_dispatcher(&self, report: &DispatcherReport) -> Result<(), BoardError> {
+        done(self.inner.report_dispatcher(report))
     }
     async fn walls(&self) -> Result<Vec<Wall>, BoardError> {
         self.gate("walls").await?;
