@@ -70,6 +70,8 @@ pub struct LaneFilter {
     pub tenant: Option<String>,
     /// The kind of the card's last block (`needs_input`, `capability`, …).
     pub block_kind: Option<String>,
+    /// Cards of any of these assignees (`""`: a card with none).
+    pub assignees: Option<Vec<String>>,
 }
 
 impl LaneFilter {
@@ -354,6 +356,7 @@ fn like_pattern(text: &str) -> String {
 fn filter_conditions<'a>(
     filter: &'a LaneFilter,
     pattern: Option<&'a str>,
+    any: fn(usize) -> String,
 ) -> (String, Vec<Param<'a>>) {
     let mut values: Vec<Param<'a>> = Vec::new();
     let mut conditions = "TRUE".to_owned();
@@ -375,6 +378,13 @@ fn filter_conditions<'a>(
             values.push(Param::Text(value));
             conditions.push_str(&format!(" AND {column} = ${}", values.len()));
         }
+    }
+    if let Some(assignees) = &filter.assignees {
+        values.push(Param::from(assignees.as_slice()));
+        conditions.push_str(&format!(
+            " AND COALESCE(assignee, '') {}",
+            any(values.len())
+        ));
     }
     (conditions, values)
 }
@@ -1211,7 +1221,7 @@ impl<'t> Tx<'t> {
             });
         }
         let pattern = filter.text.as_deref().map(like_pattern);
-        let (conditions, mut values) = filter_conditions(filter, pattern.as_deref());
+        let (conditions, mut values) = filter_conditions(filter, pattern.as_deref(), dialect.any);
         // The window holds only what the filter and the order read; the
         // page's cards are read whole afterwards, by id (the key both
         // engines index).
@@ -1360,6 +1370,14 @@ fn card_columns(transition: &Transition) -> Vec<Set<'_>> {
         change(&mut sets, "max_runtime_seconds", &edit.max_runtime_seconds);
         if let Some(result) = &edit.result {
             sets.push(("result", Param::Text(result)));
+        }
+        if let Some(workspace) = &edit.workspace {
+            sets.push(("workspace_kind", Param::Text(workspace.spec.kind.as_str())));
+            sets.push((
+                "workspace_path",
+                Param::from(workspace.spec.path.as_deref()),
+            ));
+            sets.push(("branch_name", Param::from(workspace.branch.as_deref())));
         }
     }
     if let Some(completion) = &transition.completion {

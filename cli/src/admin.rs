@@ -484,6 +484,25 @@ fn check_assignee(
 }
 
 /// `kanban edit ID …`.
+/// The workspace `edit` gives a card, checked against the world as
+/// `add` checks it; none when no workspace option is given.
+fn edited_workspace(args: &EditArgs) -> anyhow::Result<Option<kanban_core::rules::WorkspaceEdit>> {
+    if args.workspace.is_none() && args.repo.is_none() && args.branch.is_none() {
+        return Ok(None);
+    }
+    if args.workspace.is_none() && args.repo.is_none() {
+        anyhow::bail!(
+            "--branch is for a worktree workspace: add --workspace worktree:REPO (or --repo REPO)"
+        );
+    }
+    let (spec, branch) = crate::workspace::for_add(
+        args.workspace.as_deref(),
+        args.repo.as_deref(),
+        args.branch.as_deref(),
+    )?;
+    Ok(spec.map(|spec| kanban_core::rules::WorkspaceEdit { spec, branch }))
+}
+
 pub(crate) fn edit(
     global: &GlobalArgs,
     env: &Environment,
@@ -507,6 +526,7 @@ pub(crate) fn edit(
         result: args.result.clone(),
         summary: args.summary.clone(),
         metadata: args.metadata.clone(),
+        workspace: edited_workspace(args)?,
     };
     block_on(board.edit(&id, &change))?;
     outln!("{id} edited: {}", change.fields().join(", "));

@@ -1001,6 +1001,18 @@ pub(crate) struct EditArgs {
     /// completed run's.
     #[arg(long, value_name = "JSON", value_parser = json_object)]
     pub(crate) metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where its agent works from its next run on, as `add --workspace`
+    /// takes it: `scratch`, `dir:PATH`, `worktree:PATH` (not for a running
+    /// or done card; a folder or worktree made for the old one is left as
+    /// it is).
+    #[arg(long, value_name = "KIND[:PATH]")]
+    pub(crate) workspace: Option<String>,
+    /// The repository of a worktree workspace (`--workspace worktree:REPO`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) repo: Option<std::path::PathBuf>,
+    /// The branch of a worktree workspace (default wt/ID).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) branch: Option<String>,
 }
 
 #[derive(Debug, Args)]

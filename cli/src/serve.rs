@@ -757,7 +757,11 @@ pub(crate) struct LaneCount {
 
 /// The lanes a page shows, each lane's count and first cards, and their
 /// last events.
-async fn lane_rows(app: &Shared, query: &BoardQuery) -> Result<LaneRows, Failure> {
+async fn lane_rows(
+    app: &Shared,
+    query: &BoardQuery,
+    walls: &[kanban_core::walls::Wall],
+) -> Result<LaneRows, Failure> {
     // The seed system's columns, in its order; archived cards only in the
     // API and on their own pages.
     const SHOWN: [TaskStatus; 8] = crate::report::LANES;
@@ -779,7 +783,10 @@ async fn lane_rows(app: &Shared, query: &BoardQuery) -> Result<LaneRows, Failure
         }
     };
     let board = &app.board;
-    let filter = query.filter()?;
+    let mut filter = query.filter()?;
+    if let Some(wall) = query.wall(walls)? {
+        filter.assignees = crate::serve_board::walled_assignees(app, wall)?;
+    }
     let alone = query.lane()?;
     let skip = crate::serve_board::skipped(query.page()?);
     let shown = |lane: &str| alone.as_deref().is_none_or(|alone| alone == lane);
@@ -817,7 +824,8 @@ type LaneRows = (
 async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
     let now = SystemClock.now();
     let running = app.board.running_workers().await?;
-    let (rows, mut last): LaneRows = lane_rows(app, &query).await?;
+    let walls = app.board.walls().await?;
+    let (rows, mut last): LaneRows = lane_rows(app, &query, &walls).await?;
     let page = query.page()?;
     let lanes = rows
         .into_iter()
@@ -841,7 +849,6 @@ async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
             (status, count, tiles)
         })
         .collect();
-    let walls = app.board.walls().await?;
     let last_activity = app
         .board
         .recent_events(1)
@@ -1372,11 +1379,15 @@ struct ActionForm {
     priority: Option<String>,
     assignee: Option<String>,
     tenant: Option<String>,
+    workspace: Option<String>,
+    branch: Option<String>,
     was_title: Option<String>,
     was_body: Option<String>,
     was_priority: Option<String>,
     was_assignee: Option<String>,
     was_tenant: Option<String>,
+    was_workspace: Option<String>,
+    was_branch: Option<String>,
 }
 
 /// A form's field as the person left it: given, and not what the form
@@ -1623,6 +1634,8 @@ async fn act_form(
             priority: changed(form.priority, form.was_priority.as_ref()).map(Value::String),
             assignee: changed(form.assignee, form.was_assignee.as_ref()),
             tenant: changed(form.tenant, form.was_tenant.as_ref()),
+            workspace: changed(form.workspace, form.was_workspace.as_ref()),
+            branch: changed(form.branch, form.was_branch.as_ref()),
         };
         crate::serve_board::edit_card(&app, &id, &fields).await?;
         return Ok(Redirect::to(&app.at(&format!("/cards/{id}"))));
@@ -2094,6 +2107,7 @@ async fn bulk_form(
         assignee: field("assignee").to_owned(),
         tenant: field("tenant").to_owned(),
         block: field("block").to_owned(),
+        wall: field("wall").to_owned(),
         lane: field("lane").to_owned(),
         page: field("page").parse().ok(),
     };

@@ -26,6 +26,9 @@ pub(crate) struct BoardQuery {
     /// The kind of a card's last block.
     #[serde(default)]
     pub(crate) block: String,
+    /// A provider wall's scope: the cards of the agent it holds.
+    #[serde(default)]
+    pub(crate) wall: String,
     /// One lane alone (a status, or `other`), to page through it.
     #[serde(default)]
     pub(crate) lane: String,
@@ -56,7 +59,30 @@ impl BoardQuery {
             assignee: given("assignee", &self.assignee)?,
             tenant: given("tenant", &self.tenant)?,
             block_kind: given("block", &self.block)?,
+            assignees: None,
         })
+    }
+
+    /// The wall the query names, if it names one: one on the board, or
+    /// why not (404 once it is lifted).
+    pub(crate) fn wall<'w>(
+        &self,
+        walls: &'w [kanban_core::walls::Wall],
+    ) -> Result<Option<&'w kanban_core::walls::Wall>, Failure> {
+        let scope = self.wall.trim();
+        if scope.is_empty() {
+            return Ok(None);
+        }
+        walls
+            .iter()
+            .find(|wall| wall.scope == scope)
+            .map(Some)
+            .ok_or_else(|| {
+                Failure::new(
+                    StatusCode::NOT_FOUND,
+                    format!("no provider wall on {scope:?} now (lifted, or there never was one): the walls page lists those there are"),
+                )
+            })
     }
 
     /// The lane shown alone, if one is: a status, or [`OTHER_LANE`].
@@ -94,6 +120,7 @@ impl BoardQuery {
             ("assignee", &self.assignee),
             ("tenant", &self.tenant),
             ("block", &self.block),
+            ("wall", &self.wall),
         ] {
             if !value.trim().is_empty() {
                 out.append_pair(name, value.trim());
@@ -131,6 +158,33 @@ pub(crate) fn skipped(page: usize) -> usize {
 
 fn bad(message: String) -> Failure {
     Failure::new(StatusCode::BAD_REQUEST, message)
+}
+
+/// The assignees whose cards `wall` holds back (`""`: cards with none), as
+/// the dispatcher routes them through the agents file: each agent one of
+/// whose scopes the wall is, and the cards with no assignee when that is
+/// the file's default agent. Without an agents file one agent works every
+/// card: `None`, every card.
+pub(crate) fn walled_assignees(
+    app: &App,
+    wall: &kanban_core::walls::Wall,
+) -> Result<Option<Vec<String>>, Failure> {
+    let Some(path) = &app.agents else {
+        return Ok(None);
+    };
+    let file = crate::agents_file::load(path, &app.env)
+        .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error))?;
+    let mut assignees = Vec::new();
+    for (name, agent) in &file.agents {
+        let route = crate::agent_check::agent_route(name, agent, &app.env);
+        if kanban_core::walls::scopes_of(&route.identity, &route.provider).contains(&wall.scope) {
+            assignees.push(name.clone());
+            if file.default.as_deref() == Some(name.as_str()) {
+                assignees.push(String::new());
+            }
+        }
+    }
+    Ok(Some(assignees))
 }
 
 /// Where a move goes: the lane `to`, from the lane `from` the page showed
@@ -211,6 +265,38 @@ pub(crate) struct EditFields {
     pub(crate) priority: Option<serde_json::Value>,
     pub(crate) assignee: Option<String>,
     pub(crate) tenant: Option<String>,
+    /// As `add --workspace` takes it.
+    pub(crate) workspace: Option<String>,
+    /// A worktree's branch; empty: `wt/ID`.
+    pub(crate) branch: Option<String>,
+}
+
+/// A card's workspace as `add --workspace` names it, and its branch.
+pub(crate) fn workspace_text(task: &kanban_core::TaskRecord) -> (String, String) {
+    let kind = task.workspace_kind();
+    let spec = match task.workspace_path() {
+        Some(path) => format!("{kind}:{path}"),
+        None => kind.to_owned(),
+    };
+    (spec, task.branch_name().unwrap_or_default().to_owned())
+}
+
+/// The workspace an edit gives, checked as `add` checks it; none when it
+/// is the card's already.
+fn workspace_change(
+    card: &kanban_core::TaskRecord,
+    fields: &EditFields,
+) -> Result<Option<kanban_core::rules::WorkspaceEdit>, Failure> {
+    let (spec, branch) = workspace_text(card);
+    let given_spec = fields.workspace.as_deref().map_or(spec.as_str(), str::trim);
+    let given_branch = fields.branch.as_deref().map_or(branch.as_str(), str::trim);
+    if given_spec == spec && given_branch == branch {
+        return Ok(None);
+    }
+    let branch = Some(given_branch).filter(|name| !name.is_empty());
+    let (spec, branch) = crate::workspace::for_add(Some(given_spec), None, branch)
+        .map_err(|error| bad(format!("{error:#}")))?;
+    Ok(spec.map(|spec| kanban_core::rules::WorkspaceEdit { spec, branch }))
 }
 
 /// The agents of the agents file for a page's assignee fields: none when
@@ -314,6 +400,7 @@ pub(crate) async fn edit_card(app: &App, id: &str, fields: &EditFields) -> Resul
             .filter(|priority| *priority != card.priority),
         assignee: assignee.clone(),
         tenant: tenant.clone(),
+        workspace: workspace_change(&card, fields)?,
         ..CardEdit::default()
     };
     // Clearing what is already clear is no change either.
@@ -505,6 +592,7 @@ mod tests {
             assignee: "coder".into(),
             tenant: String::new(),
             block: "needs_input".into(),
+            wall: "http:api.example/v1".into(),
             lane: String::new(),
             page: None,
         };
@@ -513,7 +601,7 @@ mod tests {
         assert_eq!(filter.tenant, None);
         assert_eq!(
             query.filter_string(),
-            "q=flaky+test&assignee=coder&block=needs_input"
+            "q=flaky+test&assignee=coder&block=needs_input&wall=http%3Aapi.example%2Fv1"
         );
         assert_eq!(
             query.page_string("ready", 2),

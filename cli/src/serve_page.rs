@@ -122,13 +122,21 @@ pub(crate) fn board(app: &App, lanes: &Lanes, agents: &[String]) -> Markup {
                 label { "Assignee " input name="assignee" value=(query.assignee) list="agents" size="12"; }
                 label { "Tenant " input name="tenant" value=(query.tenant) size="10"; }
                 label { "Block " input name="block" value=(query.block) placeholder="needs_input…" size="12"; }
+                @if !lanes.walls.is_empty() || !query.wall.is_empty() {
+                    label { "Wall " select name="wall" {
+                        option value="" { "any" }
+                        @for wall in &lanes.walls {
+                            option value=(wall.scope) selected[wall.scope == query.wall.trim()] { (short(&wall.scope, 50)) " (" (wall.route) ")" }
+                        }
+                    } }
+                }
                 @if !query.lane.is_empty() { input type="hidden" name="lane" value=(query.lane); }
                 button type="submit" { "Filter" }
                 @if !query.filter_string().is_empty() || !query.lane.is_empty() { " " a href=(app.home()) { "Clear" } }
             }
             form #bulk .bulk method="post" action=(app.at("/actions/bulk")) aria-label="act on the selected cards" {
                 input type="hidden" name="csrf" value=(app.csrf);
-                @for (name, value) in [("q", &query.q), ("assignee", &query.assignee), ("tenant", &query.tenant), ("block", &query.block), ("lane", &query.lane)] {
+                @for (name, value) in [("q", &query.q), ("assignee", &query.assignee), ("tenant", &query.tenant), ("block", &query.block), ("wall", &query.wall), ("lane", &query.lane)] {
                     input type="hidden" name=(name) value=(value);
                 }
                 @if lanes.page > 1 { input type="hidden" name="page" value=(lanes.page); }
@@ -226,6 +234,13 @@ fn dispatcher_health(seen: &kanban_board::DispatcherSeen, now: i64) -> Markup {
     }
 }
 
+/// The query string of the board narrowed to the cards a wall holds.
+fn wall_query(scope: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("wall", scope)
+        .finish()
+}
+
 /// The lanes, alone: what a live board fetches on `changed`.
 pub(crate) fn lanes(app: &App, lanes: &Lanes) -> Markup {
     let query = &lanes.query;
@@ -244,7 +259,7 @@ pub(crate) fn lanes(app: &App, lanes: &Lanes) -> Markup {
             div.walls {
                 strong { "Provider walls: " }
                 @for wall in &lanes.walls {
-                    span.pill.warn title=(wall.reason) {
+                    a.pill.warn title=(wall.reason) href={ (app.home()) "?" (wall_query(&wall.scope)) } data-wall-filter=(wall.scope) {
                         (short(&wall.scope, 50)) " — "
                         @if wall.until > lanes.now { "until " (human_time(wall.until, lanes.now)) } @else { "probing" }
                     }
@@ -521,6 +536,7 @@ fn links(app: &App, view: &TaskView, linked: &Linked) -> Markup {
 fn card_forms(app: &App, view: &TaskView) -> Markup {
     let task = &view.task;
     let id = task.id.as_str();
+    let (workspace, branch) = crate::serve_board::workspace_text(task);
     html! {
         @if task.status.known() != Some(TaskStatus::Archived) {
             details.edit {
@@ -533,10 +549,14 @@ fn card_forms(app: &App, view: &TaskView) -> Markup {
                     input type="hidden" name="was_assignee" value=(task.assignee.as_deref().unwrap_or(""));
                     input type="hidden" name="was_tenant" value=(task.tenant.as_deref().unwrap_or(""));
                     input type="hidden" name="was_body" value=(task.body.as_deref().unwrap_or(""));
+                    input type="hidden" name="was_workspace" value=(workspace);
+                    input type="hidden" name="was_branch" value=(branch);
                     label { "Title " input name="title" value=(task.title) required size="50"; }
                     label { "Priority " input name="priority" value=(task.priority) size="4" inputmode="numeric"; }
                     label { "Assignee " input name="assignee" value=(task.assignee.as_deref().unwrap_or("")) list="agents" size="14"; }
                     label { "Tenant " input name="tenant" value=(task.tenant.as_deref().unwrap_or("")) size="12"; }
+                    label { "Workspace " input name="workspace" value=(workspace) size="40" placeholder="scratch, dir:/path, worktree:/repo" title="where its agent works from its next run on"; }
+                    label { "Branch " input name="branch" value=(branch) size="16" placeholder="wt/ID"; }
                     // A parser drops the newline that opens a textarea: one
                     // is put there, so a body that starts with one keeps it.
                     label.wide { "Body (Markdown) " textarea name="body" rows="8" cols="80" { "\n" (task.body.as_deref().unwrap_or("")) } }

@@ -204,6 +204,17 @@ pub struct CardEdit {
     pub summary: Option<String>,
     /// A done card's handoff metadata (its last completed run's).
     pub metadata: Option<serde_json::Map<String, Value>>,
+    /// Where its agent works from its next run on, as `add --workspace`
+    /// gives it (checked against the world by the caller), with a
+    /// worktree's branch.
+    pub workspace: Option<WorkspaceEdit>,
+}
+
+/// A card's workspace, as an edit gives it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceEdit {
+    pub spec: crate::workspaces::WorkspaceSpec,
+    pub branch: Option<String>,
 }
 
 impl CardEdit {
@@ -226,6 +237,7 @@ impl CardEdit {
             ("result", self.result.is_some()),
             ("summary", self.summary.is_some()),
             ("metadata", self.metadata.is_some()),
+            ("workspace", self.workspace.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))
@@ -1554,7 +1566,7 @@ pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError>
     let fields = edit.fields();
     if fields.is_empty() {
         return Err(BoardError::InvalidInput(
-            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --tenant, --max-retries, --max-runtime, --result, --summary, --metadata"
+            "nothing to edit: give at least one of --title, --body, --priority, --assignee, --tenant, --max-retries, --max-runtime, --result, --summary, --metadata, --workspace"
                 .to_owned(),
         ));
     }
@@ -1566,6 +1578,19 @@ pub fn edit(card: &CardState, edit: &CardEdit) -> Result<Transition, BoardError>
         )));
     }
     crate::events::check_metadata(edit.metadata.as_ref())?;
+    if let Some(workspace) = &edit.workspace {
+        // A run works in the workspace its card named as it started: one
+        // running, or done, keeps it.
+        if matches!(card.status, TaskStatus::Running | TaskStatus::Done) {
+            return Err(BoardError::InvalidInput(format!(
+                "{} is {}, and its run works or worked in its workspace: a workspace changes for a card whose next run has not started (reclaim a running one first)",
+                card.task_id,
+                card.status.as_str()
+            )));
+        }
+        crate::workspaces::check_workspace(&workspace.spec, workspace.branch.as_deref())
+            .map_err(|problem| BoardError::InvalidInput(problem.to_string()))?;
+    }
     // A tenant is a label as `add` takes it: one plain line, bounded.
     if let Change::Set(tenant) = &edit.tenant {
         crate::events::check_label(tenant)

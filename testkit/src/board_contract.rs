@@ -74,7 +74,8 @@ macro_rules! board_contract_tests {
             lifting_a_wall_frees_the_card_that_met_it,
             text_with_nul_is_stored_with_its_stand_in,
             a_lane_page_is_filtered_and_counted,
-            each_host_s_dispatcher_report_is_kept_and_its_ticks_add_up
+            each_host_s_dispatcher_report_is_kept_and_its_ticks_add_up,
+            a_card_s_workspace_is_edited_before_its_run
         );
     };
     (@each $make:expr; $($clause:ident),* $(,)?) => {
@@ -2337,7 +2338,18 @@ pub fn a_lane_page_is_filtered_and_counted<B: BoardAdmin + LanePages>(
         tenant: Some("acme".to_owned()),
         ..LaneFilter::default()
     };
-    assert_eq!(ids(acme.clone()), (2, vec![flaky, plain.clone()]));
+    assert_eq!(ids(acme.clone()), (2, vec![flaky.clone(), plain.clone()]));
+    let any_of = |names: &[&str]| LaneFilter {
+        assignees: Some(names.iter().map(|name| (*name).to_owned()).collect()),
+        ..LaneFilter::default()
+    };
+    assert_eq!(
+        ids(any_of(&["coder", ""])),
+        (4, vec![flaky, percent, plain.clone(), under]),
+        "\"\" is a card with no assignee"
+    );
+    assert_eq!(ids(any_of(&["writer"])), (1, vec![notes]));
+    assert_eq!(ids(any_of(&[])), (0, Vec::new()));
     let second = board.lane_page(ready, &acme, 1, 1).unwrap();
     assert_eq!(
         (
@@ -2426,4 +2438,50 @@ pub fn each_host_s_dispatcher_report_is_kept_and_its_ticks_add_up<
     buckets[10] = 4;
     assert_eq!(stats.tick_buckets, buckets);
     assert_eq!(stats.tick_sum_ms, 24_024);
+}
+
+/// An edit moves a card's workspace before its run, and back to a
+/// scratch folder of its own; a running card keeps its own.
+pub fn a_card_s_workspace_is_edited_before_its_run<B: BoardAdmin>(board: &B, _time: &VirtualClock) {
+    use kanban_core::rules::{CardEdit, WorkspaceEdit};
+    use kanban_core::workspaces::{WorkspaceKind, WorkspaceSpec};
+    let to = |kind, path: Option<&str>, branch: Option<&str>| CardEdit {
+        workspace: Some(WorkspaceEdit {
+            spec: WorkspaceSpec {
+                kind,
+                path: path.map(str::to_owned),
+            },
+            branch: branch.map(str::to_owned),
+        }),
+        ..CardEdit::default()
+    };
+    let id = create(board, &task("ship the parser"));
+    block_on(board.edit(
+        &id,
+        &to(
+            WorkspaceKind::Worktree,
+            Some("/srv/repo"),
+            Some("wt/parser"),
+        ),
+    ))
+    .unwrap();
+    let card = block_on(board.show_task(&id)).unwrap().task;
+    assert_eq!(
+        (
+            card.workspace_kind(),
+            card.workspace_path(),
+            card.branch_name()
+        ),
+        ("worktree", Some("/srv/repo"), Some("wt/parser"))
+    );
+    block_on(board.edit(&id, &to(WorkspaceKind::Scratch, None, None))).unwrap();
+    let card = block_on(board.show_task(&id)).unwrap().task;
+    assert_eq!(card.workspace, None, "a scratch folder of its own again");
+    claim(board, &id, "host:1");
+    let refused = block_on(board.edit(&id, &to(WorkspaceKind::Dir, Some("/srv/x"), None)));
+    assert!(
+        matches!(refused, Err(BoardError::InvalidInput(_))),
+        "{refused:?}"
+    );
+    assert_eq!(block_on(board.show_task(&id)).unwrap().task.workspace, None);
 }

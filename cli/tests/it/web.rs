@@ -435,6 +435,32 @@ fn a_card_is_edited_in_place_its_links_changed_and_a_child_added() {
             .to_owned();
         assert_eq!(bench.show(&child)["task"]["title"], "check the dates");
         assert_eq!(status(&bench, &child), "todo", "it waits for its parent");
+        // Where its agent works, moved before its run.
+        let folder = bench.path().join("checkout");
+        std::fs::create_dir_all(&folder).unwrap();
+        click(client, "details.edit summary").await;
+        let workspace = find(client, "details.edit input[name=workspace]").await;
+        assert_eq!(
+            workspace.prop("value").await.unwrap().as_deref(),
+            Some("scratch")
+        );
+        workspace.clear().await.unwrap();
+        workspace
+            .send_keys(&format!("dir:{}", folder.display()))
+            .await
+            .unwrap();
+        click(client, "[data-action=edit]").await;
+        until("the workspace is moved", || {
+            bench.show(&card)["task"]["workspace_kind"] == "dir"
+        })
+        .await;
+        assert_eq!(
+            bench.show(&card)["task"]["workspace_path"],
+            std::fs::canonicalize(&folder)
+                .unwrap()
+                .display()
+                .to_string()
+        );
         // A comment typed and not sent outlives the page's live updates,
         // once the focus has left it too.
         let draft = "form[action$='/comment'] input[name=text]";
@@ -661,8 +687,16 @@ fn wall(bench: &Bench, scope: &str, source: &str) {
 fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
     let bench = Bench::new();
     let agents = bench.path().join("agents.toml");
-    std::fs::write(&agents, "[agents.coder]\ncommand = \"true\"\n").unwrap();
+    std::fs::write(
+        &agents,
+        "[agents.coder]\ncommand = \"true\"\nprovider = \"http:api.example/v1\"\n\
+         [agents.writer]\ncommand = \"true\"\nprovider = \"http:api.example/v1\"\n\
+         [agents.reviewer]\ncommand = \"true\"\n",
+    )
+    .unwrap();
     let stray = bench.add("nobody serves this", &["--assignee", "ghost"]);
+    let notes = bench.add("write the notes", &["--assignee", "writer"]);
+    bench.add("review the notes", &["--assignee", "reviewer"]);
     let running = bench.add("fix the flaky parser test", &["--assignee", "coder"]);
     let _carrier = bench.claim(&running, Some(900));
     wall(&bench, "http:api.example/v1", &format!("{running}#1"));
@@ -721,6 +755,31 @@ fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
                 .contains("dispatcher gamma: silent for 10m"),
             "{said:?}"
         );
+        // A wall's pill narrows the board to the cards it holds back.
+        click(client, "a[data-wall-filter='http:api.example/v1']").await;
+        find(client, "select[name=wall]").await;
+        let url = client.current_url().await.unwrap();
+        assert_eq!(url.query(), Some("wall=http%3Aapi.example%2Fv1"));
+        let shown = script(
+            client,
+            "return Array.from(document.querySelectorAll('[data-card]')).map(c => c.getAttribute('data-card'))",
+        )
+        .await;
+        assert_eq!(
+            shown,
+            json!([notes, running]),
+            "the cards of every agent calling the walled provider"
+        );
+        let selected = script(
+            client,
+            "return document.querySelector('select[name=wall]').value",
+        )
+        .await;
+        assert_eq!(
+            selected,
+            json!("http:api.example/v1"),
+            "the filter form shows it"
+        );
         click(client, "nav a[href='/diagnostics']").await;
         let found = text(client, &format!("[data-diagnosed='{stray}']")).await;
         assert!(found.contains("ghost"), "{found}");
@@ -736,6 +795,9 @@ fn walls_diagnostics_and_the_dispatchers_health_have_views_of_their_own() {
             .expect("the wall is lifted");
     });
     assert_eq!(bench.ok(&["walls", "--json"]).trim(), "[]");
+    let (code, answer) = crate::serve::get(&format!("{}/?wall=http:api.example/v1", server.url));
+    assert_eq!(code, 404, "a wall lifted since: {answer}");
+    assert!(answer.contains("the walls page lists"), "{answer}");
     // The same through the API, as described.
     let openapi: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
     let (code, answer) = crate::serve::get(&format!("{}/api/diagnostics", server.url));
@@ -1237,6 +1299,9 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         (json!({"priority": "high"}), 400),
         (json!({"title": "  "}), 400),
         (json!({"colour": "red"}), 400),
+        (json!({"workspace": "dir:/no/such/folder"}), 400),
+        (json!({"workspace": "everywhere"}), 400),
+        (json!({"branch": "topic"}), 400),
     ] {
         let (code, answer) = call(&format!("/api/cards/{ready}/edit"), body.clone());
         conforms(&openapi, edit, "post", code, &answer);
@@ -1259,6 +1324,13 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
         "write the release notes",
         "refusals change nothing"
     );
+    let (code, answer) = call(
+        &format!("/api/cards/{ready}/edit"),
+        json!({"workspace": format!("dir:{}", bench.path().display())}),
+    );
+    conforms(&openapi, edit, "post", code, &answer);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(bench.show(&ready)["task"]["workspace_kind"], "dir");
     // The page's form saves only what was changed in it: a title changed
     // meanwhile by somebody else stays, and a body sent back as a browser
     // sends it (CRLF) is no change.

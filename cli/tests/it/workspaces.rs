@@ -254,6 +254,72 @@ fn a_workspace_the_world_cannot_give_is_refused_at_add_with_its_own_error() {
 }
 
 #[test]
+fn edit_moves_a_cards_workspace_before_its_run_as_add_takes_one() {
+    let bench = Bench::new();
+    let repo = repository(&bench);
+    let plain = bench.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let card = bench.add("port the parser", &[]);
+    let workspace = |bench: &Bench| {
+        let task = bench.show(&card)["task"].clone();
+        (
+            task["workspace_kind"].clone(),
+            task["workspace_path"].clone(),
+            task["branch_name"].clone(),
+        )
+    };
+    let scratch = workspace(&bench);
+    // What add refuses, edit refuses, and the card keeps its own.
+    for (args, needle) in [
+        (vec!["--workspace", "dir:relative"], "not absolute"),
+        (
+            vec!["--branch", "topic"],
+            "--branch is for a worktree workspace",
+        ),
+        (
+            vec!["--repo", repo.to_str().unwrap(), "--branch", "main"],
+            "branch main is checked out at",
+        ),
+    ] {
+        let mut all = vec!["edit", card.as_str()];
+        all.extend(args);
+        bench.refused(&all, needle);
+    }
+    assert_eq!(workspace(&bench), scratch);
+    let dir = format!("dir:{}", plain.display());
+    bench.ok(&["edit", &card, "--workspace", &dir]);
+    assert_eq!(
+        workspace(&bench),
+        (
+            Value::from("dir"),
+            Value::from(std::fs::canonicalize(&plain).unwrap().display().to_string()),
+            Value::Null
+        )
+    );
+    bench.ok(&[
+        "edit",
+        &card,
+        "--repo",
+        repo.to_str().unwrap(),
+        "--branch",
+        "wt/parser",
+    ]);
+    let (kind, _, branch) = workspace(&bench);
+    assert_eq!(
+        (kind, branch),
+        (Value::from("worktree"), Value::from("wt/parser"))
+    );
+    // A run works where its card said as it started: a running card keeps it.
+    let _carrier = bench.claim(&card, Some(900));
+    let held = workspace(&bench);
+    bench.refused(
+        &["edit", &card, "--workspace", "scratch"],
+        "its run works or worked in its workspace",
+    );
+    assert_eq!(workspace(&bench), held);
+}
+
+#[test]
 fn a_workspace_gone_since_add_is_the_environments_fault_never_the_cards() {
     let bench = Bench::new();
     let folder = bench.path().join("work");

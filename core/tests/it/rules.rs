@@ -1285,6 +1285,57 @@ fn operators_cancel_archive_hold_release_and_edit() {
         ..CardEdit::default()
     };
     assert!(edit(&running(), &fine).is_ok());
+    // A workspace changes only before a run starts in it, and only to one
+    // `add` takes.
+    use kanban_core::rules::WorkspaceEdit;
+    use kanban_core::workspaces::{WorkspaceKind, WorkspaceSpec};
+    let moved = |kind, path: Option<&str>, branch: Option<&str>| CardEdit {
+        workspace: Some(WorkspaceEdit {
+            spec: WorkspaceSpec {
+                kind,
+                path: path.map(str::to_owned),
+            },
+            branch: branch.map(str::to_owned),
+        }),
+        ..CardEdit::default()
+    };
+    let to_dir = moved(WorkspaceKind::Dir, Some("/srv/work"), None);
+    for status in [
+        TaskStatus::Todo,
+        TaskStatus::Ready,
+        TaskStatus::Blocked,
+        TaskStatus::Triage,
+    ] {
+        assert_eq!(
+            edit(&card(status), &to_dir).unwrap().edit,
+            Some(to_dir.clone())
+        );
+    }
+    for status in [TaskStatus::Running, TaskStatus::Done] {
+        let refused = if status == TaskStatus::Running {
+            edit(&running(), &to_dir)
+        } else {
+            edit(&card(status), &to_dir)
+        };
+        assert!(
+            matches!(&refused, Err(BoardError::InvalidInput(why)) if why.contains("its run works or worked in its workspace")),
+            "{status:?}: {refused:?}"
+        );
+    }
+    for (kind, path, branch) in [
+        (WorkspaceKind::Dir, None, None),
+        (WorkspaceKind::Dir, Some("relative"), None),
+        (WorkspaceKind::Scratch, None, Some("wt/x")),
+        (WorkspaceKind::Worktree, Some("/repo"), Some("-bad")),
+    ] {
+        assert!(
+            matches!(
+                edit(&card(TaskStatus::Ready), &moved(kind, path, branch)),
+                Err(BoardError::InvalidInput(_))
+            ),
+            "{kind:?} {path:?} {branch:?}"
+        );
+    }
     let metadata = serde_json::json!({"tests_run": 12});
     let all = CardEdit {
         title: Some("t".into()),
@@ -1297,6 +1348,7 @@ fn operators_cancel_archive_hold_release_and_edit() {
         result: Some("r".into()),
         summary: Some("s".into()),
         metadata: metadata.as_object().cloned(),
+        workspace: Some(kanban_core::rules::WorkspaceEdit::default()),
     };
     assert_eq!(
         all.fields(),
@@ -1310,7 +1362,8 @@ fn operators_cancel_archive_hold_release_and_edit() {
             "max_runtime_seconds",
             "result",
             "summary",
-            "metadata"
+            "metadata",
+            "workspace"
         ]
     );
 }
