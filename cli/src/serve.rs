@@ -688,8 +688,7 @@ async fn switch_board(
     State(app): State<Shared>,
     query: Result<Query<SwitchQuery>, QueryRejection>,
 ) -> Result<Redirect, Failure> {
-    let Query(query) =
-        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let query = query_of(query)?;
     app.boards
         .iter()
         .find(|board| board.slug == query.board)
@@ -867,8 +866,8 @@ async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
     })
 }
 
-/// A page's query, or the documented error for one that is not.
-fn board_query(given: Result<Query<BoardQuery>, QueryRejection>) -> Result<BoardQuery, Failure> {
+/// A URL's query, or the documented error for one that is not.
+pub(crate) fn query_of<T>(given: Result<Query<T>, QueryRejection>) -> Result<T, Failure> {
     given
         .map(|Query(query)| query)
         .map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))
@@ -878,7 +877,7 @@ async fn board_page(
     State(app): State<Shared>,
     query: Result<Query<BoardQuery>, QueryRejection>,
 ) -> Result<Html<String>, Failure> {
-    let lanes = lanes(&app, board_query(query)?).await?;
+    let lanes = lanes(&app, query_of(query)?).await?;
     let agents = crate::serve_board::listed_agents(&app);
     Ok(Html(page::board(&app, &lanes, &agents).into_string()))
 }
@@ -887,7 +886,7 @@ async fn lanes_fragment(
     State(app): State<Shared>,
     query: Result<Query<BoardQuery>, QueryRejection>,
 ) -> Result<Html<String>, Failure> {
-    let lanes = lanes(&app, board_query(query)?).await?;
+    let lanes = lanes(&app, query_of(query)?).await?;
     Ok(Html(page::lanes(&app, &lanes).into_string()))
 }
 
@@ -1130,8 +1129,7 @@ async fn card_fragment(
     UrlPath(id): UrlPath<String>,
     query: Result<Query<FragmentQuery>, QueryRejection>,
 ) -> Result<Html<String>, Failure> {
-    let Query(query) =
-        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let query = query_of(query)?;
     match query.part.as_deref() {
         None => card_view(&app, &id, false).await,
         Some("head") => {
@@ -1207,8 +1205,7 @@ async fn log_stream(
             format!("no card {id:?}"),
         ));
     }
-    let Query(query) =
-        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let query = query_of(query)?;
     app.board.show_task(&id).await?;
     let permit = app.log_streams.clone().try_acquire_owned().map_err(|_| {
         Failure::new(
@@ -1696,8 +1693,7 @@ async fn api_cards(
     State(app): State<Shared>,
     query: Result<Query<CardsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, Failure> {
-    let Query(query) =
-        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let query = query_of(query)?;
     let status = match query.status.as_deref() {
         None => None,
         Some(raw) => Some(TaskStatus::parse(raw).ok_or_else(|| {

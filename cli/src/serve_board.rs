@@ -605,7 +605,7 @@ mod tests {
         );
         assert_eq!(
             query.page_string("ready", 2),
-            "q=flaky+test&assignee=coder&block=needs_input&lane=ready&page=2"
+            "q=flaky+test&assignee=coder&block=needs_input&wall=http%3Aapi.example%2Fv1&lane=ready&page=2"
         );
         assert_eq!(BoardQuery::default().page_string("done", 1), "lane=done");
         let long = BoardQuery {

@@ -719,7 +719,7 @@ pub(crate) fn walls(app: &App, walls: &[kanban_core::walls::Wall], now: i64) -> 
                     tr { th { "scope" } th { "kind" } th { "agent" } th { "holds until" } th { "hits" } th { "last hit by" } th { "reason" } th { "" } }
                     @for wall in walls {
                         tr data-wall=(wall.scope) {
-                            td { (wall.scope) }
+                            td { a href={ (app.home()) "?" (wall_query(&wall.scope)) } title="the cards it holds back" { (wall.scope) } }
                             td { (wall.kind.as_str()) }
                             td { (wall.route) }
                             td { @if wall.until > now { (human_time(wall.until, now)) } @else { "probing" } }

@@ -32,8 +32,7 @@ pub(crate) async fn api_upload(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Result<(StatusCode, Json<Value>), Failure> {
-    let Query(query) =
-        query.map_err(|rejection| Failure::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let query = crate::serve::query_of(query)?;
     let octets = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())

@@ -151,6 +151,24 @@ async fn click(client: &Client, css: &str) {
     }
 }
 
+/// Types `keys` into the field `css` names; again, into the field anew,
+/// when a live refresh replaced it meanwhile.
+async fn type_into(client: &Client, css: &str, keys: &str) {
+    let started = Instant::now();
+    loop {
+        let field = find(client, css).await;
+        let typed = match field.clear().await {
+            Ok(()) => field.send_keys(keys).await,
+            Err(error) => Err(error),
+        };
+        match typed {
+            Ok(()) => return,
+            Err(error) if error.is_stale_element_reference() && started.elapsed() < WAIT => {}
+            Err(error) => panic!("type into {css}: {error}"),
+        }
+    }
+}
+
 /// The text of the element `css` names, read in one step in the page (a
 /// live refresh may replace the element at any time).
 async fn text(client: &Client, css: &str) -> String {
@@ -464,11 +482,7 @@ fn a_card_is_edited_in_place_its_links_changed_and_a_child_added() {
         // A comment typed and not sent outlives the page's live updates,
         // once the focus has left it too.
         let draft = "form[action$='/comment'] input[name=text]";
-        find(client, draft)
-            .await
-            .send_keys("half a thought")
-            .await
-            .unwrap();
+        type_into(client, draft, "half a thought").await;
         script(client, "document.activeElement.blur(); return null").await;
         bench.ok(&["edit", &card, "--priority", "9"]);
         client
