@@ -20,7 +20,7 @@ pub use engine::{
     TxResult, storable_json, storable_list, storable_text,
 };
 pub use statements::{
-    DispatcherSeen, LANE_WINDOW, Lane, LaneFilter, LanePage, LastEvents, RunOpening,
+    BoardHealth, DispatcherSeen, LANE_WINDOW, Lane, LaneFilter, LanePage, LastEvents, RunOpening,
     lease_from_row, lease_query,
 };
 
@@ -118,6 +118,30 @@ impl<E: Engine> StoredBoard<E> {
         self.engine
             .read(move |sql| {
                 Box::pin(async move { Tx::new(sql).lane(lane, &filter, limit, skip).await })
+            })
+            .await
+    }
+
+    /// The walls, when the last event was written and what each host's
+    /// dispatcher last said, in one read (a board page's health line).
+    pub async fn health(&self) -> Result<BoardHealth, BoardError> {
+        self.engine
+            .read(|sql| {
+                Box::pin(async move {
+                    let mut tx = Tx::new(sql);
+                    let walls = tx.walls().await?;
+                    let last_activity = tx
+                        .recent_events(1)
+                        .await?
+                        .first()
+                        .map(|event| event.created_at);
+                    let dispatchers = tx.dispatchers().await?;
+                    Ok(BoardHealth {
+                        walls,
+                        last_activity,
+                        dispatchers,
+                    })
+                })
             })
             .await
     }

@@ -112,6 +112,15 @@ pub struct DispatcherSeen {
     pub why: Option<String>,
 }
 
+/// What a board page's health line shows, read at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoardHealth {
+    pub walls: Vec<kanban_core::walls::Wall>,
+    /// When the board's last event was written.
+    pub last_activity: Option<i64>,
+    pub dispatchers: Vec<DispatcherSeen>,
+}
+
 /// The newest event of each of some cards: its kind and time.
 pub type LastEvents = HashMap<String, (String, i64)>;
 

@@ -140,13 +140,14 @@ impl OpenBoard {
         }
     }
 
-    /// What each host's dispatcher last said of itself, the latest first.
-    pub(crate) async fn dispatchers(
+    /// The walls, the last event's time and the dispatchers' reports, in
+    /// one read.
+    pub(crate) async fn health(
         &self,
-    ) -> Result<Vec<kanban_board::DispatcherSeen>, kanban_core::BoardError> {
+    ) -> Result<kanban_board::BoardHealth, kanban_core::BoardError> {
         match &self.engine {
-            Engine::Sqlite(board) => board.dispatchers().await,
-            Engine::Postgres(board) => board.dispatchers().await,
+            Engine::Sqlite(board) => board.health().await,
+            Engine::Postgres(board) => board.health().await,
         }
     }
 

@@ -823,7 +823,11 @@ type LaneRows = (
 async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
     let now = SystemClock.now();
     let running = app.board.running_workers().await?;
-    let walls = app.board.walls().await?;
+    let kanban_board::BoardHealth {
+        walls,
+        last_activity,
+        dispatchers,
+    } = app.board.health().await?;
     let (rows, mut last): LaneRows = lane_rows(app, &query, &walls).await?;
     let page = query.page()?;
     let lanes = rows
@@ -848,12 +852,6 @@ async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
             (status, count, tiles)
         })
         .collect();
-    let last_activity = app
-        .board
-        .recent_events(1)
-        .await?
-        .first()
-        .map(|event| event.created_at);
     Ok(Lanes {
         lanes,
         walls,
@@ -862,7 +860,7 @@ async fn lanes(app: &Shared, query: BoardQuery) -> Result<Lanes, Failure> {
         page,
         last_activity,
         running: running.len(),
-        dispatchers: app.board.dispatchers().await?,
+        dispatchers,
     })
 }
 
