@@ -1553,6 +1553,13 @@ fn a_page_switches_to_another_board_of_the_home_and_acts_on_it() {
         )
         .await;
         assert_eq!(shown, json!(1), "only the team board's card");
+        // The switcher, as every page shows it, passes axe-core.
+        let found = violations(client, &axe_source()).await;
+        assert!(
+            found.is_empty(),
+            "axe-core on a board with a switcher:\n{}",
+            found.join("\n")
+        );
         // A key on the team board acts on the team board (the API under
         // its path).
         press(client, "js").await;
