@@ -1553,7 +1553,16 @@ async fn act(app: &App, id: &str, action: &str, input: &ActionInput<'_>) -> Resu
         "notify" => notify_card(app, id, text, input.events).await?,
         "unnotify" => unnotify_card(app, id, text).await?,
         "comment" => app.board.add_comment(id, "web", text).await?,
-        "unblock" => app.board.unblock(id).await?,
+        "unblock" => {
+            app.board.unblock(id).await?;
+            // The reason given goes to the card as a comment, which its
+            // next run reads: the answer a block waited for.
+            if let Some(given) = non_blank(input.reason) {
+                app.board
+                    .add_comment(id, "web", &format!("Unblocked: {given}"))
+                    .await?;
+            }
+        }
         "reclaim" => app.board.reclaim(id, &reason).await?,
         "hold" => app.board.hold(id, &reason).await?,
         "release" => app.board.release_hold(id).await?,

@@ -1225,6 +1225,23 @@ fn the_api_moves_edits_and_acts_in_bulk_as_described() {
     );
     conforms(&openapi, act, "post", code, &answer);
     assert_eq!((code, status(&bench, &blocked)), (200, "ready".to_owned()));
+    // Unblocked with a reason: the reason reaches the card's next run as a
+    // comment.
+    let asked = bench.add("pick a licence", &["--blocked"]);
+    let (code, answer) = call(
+        &format!("/api/cards/{asked}/unblock"),
+        json!({"reason": "use MIT"}),
+    );
+    conforms(&openapi, "/api/cards/{id}/{action}", "post", code, &answer);
+    assert_eq!(
+        (code, status(&bench, &asked)),
+        (200, "ready".to_owned()),
+        "{answer}"
+    );
+    assert_eq!(
+        bench.show(&asked)["comments"][0]["body"],
+        "Unblocked: use MIT"
+    );
     let (code, answer) = call(
         &format!("/api/cards/{ready}/move"),
         json!({"to": "running"}),
