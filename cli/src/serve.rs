@@ -63,6 +63,9 @@ pub(crate) struct App {
     log_streams: Arc<tokio::sync::Semaphore>,
     /// The agents file, read again for each page that lists its agents.
     pub(crate) agents: Option<PathBuf>,
+    /// The agents file did not load the last time a page read it (said
+    /// once a breakage).
+    pub(crate) agents_broken: std::sync::atomic::AtomicBool,
     /// The environment the server was started in: the agents file's
     /// `${VAR}`s, and git's for a workspace taken away.
     pub(crate) env: kanban_core::Environment,
@@ -354,12 +357,15 @@ pub(crate) fn serve(
     };
     let mut watches = Vec::new();
     let app = served_app(first, String::new(), &shared, &mut watches);
+    // Each other board's pages are where the switcher links it.
+    let bases: Vec<String> = shared.boards[1..]
+        .iter()
+        .map(|board| board.href.clone())
+        .collect();
     let others: Vec<Shared> = others
         .into_iter()
-        .map(|served| {
-            let base = format!("/boards/{}", served.slug.clone().unwrap_or_default());
-            served_app(served, base, &shared, &mut watches)
-        })
+        .zip(bases)
+        .map(|(served, base)| served_app(served, base, &shared, &mut watches))
         .collect();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
@@ -438,6 +444,7 @@ fn served_app(
         live_pages: shared.live_pages.clone(),
         log_streams: shared.log_streams.clone(),
         agents,
+        agents_broken: std::sync::atomic::AtomicBool::new(false),
         env,
         base,
         boards: shared.boards.clone(),

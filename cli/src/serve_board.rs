@@ -174,17 +174,19 @@ pub(crate) fn walled_assignees(
     };
     let file = crate::agents_file::load(path, &app.env)
         .map_err(|error| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, error))?;
-    let mut assignees = Vec::new();
-    for (name, agent) in &file.agents {
-        let route = crate::agent_check::agent_route(name, agent, &app.env);
-        if kanban_core::walls::scopes_of(&route.identity, &route.provider).contains(&wall.scope) {
-            assignees.push(name.clone());
-            if file.default.as_deref() == Some(name.as_str()) {
-                assignees.push(String::new());
-            }
-        }
-    }
-    Ok(Some(assignees))
+    let scopes = file
+        .agents
+        .iter()
+        .map(|(name, agent)| {
+            let route = crate::agent_check::agent_route(name, agent, &app.env);
+            let reached = kanban_core::walls::scopes_of(&route.identity, &route.provider);
+            (name.clone(), reached)
+        })
+        .collect();
+    Ok(
+        kanban_core::assignees_behind(&wall.scope, &scopes, file.default.as_deref())
+            .map(|assignees| assignees.into_iter().collect()),
+    )
 }
 
 /// Where a move goes: the lane `to`, from the lane `from` the page showed
@@ -303,17 +305,16 @@ fn workspace_change(
 /// the file does not load (the page still serves; an assignee given is
 /// checked, and refused with the file's error, when it is saved).
 pub(crate) fn listed_agents(app: &App) -> Vec<String> {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
     // Said once each time the file breaks, not on every page (a live page
-    // fetches one on every commit). One server serves one agents file.
-    static BROKEN: AtomicBool = AtomicBool::new(false);
+    // fetches one on every commit).
     match agent_names(app) {
         Ok(names) => {
-            BROKEN.store(false, Ordering::Relaxed);
+            app.agents_broken.store(false, Ordering::Relaxed);
             names.unwrap_or_default()
         }
         Err(failure) => {
-            if !BROKEN.swap(true, Ordering::Relaxed) {
+            if !app.agents_broken.swap(true, Ordering::Relaxed) {
                 crate::out::errln!(
                     "the agents file does not load, so the pages list no agents until it does: {}",
                     failure.message()

@@ -61,7 +61,7 @@ pub use dispatcher::{
     DispatchSettings, Dispatcher, DispatcherReport, DispatcherState, ExitReport, Foreseen, Gates,
     RunLog, RunMode, RunningWorker, STALE_HEARTBEAT_SECONDS, StaleClaimAction, StopSignal,
     Supervisor, TICK_BUCKETS_MS, TickDurations, TickPreview, TickReport, Wakeups, WorkerExit,
-    WorkerProcess, foresee, stale_claim_action,
+    WorkerProcess, assignees_behind, foresee, stale_claim_action,
 };
 pub use env::{Environment, vars};
 pub use exit::{

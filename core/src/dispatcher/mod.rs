@@ -28,6 +28,7 @@ pub use ports::{
     TICK_BUCKETS_MS, TickDurations, Wakeups, WorkerExit, WorkerProcess, stale_claim_action,
 };
 pub use preview::{Foreseen, Gates, TickPreview, foresee};
+pub use routing::assignees_behind;
 
 use std::collections::BTreeMap;
 use std::fmt;

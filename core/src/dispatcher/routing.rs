@@ -29,6 +29,40 @@ impl Routing {
     }
 }
 
+/// The assignees whose cards `route` serves among `routes` (`""`: no
+/// assignee), when `unassigned_route` serves the cards with none; `None`
+/// for every card (a lone unnamed agent).
+fn route_assignees<'a>(
+    mut routes: impl Iterator<Item = &'a String>,
+    unassigned_route: Option<&str>,
+    route: &str,
+) -> Option<BTreeSet<String>> {
+    if !routes.any(|route| !route.is_empty()) {
+        return None;
+    }
+    let mut assignees = BTreeSet::from([route.to_owned()]);
+    if unassigned_route == Some(route) {
+        assignees.insert(String::new());
+    }
+    Some(assignees)
+}
+
+/// The assignees whose cards a wall on `scope` holds back (`""`: cards
+/// with no assignee), given the scopes each route reaches and the route of
+/// the cards with none, as a dispatcher routes them; `None`: every card (a
+/// lone unnamed agent).
+pub fn assignees_behind(
+    scope: &str,
+    scopes: &BTreeMap<String, BTreeSet<String>>,
+    unassigned_route: Option<&str>,
+) -> Option<BTreeSet<String>> {
+    let mut behind = BTreeSet::new();
+    for (route, _) in scopes.iter().filter(|(_, reached)| reached.contains(scope)) {
+        behind.extend(route_assignees(scopes.keys(), unassigned_route, route)?);
+    }
+    Some(behind)
+}
+
 impl Dispatcher {
     /// The route serving a card assigned to `assignee`: the agent of that
     /// name; else the unnamed agent for a card with no assignee, or for
@@ -52,15 +86,11 @@ impl Dispatcher {
     /// The assignees whose cards `route` serves (`""`: no assignee); `None`
     /// for every card (a lone unnamed agent).
     pub fn assignees_of(&self, route: &str) -> Option<BTreeSet<String>> {
-        let named = self.settings.routes.keys().any(|route| !route.is_empty());
-        if !named {
-            return None;
-        }
-        let mut assignees = BTreeSet::from([route.to_owned()]);
-        if self.settings.unassigned_route.as_deref() == Some(route) {
-            assignees.insert(String::new());
-        }
-        Some(assignees)
+        route_assignees(
+            self.settings.routes.keys(),
+            self.settings.unassigned_route.as_deref(),
+            route,
+        )
     }
 
     /// The filter admitting the cards of `routes` only.

@@ -2187,3 +2187,41 @@ fn a_dry_run_foresees_the_ticks_claims_and_writes_nothing() {
         ]
     );
 }
+
+#[test]
+fn a_wall_holds_back_the_cards_of_every_route_reaching_its_scope() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let set = |names: &[&str]| -> BTreeSet<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    };
+    let scopes: BTreeMap<String, BTreeSet<String>> = [
+        ("coder", set(&["agent:coder#1", "http:api.example"])),
+        ("writer", set(&["agent:writer#2", "http:api.example"])),
+        ("reviewer", set(&["agent:reviewer#3"])),
+    ]
+    .into_iter()
+    .map(|(route, reached)| (route.to_owned(), reached))
+    .collect();
+    let behind = |scope: &str, unassigned: Option<&str>| {
+        kanban_core::assignees_behind(scope, &scopes, unassigned)
+    };
+    assert_eq!(
+        behind("http:api.example", Some("writer")),
+        Some(set(&["coder", "writer", ""])),
+        "the default agent's wall holds the cards with no assignee too"
+    );
+    assert_eq!(
+        behind("http:api.example", Some("reviewer")),
+        Some(set(&["coder", "writer"]))
+    );
+    assert_eq!(behind("agent:reviewer#3", None), Some(set(&["reviewer"])));
+    assert_eq!(behind("agent:nobody", None), Some(set(&[])));
+    let lone: BTreeMap<String, BTreeSet<String>> = [(String::new(), set(&["agent:default"]))]
+        .into_iter()
+        .collect();
+    assert_eq!(
+        kanban_core::assignees_behind("agent:default", &lone, None),
+        None,
+        "a lone unnamed agent works every card"
+    );
+}
